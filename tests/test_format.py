@@ -1,0 +1,126 @@
+"""The record format: pure bytes, no storage."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from vault_core import format as fmt
+from vault_core.errors import CorruptRecord, InvalidInput, InvalidStreamName, MessageTooLarge, UnsupportedVersion
+from vault_core.format import NewMessage, decode, encode, find_next_record, message_id, parse_message_id
+from vault_core.names import validate_batch_id, validate_stream_name
+
+DATA = Path(__file__).parent / "data"
+TS = 1_700_000_000_000
+
+ROUND_TRIPS = [
+    ("text key", NewMessage(b"hello", "k")),
+    ("binary key", NewMessage(b"\x00\xff", b"\x00\x01\xf5")),
+    ("empty key and value", NewMessage(b"", b"")),
+    ("unicode key", NewMessage("värde".encode(), "schlüssel-🔑")),
+    ("maximum key", NewMessage(b"v", b"k" * fmt.MAX_KEY_BYTES)),
+    ("maximum value", NewMessage(b"v" * fmt.MAX_VALUE_BYTES, "big")),
+    ("value holding the sync marker", NewMessage(fmt.MAGIC * 20, b"")),
+]
+
+
+@pytest.mark.parametrize(("case", "message"), ROUND_TRIPS, ids=[c for c, _ in ROUND_TRIPS])
+def test_every_field_round_trips(case: str, message: NewMessage) -> None:
+    buf = encode([message], 4096, TS)
+    [got], end = decode(buf, 4096)
+    key, flags = message.key_bytes()
+    assert (got.offset, got.timestamp, got.key, got.value, got.flags) == (4096, TS, key, message.value, flags)
+    assert end == len(buf) == got.size == fmt.HEADER_SIZE + len(key) + len(message.value)
+    assert got.key_is_text == isinstance(message.key, str)
+
+
+def test_records_are_packed_without_padding() -> None:
+    buf = encode([NewMessage(b"a"), NewMessage(b"bb", "k")], 0, TS)
+    records, _ = decode(buf, 0)
+    assert [r.offset for r in records] == [0, fmt.HEADER_SIZE + 1]
+    assert len(buf) == 2 * fmt.HEADER_SIZE + 1 + 3
+
+
+def test_golden_record_matches_the_documented_bytes() -> None:
+    golden = (DATA / "record-v1.bin").read_bytes()
+    assert encode([NewMessage(b"hello", "k")], 100, TS) == golden
+    [m], _ = decode(golden, 100)
+    assert (m.offset, m.timestamp, m.key, m.value, m.key_is_text) == (100, TS, b"k", b"hello", True)
+
+
+def test_every_flipped_byte_is_detected() -> None:
+    buf = bytearray(encode([NewMessage(b"payload", "key")], 0, TS))
+    for i in range(len(buf)):
+        corrupt = bytearray(buf)
+        corrupt[i] ^= 0x01
+        with pytest.raises((CorruptRecord, UnsupportedVersion)):
+            decode(bytes(corrupt), 0, complete=True)
+
+
+def test_checksum_error_names_offset_and_both_checksums() -> None:
+    buf = bytearray(encode([NewMessage(b"payload")], 512, TS))
+    buf[-1] ^= 0xFF
+    with pytest.raises(CorruptRecord) as info:
+        decode(bytes(buf), 512, stream="s")
+    assert info.value.offset == 512 and info.value.stored_crc != info.value.computed_crc
+    assert "stream 's'" in str(info.value)
+
+
+@pytest.mark.parametrize(("field_offset", "value", "error"), [
+    (fmt.VERSION_OFFSET, 2, UnsupportedVersion),
+    (fmt.FLAGS_OFFSET, 0x01, UnsupportedVersion),  # compression codec 1: reserved
+    (fmt.FLAGS_OFFSET, 0x80, UnsupportedVersion),  # unknown flag bit
+])
+def test_unknown_versions_and_features_are_rejected_clearly(field_offset: int, value: int, error: type) -> None:
+    buf = bytearray(encode([NewMessage(b"x")], 0, TS))
+    buf[field_offset] = value
+    with pytest.raises(error, match="not supported|does not know"):
+        decode(bytes(buf), 0)
+
+
+def test_a_torn_record_is_left_for_more_bytes_not_returned() -> None:
+    buf = encode([NewMessage(b"one"), NewMessage(b"two")], 0, TS)
+    records, end = decode(buf[:-1], 0)
+    assert [r.value for r in records] == [b"one"] and end == fmt.HEADER_SIZE + 3
+
+
+def test_reader_starting_at_any_byte_finds_the_next_record() -> None:
+    messages = [NewMessage(fmt.MAGIC + bytes([i]) * i, "k") for i in range(1, 30)]
+    buf = encode(messages, 1000, TS)
+    starts = [r.offset - 1000 for r in decode(buf, 1000)[0]]
+    for pos in range(len(buf)):
+        expected = next((s for s in starts if s >= pos), None)
+        assert find_next_record(buf, 1000, pos) == expected
+
+
+def test_message_ids_sort_by_time_then_offset_and_round_trip() -> None:
+    ids = [message_id(ts, off) for ts, off in [(1, 900), (2, 5), (2, 10), (TS, 0)]]
+    assert ids == sorted(ids)
+    assert parse_message_id(ids[-1]) == (TS, 0)
+
+
+@pytest.mark.parametrize(("message", "what"), [
+    (NewMessage(b"v", b"k" * (fmt.MAX_KEY_BYTES + 1)), "key"),
+    (NewMessage(b"v" * (fmt.MAX_VALUE_BYTES + 1)), "value"),
+])
+def test_oversize_keys_and_values_are_rejected(message: NewMessage, what: str) -> None:
+    with pytest.raises(MessageTooLarge, match=what):
+        encode([message], 0, TS)
+
+
+@pytest.mark.parametrize("name", ["", "-lead", ".hidden", "a/b", "a\\b", "a#b", "a?b", "x" * 129, "sp ace", "ü"])
+def test_invalid_stream_names_are_rejected(name: str) -> None:
+    with pytest.raises(InvalidStreamName, match="invalid stream name"):
+        validate_stream_name(name)
+
+
+@pytest.mark.parametrize("name", ["a", "orders", "Orders.v2", "a_b-c", "9", "x" * 128])
+def test_valid_stream_names_pass(name: str) -> None:
+    assert validate_stream_name(name) == name
+
+
+@pytest.mark.parametrize("bid", ["", "a:b", "a,b", "x" * 65, "a b"])
+def test_invalid_batch_ids_are_rejected(bid: str) -> None:
+    with pytest.raises(InvalidInput):
+        validate_batch_id(bid)

@@ -1,0 +1,329 @@
+"""The lease-guarded writer and the reader, on a real Azurite."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from vault_core.azure import StorageAccount
+from vault_core.clock import ManualClock
+from vault_core.errors import (
+    CorruptRecord,
+    InvalidOffset,
+    InvalidStreamName,
+    LeaseLost,
+    MessageTooLarge,
+    StreamLeased,
+    StreamNotFound,
+)
+from vault_core.format import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
+from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.vault import Vault
+from vault_core.writer import MIN_GROWTH, Batch
+
+HELPERS = Path(__file__).parent / "helpers"
+
+
+def msgs(n: int, size: int = 100, key: str | bytes = "k", tag: str = "m") -> list[NewMessage]:
+    return [NewMessage(f"{tag}-{i:06d}-".encode() + b"x" * size, key) for i in range(n)]
+
+
+def read_all(vault: Vault, stream: str) -> list[bytes]:
+    return [m.value for m in vault.reader.scan(stream)]
+
+
+def test_round_trip_through_storage_keeps_every_field(vault: Vault, stream: str) -> None:
+    clock = ManualClock(1_750_000_000_000)
+    v = Vault(vault.account, clock=clock)
+    sent = [NewMessage(b"text", "key"), NewMessage(b"\x00\xff", b"\x01"), NewMessage(b"", b"")]
+    with v.writer(stream) as w:
+        [result] = w.append([Batch(sent)])
+    got = v.reader.read(stream, 0).messages
+    assert [(m.key, m.value, m.key_is_text) for m in got] == [
+        (b"key", b"text", True), (b"\x01", b"\x00\xff", False), (b"", b"", False)]
+    assert {m.timestamp for m in got} == {1_750_000_000_000}
+    assert got[0].offset == result.first_offset == 0 and got[-1].next_offset == result.next_offset
+
+
+def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Vault, stream: str) -> None:
+    rng = random.Random(7)
+    sent: list[bytes] = []
+    with vault.writer(stream) as w:
+        for size in (1, 511, 513, 3 * MAX_PAGE_WRITE // 2, 7, MAX_PAGE_WRITE + 1, 300_000):
+            batch = []
+            while sum(len(m.value) + HEADER_SIZE + 1 for m in batch) < size:
+                batch.append(NewMessage(rng.randbytes(rng.randint(0, 70_000)), "k"))
+            w.append([Batch(batch)])
+            sent += [m.value for m in batch]
+        assert w.state.committed % PAGE_SIZE != 0  # the log is not padded to pages
+    assert read_all(vault, stream) == sent
+
+
+def test_many_appends_then_a_read_from_every_offset(vault: Vault, stream: str) -> None:
+    rng = random.Random(3)
+    with vault.writer(stream) as w:
+        for i in range(60):
+            w.append([Batch([NewMessage(rng.randbytes(rng.randint(0, 900)), f"{i}")
+                             for _ in range(rng.randint(1, 8))])])
+    everything = list(vault.reader.scan(stream))
+    for expected in everything:
+        got = vault.reader.read(stream, expected.offset, max_count=1)
+        assert got.messages == [expected] and got.next_offset == expected.next_offset
+    end = vault.reader.read(stream, everything[-1].next_offset)
+    assert end.messages == [] and end.next_offset == end.committed
+
+
+def test_read_returns_a_record_larger_than_max_bytes(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch([NewMessage(b"v" * MAX_VALUE_BYTES)])])
+    assert [len(m.value) for m in vault.reader.read(stream, 0, max_bytes=4096).messages] == [MAX_VALUE_BYTES]
+
+
+def test_only_one_of_two_racing_writers_wins(vault: Vault, stream: str) -> None:
+    vault.writer(stream).close()  # create the blob, so both race for the lease only
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def race(tag: str) -> None:
+        barrier.wait()
+        try:
+            w = vault.writer(stream)
+        except StreamLeased:
+            outcomes.append("leased")
+            return
+        w.append([Batch(msgs(500, tag=tag))])
+        outcomes.append(tag)
+        time.sleep(0.5)
+        w.close()
+
+    threads = [threading.Thread(target=race, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes)[1] == "leased" or sorted(outcomes)[0] == "leased"
+    winner = next(o for o in outcomes if o != "leased")
+    assert [v.split(b"-")[0] for v in read_all(vault, stream)] == [winner.encode()] * 500
+
+
+def test_second_writer_gets_a_clear_leased_error(vault: Vault, stream: str) -> None:
+    with vault.writer(stream), pytest.raises(StreamLeased, match="leased by another writer"):
+        vault.writer(stream)
+
+
+def test_a_writer_whose_lease_was_taken_stops_and_cannot_roll_back(vault: Vault, stream: str) -> None:
+    stale = vault.writer(stream, lease_seconds=15)
+    stale.append([Batch(msgs(10, tag="old"))])
+    vault.blob(stream).client.get_blob_properties()
+    from azure.storage.blob import BlobLeaseClient
+
+    BlobLeaseClient(vault.blob(stream).client, lease_id=stale.lease.id).break_lease(lease_break_period=0)
+    with vault.writer(stream) as fresh:
+        fresh.append([Batch(msgs(10, tag="new"))])
+        with pytest.raises(LeaseLost):
+            stale.append([Batch(msgs(10, tag="stale"))])
+    assert [v.split(b"-")[0] for v in read_all(vault, stream)] == [b"old"] * 10 + [b"new"] * 10
+
+
+def test_lease_is_renewed_during_a_long_append(vault: Vault, stream: str) -> None:
+    writer = vault.writer(stream, lease_seconds=15, max_write=64 * 1024)
+    slow_write = writer.blob.write_pages
+
+    def slow(*args: object, **kwargs: object) -> str:
+        time.sleep(1.0)
+        return slow_write(*args, **kwargs)  # type: ignore[arg-type]
+
+    writer.blob.write_pages = slow  # type: ignore[method-assign]
+    start = time.monotonic()
+    writer.append([Batch(msgs(220, size=5000))])  # 17 page writes of 64 KiB: > 15 s
+    assert time.monotonic() - start > 15
+    with pytest.raises(StreamLeased):
+        vault.writer(stream)
+    writer.close()
+    assert len(read_all(vault, stream)) == 220
+
+
+def _crash(vault: Vault, azurite_conn: str, stream: str, phase: str, batch_id: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, str(HELPERS / "crash_writer.py"), azurite_conn, stream, phase, batch_id],
+        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HELPERS.parent.parent)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == b"PAUSED"
+    os.kill(proc.pid, signal.SIGKILL)  # a real kill -9 at that exact point
+    proc.wait()
+
+
+def _reopen_after_lease_expiry(vault: Vault, stream: str) -> Vault:
+    deadline = time.monotonic() + 40
+    while True:
+        try:
+            vault.writer(stream).close()
+            return vault
+        except StreamLeased:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+
+
+def test_writer_killed_between_pages_and_commit_loses_nothing_and_exposes_nothing(
+    vault: Vault, account: StorageAccount, stream: str
+) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(100, tag="committed"))])
+    committed = vault.reader.state(stream).committed
+    _crash(vault, account.connection_string or "", stream, "before-commit", "lost-batch")
+    assert vault.reader.state(stream).committed == committed  # pages written, commit not
+    assert all(b"uncommitted" not in v for v in read_all(vault, stream))
+    _reopen_after_lease_expiry(vault, stream)
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(5, tag="after"))])
+    values = read_all(vault, stream)
+    assert [v.split(b"-")[0] for v in values] == [b"committed"] * 100 + [b"after"] * 5
+
+
+def test_writer_killed_after_commit_keeps_the_batch_exactly_once(
+    vault: Vault, account: StorageAccount, stream: str
+) -> None:
+    _crash(vault, account.connection_string or "", stream, "after-commit", "batch-1")
+    _reopen_after_lease_expiry(vault, stream)
+    with vault.writer(stream) as w:
+        [again] = w.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])
+    assert again.duplicate and again.first_offset == 0 and again.count == 3000
+    assert len(read_all(vault, stream)) == 3000
+    assert vault.index.last_point(stream) is not None  # the index was re-derived from the log
+    entry = vault.index.catalog_entry(stream)
+    assert entry is not None and entry.count == 3000
+
+
+def test_redelivered_batch_ids_are_not_appended_twice(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        first = w.append([Batch(msgs(3), "b1"), Batch(msgs(2), "b2"), Batch(msgs(3), "b1")])
+    with vault.writer(stream) as w:
+        again = w.append([Batch(msgs(2), "b2"), Batch(msgs(1), "b3")])
+    assert [r.duplicate for r in first] == [False, False, True]
+    assert first[2].first_offset == first[0].first_offset
+    assert again[0].duplicate and again[0].first_offset == first[1].first_offset
+    assert len(read_all(vault, stream)) == 3 + 2 + 1
+
+
+def test_a_flipped_byte_in_the_blob_is_detected_by_the_reader(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(50))])
+    blob = vault.blob(stream)
+    page = bytearray(blob.read(0, PAGE_SIZE))
+    page[400] ^= 0x40  # inside the value of the third record
+    blob.client.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
+    with pytest.raises(CorruptRecord, match="checksum"):
+        list(vault.reader.scan(stream))
+    survivors = list(vault.reader.scan(stream, skip_corrupt=True))
+    assert len(survivors) == 49
+    with pytest.raises(CorruptRecord):
+        vault.reader.read(stream, 0, max_count=50)
+
+
+def test_time_seeks_find_the_first_record_at_or_after_a_time(vault: Vault, stream: str) -> None:
+    clock = ManualClock(1_000_000)
+    v = Vault(vault.account, clock=clock)
+    offsets = {}
+    with v.writer(stream, index_spacing=4096) as w:
+        for t in range(10):
+            clock.advance(1000)
+            [r] = w.append([Batch(msgs(40, size=200))])
+            offsets[clock.now_ms()] = r.first_offset
+    end = v.reader.state(stream).committed
+    for at, expected in offsets.items():
+        assert v.reader.seek_time(stream, at) == expected
+        assert v.reader.seek_time(stream, at - 500) == expected
+    assert v.reader.seek_time(stream, 0) == 0
+    assert v.reader.seek_time(stream, max(offsets) + 1) == end
+
+
+def test_a_clock_going_backwards_never_makes_timestamps_go_backwards(vault: Vault, stream: str) -> None:
+    clock = ManualClock(5_000_000)
+    v = Vault(vault.account, clock=clock)
+    with v.writer(stream) as w:
+        w.append([Batch(msgs(2))])
+        clock.advance(-60_000)
+        w.append([Batch(msgs(2))])
+    assert [m.timestamp for m in v.reader.scan(stream)] == [5_000_000] * 4
+
+
+@pytest.mark.parametrize("bad", [
+    Batch([NewMessage(b"v" * (MAX_VALUE_BYTES + 1))]),
+    Batch([NewMessage(b"ok"), NewMessage(b"v", b"k" * 2000)]),
+])
+def test_oversize_messages_are_rejected_and_nothing_is_written(vault: Vault, stream: str, bad: Batch) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(3))])
+        with pytest.raises(MessageTooLarge):
+            w.append([Batch(msgs(2)), bad])
+        w.append([Batch(msgs(1))])
+    assert len(read_all(vault, stream)) == 4
+
+
+@pytest.mark.parametrize("name", ["../streams", "a/b", "", "mv-claimcheck/x", "x" * 200])
+def test_invalid_stream_names_never_reach_storage(vault: Vault, name: str) -> None:
+    with pytest.raises(InvalidStreamName):
+        vault.writer(name)
+    with pytest.raises(InvalidStreamName):
+        vault.reader.read(name, 0)
+
+
+def test_reads_reject_offsets_outside_the_log_or_between_records(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(5))])
+    committed = vault.reader.state(stream).committed
+    for bad in (-1, committed + 1, 7):
+        with pytest.raises(InvalidOffset):
+            vault.reader.read(stream, bad)
+    with pytest.raises(StreamNotFound):
+        vault.reader.read(stream + "-missing", 0)
+
+
+def test_the_blob_grows_in_large_steps(vault: Vault, stream: str) -> None:
+    sizes = set()
+    with vault.writer(stream) as w:
+        for _ in range(40):
+            w.append([Batch(msgs(10, size=1000))])
+            sizes.add(w.state.blob_size)
+    assert sizes == {MIN_GROWTH}
+
+
+def test_the_index_is_rebuilt_from_the_log_when_lost(vault: Vault, stream: str) -> None:
+    with vault.writer(stream, index_spacing=8192) as w:
+        w.append([Batch(msgs(300, size=200))])
+    before = vault.index.points(stream)
+    for e in list(vault.index.index.query_entities("PartitionKey eq @pk", parameters={"pk": stream})):
+        vault.index.index.delete_entity(e["PartitionKey"], e["RowKey"])
+    with vault.writer(stream, index_spacing=8192):
+        pass
+    assert vault.index.points(stream) == before and len(before) > 5
+
+
+def test_follow_yields_new_records_as_they_are_committed(vault: Vault, stream: str) -> None:
+    stop = threading.Event()
+    seen: list[bytes] = []
+
+    def consume() -> None:
+        for m in vault.reader.follow(stream, 0, poll_max=0.2, stop=stop):
+            seen.append(m.value)
+            if len(seen) == 6:
+                stop.set()
+
+    t = threading.Thread(target=consume)
+    t.start()
+    with vault.writer(stream) as w:
+        for i in range(3):
+            time.sleep(0.3)
+            w.append([Batch(msgs(2, tag=f"f{i}"))])
+    t.join(10)
+    assert not t.is_alive() and [v.split(b"-")[0] for v in seen] == [b"f0"] * 2 + [b"f1"] * 2 + [b"f2"] * 2

@@ -1,0 +1,158 @@
+"""The one adapter between the vault and the Azure SDKs: clients, and error translation.
+
+Every SDK exception is translated into :mod:`vault_core.errors` by :func:`translate_errors`,
+so nothing above this module catches ``azure.core`` exceptions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+    ServiceRequestError,
+    ServiceResponseError,
+)
+from azure.data.tables import TableServiceClient
+from azure.storage.blob import BlobServiceClient
+from azure.storage.queue import QueueServiceClient
+
+from vault_core.errors import (
+    LeaseLost,
+    StorageFailure,
+    StorageUnavailable,
+    StreamLeased,
+    StreamNotFound,
+    VaultError,
+)
+
+AZURITE_CONNECTION_STRING = (
+    # Azurite's well-known development account: public, documented, local only.
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
+    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "BlobEndpoint=http://127.0.0.1:{blob}/devstoreaccount1;"
+    "QueueEndpoint=http://127.0.0.1:{queue}/devstoreaccount1;"
+    "TableEndpoint=http://127.0.0.1:{table}/devstoreaccount1;"
+)
+
+
+def azurite_connection_string(blob: int = 10000, queue: int = 10001, table: int = 10002) -> str:
+    return AZURITE_CONNECTION_STRING.format(blob=blob, queue=queue, table=table)
+
+
+@dataclass(frozen=True)
+class StorageAccount:
+    """How to reach one storage account: a connection string, or service URIs and a credential."""
+
+    connection_string: str | None = None
+    blob_url: str | None = None
+    queue_url: str | None = None
+    table_url: str | None = None
+    credential: Any = None
+
+    @classmethod
+    def from_settings(cls, env: Mapping[str, str], name: str) -> StorageAccount:
+        """Read connection ``name`` the way the Functions host does.
+
+        ``env[name]`` is a connection string; otherwise ``name__blobServiceUri``,
+        ``name__queueServiceUri``, ``name__tableServiceUri`` with a managed identity
+        (``name__clientId`` for a user-assigned one) or ``DefaultAzureCredential``.
+        """
+        if env.get(name):
+            return cls(connection_string=env[name])
+        blob, queue, table = (env.get(f"{name}__{s}ServiceUri") for s in ("blob", "queue", "table"))
+        if not (blob or queue or table):
+            raise ValueError(
+                f"storage connection {name!r} is not configured: set {name} to a connection string, "
+                f"or {name}__blobServiceUri / {name}__queueServiceUri / {name}__tableServiceUri"
+            )
+        return cls(blob_url=blob, queue_url=queue, table_url=table,
+                   credential=_identity_credential(env, name))
+
+    def blob_service(self) -> BlobServiceClient:
+        if self.connection_string:
+            return BlobServiceClient.from_connection_string(self.connection_string)
+        return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential)
+
+    def queue_service(self) -> QueueServiceClient:
+        if self.connection_string:
+            return QueueServiceClient.from_connection_string(self.connection_string)
+        return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential)
+
+    def table_service(self) -> TableServiceClient:
+        if self.connection_string:
+            return TableServiceClient.from_connection_string(self.connection_string)
+        return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential)
+
+    @staticmethod
+    def _url(url: str | None, service: str) -> str:
+        if not url:
+            raise ValueError(f"no {service} service URI configured for this storage connection")
+        return url
+
+
+def _identity_credential(env: Mapping[str, str], name: str) -> Any:
+    # Imported lazily: azure-identity is only needed for keyless (managed identity) connections.
+    from azure.identity import DefaultAzureCredential, ManagedIdentityCredential
+
+    client_id = env.get(f"{name}__clientId")
+    if env.get(f"{name}__credential", "").lower() == "managedidentity":
+        return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
+    return DefaultAzureCredential(managed_identity_client_id=client_id) if client_id else DefaultAzureCredential()
+
+
+_LEASE_HELD = {"LeaseAlreadyPresent"}
+_LEASE_LOST = {
+    "LeaseIdMismatchWithBlobOperation",
+    "LeaseIdMismatchWithLeaseOperation",
+    "LeaseLost",
+    "LeaseNotPresentWithBlobOperation",
+    "LeaseNotPresentWithLeaseOperation",
+    "LeaseIdMissing",
+    "LeaseExpired",
+    "ConditionNotMet",
+}
+_NOT_FOUND = {"BlobNotFound", "ContainerNotFound", "ResourceNotFound", "TableNotFound"}
+
+
+def error_code(exc: BaseException) -> str | None:
+    code = getattr(exc, "error_code", None)
+    code = getattr(code, "value", code)  # the SDKs return a StorageErrorCode enum or a string
+    return str(code) if code is not None else None
+
+
+@contextmanager
+def translate_errors(stream: str | None = None) -> Iterator[None]:
+    """Map Azure SDK exceptions raised inside the block to the vault's error tree."""
+    try:
+        yield
+    except VaultError:
+        raise
+    except (ServiceRequestError, ServiceResponseError) as exc:
+        raise StorageUnavailable(f"storage could not be reached: {exc.__class__.__name__}") from exc
+    except HttpResponseError as exc:
+        raise translate_http_error(exc, stream) from exc
+    except AzureError as exc:
+        raise StorageUnavailable(f"storage request failed: {exc.__class__.__name__}: {exc.message}") from exc
+
+
+def translate_http_error(exc: HttpResponseError, stream: str | None = None) -> VaultError:
+    code = error_code(exc)
+    status = exc.status_code
+    what = f"stream {stream!r}" if stream else "the stream"
+    if code in _LEASE_HELD or (isinstance(exc, ResourceExistsError) and status == 409 and code is None):
+        return StreamLeased(f"{what} is leased by another writer")
+    if code in _LEASE_LOST or isinstance(exc, ResourceModifiedError) or status == 412:
+        return LeaseLost(f"this writer lost its lease on {what} (or the blob changed under it); it stopped writing")
+    if code in _NOT_FOUND or isinstance(exc, ResourceNotFoundError):
+        return StreamNotFound(f"{what} does not exist" if stream else f"not found: {code}")
+    if status is not None and (status >= 500 or status in (408, 429)):
+        return StorageUnavailable(f"storage is unavailable or throttling (status {status}, code {code})")
+    return StorageFailure("unexpected storage error", status=status, code=code)

@@ -1,0 +1,264 @@
+"""The record format, version 1 (specified byte for byte in ``docs/FORMAT.md``).
+
+A stream is a sequence of records packed without padding. Every field's position is
+derived from the one before it, so this module and the specification cannot drift::
+
+    record  := header key value
+    header  := magic crc version flags key_length value_length offset timestamp   (32 bytes)
+
+All integers are little-endian. ``crc`` is CRC-32 (IEEE 802.3, as ``zlib.crc32``) of every
+byte after it: from ``version`` to the last byte of ``value``. Only ``magic`` is left out,
+because it is a constant that is compared byte for byte anyway, and ``crc`` cannot cover
+itself. Checking ``offset`` against the record's position, as :func:`decode` does, turns
+a false sync marker inside a value into a detectable mismatch.
+
+This module is pure: bytes in, records out. No storage, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+
+from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
+
+FORMAT_VERSION = 1
+
+MAGIC = b"\xf5MVL"
+"""Sync marker. 0xF5 never occurs in UTF-8 text, so JSON and text values cannot mimic it."""
+
+# struct layouts, named after the spec sections they implement.
+HEADER = struct.Struct("<4sIBBHIQq")
+HEADER_SIZE = HEADER.size  # 32
+
+MAGIC_OFFSET = 0
+CRC_OFFSET = MAGIC_OFFSET + 4
+VERSION_OFFSET = CRC_OFFSET + 4
+FLAGS_OFFSET = VERSION_OFFSET + 1
+KEY_LENGTH_OFFSET = FLAGS_OFFSET + 1
+VALUE_LENGTH_OFFSET = KEY_LENGTH_OFFSET + 2
+OFFSET_OFFSET = VALUE_LENGTH_OFFSET + 4
+TIMESTAMP_OFFSET = OFFSET_OFFSET + 8
+KEY_OFFSET = TIMESTAMP_OFFSET + 8
+CRC_COVERAGE_START = VERSION_OFFSET
+assert KEY_OFFSET == HEADER_SIZE == 32
+
+# flags
+FLAG_COMPRESSION_MASK = 0b0000_0111
+"""Value compression codec; 0 = none. Codecs 1-7 are reserved for future versions."""
+FLAG_KEY_IS_TEXT = 0b0000_1000
+"""The key is UTF-8 text (readers return it as a string)."""
+KNOWN_FLAGS = FLAG_COMPRESSION_MASK | FLAG_KEY_IS_TEXT
+SUPPORTED_COMPRESSION = frozenset({0})
+
+# limits
+MAX_KEY_BYTES = 1024
+MAX_VALUE_BYTES = 1024 * 1024
+MAX_RECORD_BYTES = HEADER_SIZE + MAX_KEY_BYTES + MAX_VALUE_BYTES
+MAX_TIMESTAMP_MS = (1 << 48) - 1
+MAX_OFFSET = (1 << 48) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One record as a reader returns it."""
+
+    offset: int
+    timestamp: int
+    """Milliseconds since 1970-01-01T00:00:00Z."""
+    key: bytes
+    value: bytes
+    flags: int = 0
+
+    @property
+    def size(self) -> int:
+        """Bytes the record occupies in the log; ``offset + size`` is the next record's offset."""
+        return HEADER_SIZE + len(self.key) + len(self.value)
+
+    @property
+    def next_offset(self) -> int:
+        return self.offset + self.size
+
+    @property
+    def key_is_text(self) -> bool:
+        return bool(self.flags & FLAG_KEY_IS_TEXT)
+
+    @property
+    def id(self) -> str:
+        return message_id(self.timestamp, self.offset)
+
+
+def message_id(timestamp: int, offset: int) -> str:
+    """24 hex digits: 48-bit timestamp then 48-bit offset, so ids sort by time, then offset.
+
+    Unique within a stream (offsets are); ``(stream, id)`` is unique across the vault.
+    """
+    return f"{timestamp:012x}{offset:012x}"
+
+
+def parse_message_id(mid: str) -> tuple[int, int]:
+    """Inverse of :func:`message_id`: ``(timestamp, offset)``."""
+    if len(mid) != 24:
+        raise ValueError(f"message id must be 24 hex digits, got {mid!r}")
+    return int(mid[:12], 16), int(mid[12:], 16)
+
+
+@dataclass(frozen=True, slots=True)
+class NewMessage:
+    """A message a producer hands to the writer, before it has an offset."""
+
+    value: bytes
+    key: bytes | str = b""
+
+    def key_bytes(self) -> tuple[bytes, int]:
+        if isinstance(self.key, str):
+            return self.key.encode("utf-8"), FLAG_KEY_IS_TEXT
+        return self.key, 0
+
+    def encoded_size(self) -> int:
+        key, _ = self.key_bytes()
+        return HEADER_SIZE + len(key) + len(self.value)
+
+
+def check_limits(key: bytes, value: bytes | bytearray | memoryview) -> None:
+    if len(key) > MAX_KEY_BYTES:
+        raise MessageTooLarge(f"key is {len(key)} bytes; the maximum is {MAX_KEY_BYTES}")
+    if len(value) > MAX_VALUE_BYTES:
+        raise MessageTooLarge(f"value is {len(value)} bytes; the maximum is {MAX_VALUE_BYTES}")
+
+
+def encode_into(
+    out: bytearray, message: NewMessage, offset: int, timestamp: int
+) -> int:
+    """Append one record for ``message`` at stream ``offset`` to ``out``; returns its size."""
+    key, flags = message.key_bytes()
+    value = message.value
+    check_limits(key, value)
+    start = len(out)
+    size = HEADER_SIZE + len(key) + len(value)
+    out += bytes(HEADER_SIZE)
+    out += key
+    out += value
+    HEADER.pack_into(out, start, MAGIC, 0, FORMAT_VERSION, flags, len(key), len(value), offset, timestamp)
+    crc = zlib.crc32(memoryview(out)[start + CRC_COVERAGE_START : start + size])
+    struct.pack_into("<I", out, start + CRC_OFFSET, crc)
+    return size
+
+
+def encode(messages: Iterable[NewMessage], first_offset: int, timestamp: int) -> bytes:
+    """Records for ``messages`` laid out from ``first_offset``, all stamped ``timestamp``."""
+    out = bytearray()
+    offset = first_offset
+    for message in messages:
+        offset += encode_into(out, message, offset, timestamp)
+    return bytes(out)
+
+
+def decode(
+    buf: bytes | bytearray | memoryview,
+    base_offset: int,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    max_count: int | None = None,
+    stream: str | None = None,
+    complete: bool = False,
+) -> tuple[list[Message], int]:
+    """Decode whole records from ``buf[start:end]``; ``buf[0]`` is stream offset ``base_offset``.
+
+    Returns the records and the buffer position after the last whole record; a record cut
+    off by ``end`` is left for the caller to complete with more bytes, unless ``complete``
+    says ``end`` is the committed end of the stream, where a cut-off record is corrupt.
+    Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
+    """
+    view = memoryview(buf)
+    end = len(view) if end is None else end
+    out: list[Message] = []
+    pos = start
+    unpack = HEADER.unpack_from
+    crc32 = zlib.crc32
+    while pos < end and (max_count is None or len(out) < max_count):
+        if pos + HEADER_SIZE > end:
+            if complete:
+                raise CorruptRecord("a partial record header at the committed end", stream=stream,
+                                    offset=base_offset + pos)
+            break
+        magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
+        _check_header(magic, version, flags, klen, vlen, offset, base_offset + pos, stream)
+        rec_end = pos + HEADER_SIZE + klen + vlen
+        if rec_end > end:
+            if complete:
+                raise CorruptRecord(
+                    f"record of {rec_end - pos} bytes runs past the committed end", stream=stream, offset=offset
+                )
+            break
+        computed = crc32(view[pos + CRC_COVERAGE_START : rec_end])
+        if computed != crc:
+            raise CorruptRecord(
+                "record checksum mismatch", stream=stream, offset=offset,
+                stored_crc=crc, computed_crc=computed,
+            )
+        key_start = pos + HEADER_SIZE
+        out.append(
+            Message(offset, ts, bytes(view[key_start : key_start + klen]),
+                    bytes(view[key_start + klen : rec_end]), flags)
+        )
+        pos = rec_end
+    return out, pos
+
+
+def _check_header(
+    magic: bytes, version: int, flags: int, klen: int, vlen: int,
+    offset: int, position: int, stream: str | None,
+) -> None:
+    if magic != MAGIC:
+        raise CorruptRecord("no record starts here (bad sync marker)", stream=stream, offset=position)
+    if version != FORMAT_VERSION:
+        raise UnsupportedVersion(
+            f"record format version {version} is not supported by this reader (it knows {FORMAT_VERSION})",
+            stream=stream, offset=position,
+        )
+    if flags & ~KNOWN_FLAGS or (flags & FLAG_COMPRESSION_MASK) not in SUPPORTED_COMPRESSION:
+        raise UnsupportedVersion(
+            f"record flags {flags:#04x} use a feature this reader does not know",
+            stream=stream, offset=position,
+        )
+    if klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
+        raise CorruptRecord(
+            f"record lengths out of range (key {klen}, value {vlen})", stream=stream, offset=position
+        )
+    if offset != position:
+        raise CorruptRecord(
+            f"record claims offset {offset} but sits at {position}", stream=stream, offset=position
+        )
+
+
+def record_length_at(buf: bytes | bytearray | memoryview, pos: int) -> int | None:
+    """Total length of the record whose header starts at ``buf[pos]``, if the header is there."""
+    if pos + HEADER_SIZE > len(buf):
+        return None
+    _, _, _, _, klen, vlen, _, _ = HEADER.unpack_from(buf, pos)
+    return int(HEADER_SIZE + klen + vlen)
+
+
+def find_next_record(
+    buf: bytes | bytearray | memoryview, base_offset: int, start: int = 0
+) -> int | None:
+    """Position of the first plausible record at or after ``buf[start]``, or None.
+
+    This is how a reader that starts at an arbitrary byte (or skips a corrupt record)
+    resynchronises. A candidate must carry the sync marker, a known version and flags,
+    in-range lengths and its own position as ``offset``; if the whole record is in ``buf``
+    its checksum must match too (otherwise :func:`decode` checks it once the rest arrives).
+    """
+    data = buf if isinstance(buf, bytes) else bytes(buf)
+    pos = data.find(MAGIC, start)
+    while pos != -1:
+        try:
+            decode(data, base_offset, pos, max_count=1)
+            return pos
+        except (CorruptRecord, UnsupportedVersion):
+            pos = data.find(MAGIC, pos + 1)
+    return None

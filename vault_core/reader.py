@@ -1,0 +1,260 @@
+"""Reading streams: bounded reads, full scans with prefetch, tail following, time seeks.
+
+Every read is bounded by the commit record's ``committed`` length, so a torn or
+uncommitted tail is never returned. Every record's checksum is verified.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from azure.storage.blob import ContainerClient
+
+from vault_core.clock import Clock, SystemClock
+from vault_core.errors import CorruptRecord, InvalidOffset, StorageFailure, StreamNotFound
+from vault_core.format import (
+    HEADER,
+    HEADER_SIZE,
+    MAGIC,
+    MAX_RECORD_BYTES,
+    Message,
+    decode,
+    find_next_record,
+    record_length_at,
+)
+from vault_core.index import IndexTables
+from vault_core.names import validate_stream_name
+from vault_core.pageblob import CommitState, StreamBlob
+
+SCAN_CHUNK = 4 * 1024 * 1024
+SCAN_PREFETCH = 4
+DEFAULT_MAX_BYTES = 1024 * 1024
+DEFAULT_MAX_COUNT = 1000
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    messages: list[Message]
+    next_offset: int
+    """Where the next read continues: after the last returned record."""
+    committed: int
+    """The committed length seen by this read; ``next_offset == committed`` means caught up."""
+
+
+def scan_blob(
+    blob: StreamBlob,
+    start: int,
+    end: int,
+    *,
+    chunk: int = SCAN_CHUNK,
+    prefetch: int = SCAN_PREFETCH,
+    skip_corrupt: bool = False,
+    on_skip: Callable[[int, int], None] | None = None,
+) -> Iterator[Message]:
+    """Every record in ``[start, end)``; ``start`` must be a record boundary, ``end`` <= committed.
+
+    Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
+    the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
+    With ``skip_corrupt`` a corrupt record is skipped (``on_skip(offset, skipped_bytes)``)
+    and the reader resynchronises on the next verifiable record; otherwise it raises.
+    """
+    if start >= end:
+        return
+    ranges = [(p, min(chunk, end - p)) for p in range(start, end, chunk)]
+    pool = ThreadPoolExecutor(max_workers=max(1, prefetch), thread_name_prefix="mv-scan")
+    pending: deque[Future[bytes]] = deque()
+    try:
+        for p, n in ranges[:prefetch]:
+            pending.append(pool.submit(blob.read, p, n))
+        next_range = len(pending)
+        carry = b""
+        base = start
+        while pending:
+            data = pending.popleft().result()
+            last = next_range == len(ranges) and not pending
+            if next_range < len(ranges):
+                pending.append(pool.submit(blob.read, *ranges[next_range]))
+                next_range += 1
+            buf = carry + data if carry else data
+            pos = 0
+            while True:
+                try:
+                    records, pos = decode(buf, base, pos, stream=blob.stream, complete=last)
+                except CorruptRecord as exc:
+                    if not skip_corrupt:
+                        raise
+                    bad = exc.offset - base if exc.offset is not None else pos
+                    found = find_next_record(buf, base, max(bad, pos) + 1)
+                    new_pos = found if found is not None else max(pos, len(buf) - MAX_RECORD_BYTES)
+                    if on_skip:
+                        on_skip(base + pos, new_pos - pos)
+                    yield from _records_before(buf, base, pos, bad, blob.stream)
+                    pos = new_pos
+                    if found is None:
+                        break
+                    continue
+                yield from records
+                break
+            carry = buf[pos:]
+            base += pos
+        if carry:
+            raise CorruptRecord(
+                f"{len(carry)} bytes before the committed end do not form a whole record",
+                stream=blob.stream, offset=base,
+            )
+    finally:
+        for f in pending:
+            f.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> list[Message]:
+    # decode() raised at ``bad``: the whole records between ``pos`` and ``bad`` are good.
+    if bad <= pos:
+        return []
+    records, _ = decode(buf, base, pos, bad, stream=stream)
+    return records
+
+
+class StreamReader:
+    """Reads any stream of one vault; safe to share between threads."""
+
+    def __init__(self, container: ContainerClient, index: IndexTables | None, *, clock: Clock | None = None) -> None:
+        self.container = container
+        self.index = index
+        self.clock = clock or SystemClock()
+
+    def blob(self, stream: str) -> StreamBlob:
+        return StreamBlob.in_container(self.container, validate_stream_name(stream))
+
+    def state(self, stream: str) -> CommitState:
+        return self.blob(stream).state()
+
+    def read(
+        self,
+        stream: str,
+        from_offset: int = 0,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_count: int = DEFAULT_MAX_COUNT,
+    ) -> ReadResult:
+        """Up to ``max_count`` records / about ``max_bytes`` from ``from_offset`` (a record boundary).
+
+        One GET in the common case: the commit record comes back with the bytes, so the cost
+        does not depend on where in the stream the offset is. At least one record is returned
+        when one is committed there, even if it is larger than ``max_bytes``.
+        """
+        if from_offset < 0:
+            raise InvalidOffset(f"offset must be >= 0, got {from_offset}")
+        if max_bytes <= 0 or max_count <= 0:
+            raise InvalidOffset("max_bytes and max_count must be positive")
+        blob = self.blob(stream)
+        try:
+            data, state = blob.read_with_state(from_offset, max_bytes)
+        except StorageFailure as exc:
+            if exc.status != 416:  # a range starting at or past the blob's end
+                raise
+            state = blob.state()
+            data = b""
+        committed = state.committed
+        if from_offset > committed:
+            raise InvalidOffset(
+                f"offset {from_offset} is past the committed end of stream {stream!r} ({committed})"
+            )
+        limit = min(len(data), committed - from_offset)
+        if limit <= 0:
+            return ReadResult([], from_offset, committed)
+        _check_boundary(data, from_offset, stream)
+        need = record_length_at(data, 0)
+        if need is not None and need > limit and from_offset + need <= committed:
+            data = blob.read(from_offset, need)  # one record larger than max_bytes
+            limit = need
+        records, pos = decode(data, from_offset, 0, limit, max_count=max_count, stream=stream,
+                              complete=from_offset + limit == committed)
+        return ReadResult(records, from_offset + pos, committed)
+
+    def scan(
+        self,
+        stream: str,
+        from_offset: int = 0,
+        to_offset: int | None = None,
+        *,
+        chunk: int = SCAN_CHUNK,
+        prefetch: int = SCAN_PREFETCH,
+        skip_corrupt: bool = False,
+    ) -> Iterator[Message]:
+        """Every record from ``from_offset`` up to ``to_offset`` (default: the committed end now)."""
+        blob = self.blob(stream)
+        committed = blob.state().committed
+        end = committed if to_offset is None else to_offset
+        if from_offset < 0 or from_offset > committed or end > committed or end < from_offset:
+            raise InvalidOffset(
+                f"range [{from_offset}, {end}) is outside the committed part of {stream!r} [0, {committed})"
+            )
+        if from_offset < end:
+            head = blob.read(from_offset, min(HEADER_SIZE, end - from_offset))
+            _check_boundary(head, from_offset, stream)
+        yield from scan_blob(blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt)
+
+    def follow(
+        self,
+        stream: str,
+        from_offset: int = 0,
+        *,
+        poll_min: float = 0.05,
+        poll_max: float = 2.0,
+        stop: threading.Event | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_count: int = DEFAULT_MAX_COUNT,
+    ) -> Iterator[Message]:
+        """Chase the tail: yield records as they are committed, polling with exponential back-off.
+
+        The back-off resets as soon as data arrives. Ends when ``stop`` is set (or the caller
+        stops iterating). A stream that does not exist yet is waited for.
+        """
+        offset = from_offset
+        delay = poll_min
+        while stop is None or not stop.is_set():
+            try:
+                result = self.read(stream, offset, max_bytes=max_bytes, max_count=max_count)
+            except StreamNotFound:
+                result = ReadResult([], offset, 0)
+            if result.messages:
+                yield from result.messages
+                offset = result.next_offset
+                delay = poll_min
+                continue
+            if stop is not None:
+                stop.wait(delay)
+            else:
+                time.sleep(delay)
+            delay = min(delay * 2, poll_max)
+
+    def seek_time(self, stream: str, at_ms: int) -> int:
+        """Offset of the first record with timestamp >= ``at_ms``, or the committed end if none.
+
+        One index query finds the last index point before ``at_ms``; at most about one index
+        spacing of log is scanned from there.
+        """
+        blob = self.blob(stream)
+        committed = blob.state().committed
+        point = self.index.point_before_time(stream, at_ms) if self.index else None
+        start = point.offset if point and point.offset < committed else 0
+        for message in scan_blob(blob, start, committed, chunk=1024 * 1024, prefetch=2):
+            if message.timestamp >= at_ms:
+                return message.offset
+        return committed
+
+
+def _check_boundary(data: bytes, offset: int, stream: str) -> None:
+    """A read must start where a record starts: say so clearly instead of 'corrupt'."""
+    if len(data) < HEADER_SIZE:
+        return
+    magic, _, _, _, _, _, claimed, _ = HEADER.unpack_from(data, 0)
+    if magic != MAGIC or claimed != offset:
+        raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")

@@ -1,0 +1,351 @@
+"""The stream writer: appends batches to one stream's page blob while holding its lease.
+
+Protocol of one append (see docs/FORMAT.md §4 for the commit record):
+
+1. Records are laid out from the committed length ``C``. Writing starts at the page that
+   holds ``C`` (``C`` rounded down to 512), re-sending the committed bytes of that partial
+   page (the *tail*) so no batch is padded to a page boundary in the log.
+2. Pages go out in writes of at most 4 MiB, each under the lease and ``If-Match`` the ETag
+   of the previous write, so nobody else's write can slip in between.
+3. One ``Set Blob Metadata`` (lease + ``If-Match``) moves ``committed`` past the new records.
+   Until it succeeds readers see none of the new records; after it they see all of them.
+4. The index and catalog (derived data) are updated; batch ids become duplicates.
+
+A crash anywhere leaves the commit record as it was before step 3 or after it: the next
+writer resumes from ``committed`` and overwrites whatever lies past it, and re-derives the
+index rows of the last commit (its batch ids travel in the commit record itself).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+
+from azure.storage.blob import BlobLeaseClient
+
+from vault_core.azure import translate_errors
+from vault_core.clock import Clock, SystemClock
+from vault_core.errors import LeaseLost, StreamFull, VaultError
+from vault_core.format import NewMessage, check_limits, encode_into
+from vault_core.index import IndexPoint, IndexTables
+from vault_core.names import validate_batch_id
+from vault_core.pageblob import (
+    MAX_PAGE_BLOB_SIZE,
+    MAX_PAGE_WRITE,
+    PAGE_SIZE,
+    CommitState,
+    CommittedBatch,
+    StreamBlob,
+)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEASE_SECONDS = 60
+INDEX_SPACING = 1024 * 1024
+"""One index point per MiB of log: a time seek scans at most about this much."""
+MAX_BATCHES_PER_COMMIT = 48
+"""Batch ids ride in the commit record's metadata (8 KiB limit for all of it)."""
+MIN_GROWTH = 16 * 1024 * 1024
+MAX_GROWTH = 1024**3
+CATALOG_INTERVAL_MS = 1000
+"""The catalog row is refreshed at most this often per writer (and on close): it is a summary."""
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Messages that must be appended together: all of them or none."""
+
+    messages: Sequence[NewMessage]
+    batch_id: str | None = None
+    """Producer-chosen id; a batch whose id is already committed is not appended again."""
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    batch_id: str | None
+    first_offset: int
+    next_offset: int
+    count: int
+    timestamp: int
+    duplicate: bool = False
+    """True when the batch id was already committed; the offsets are the original ones."""
+
+
+@dataclass
+class _Group:
+    batches: list[tuple[int, Batch]] = field(default_factory=list)
+
+
+def _round_up(n: int, to: int = PAGE_SIZE) -> int:
+    return (n + to - 1) // to * to
+
+
+class StreamWriter:
+    """Single writer of one stream. Use :meth:`open`, then :meth:`append`, then :meth:`close`."""
+
+    def __init__(
+        self,
+        blob: StreamBlob,
+        index: IndexTables,
+        lease: BlobLeaseClient,
+        state: CommitState,
+        *,
+        clock: Clock,
+        lease_seconds: int,
+        index_spacing: int = INDEX_SPACING,
+        max_write: int = MAX_PAGE_WRITE,
+    ) -> None:
+        self.blob = blob
+        self.stream = blob.stream
+        self.index = index
+        self.lease = lease
+        self.state = state
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.index_spacing = index_spacing
+        self.max_write = max_write
+        self._renewed_at = clock.monotonic()
+        self._tail = b""
+        self._last_point: IndexPoint | None = None
+        self._catalog_written_ms = 0
+        self._stale = True  # re-read state before the first append
+        self._closed = False
+
+    # -- lifecycle ---------------------------------------------------------------------
+    @classmethod
+    def open(
+        cls,
+        blob: StreamBlob,
+        index: IndexTables,
+        *,
+        clock: Clock | None = None,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        index_spacing: int = INDEX_SPACING,
+        max_write: int = MAX_PAGE_WRITE,
+    ) -> StreamWriter:
+        """Create the stream if needed, take its lease and recover from the commit record.
+
+        Raises :class:`~vault_core.errors.StreamLeased` if another writer holds the lease.
+        """
+        clock = clock or SystemClock()
+        blob.create_if_missing()
+        lease = blob.acquire_lease(lease_seconds)
+        writer = cls(blob, index, lease, CommitState(), clock=clock, lease_seconds=lease_seconds,
+                     index_spacing=index_spacing, max_write=max_write)
+        try:
+            writer._recover()
+        except BaseException:
+            writer._release()
+            raise
+        return writer
+
+    def close(self) -> None:
+        """Refresh the catalog and release the lease (another writer may take over at once)."""
+        if self._closed:
+            return
+        try:
+            if not self._stale:
+                self.index.record_commit(self.stream, self.state, [], [], self.clock.now_ms())
+        finally:
+            self._release()
+
+    def __enter__(self) -> StreamWriter:
+        return self
+
+    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
+
+    def _release(self) -> None:
+        self._closed = True
+        try:
+            with translate_errors(self.stream):
+                self.lease.release()
+        except VaultError as exc:  # an expired or broken lease needs no release
+            log.info("lease on %s not released: %s", self.stream, exc)
+
+    # -- recovery ----------------------------------------------------------------------
+    def _recover(self) -> None:
+        """Load the commit record and make the derived data (index, catalog, batch ids) match it."""
+        state = self.blob.state()
+        self.state = state
+        page_start = state.committed // PAGE_SIZE * PAGE_SIZE
+        self._tail = self.blob.read(page_start, state.committed - page_start)
+        self.index.register_stream(self.stream, self.clock.now_ms())
+        last = self.index.last_point(self.stream)
+        points = self._reindex(last, state.committed) if state.committed else []
+        self.index.record_commit(self.stream, state, points, state.batches, self.clock.now_ms())
+        self._last_point = points[-1] if points else last
+        self._stale = False
+
+    def _reindex(self, last: IndexPoint | None, committed: int) -> list[IndexPoint]:
+        """Index points between the last recorded one and ``committed``, re-derived from the log."""
+        from vault_core.reader import scan_blob  # the reader depends on nothing in this module
+
+        start = last.offset if last else 0
+        points: list[IndexPoint] = []
+        prev = last
+        count = last.count if last else 0
+        for message in scan_blob(self.blob, start, committed):
+            if prev is None or message.offset - prev.offset >= self.index_spacing:
+                prev = IndexPoint(message.offset, message.timestamp, count)
+                if not (last and prev.offset == last.offset):
+                    points.append(prev)
+            count += 1
+        return points
+
+    def _refresh(self) -> None:
+        """After a failed call: re-read the commit record (we still hold the lease)."""
+        self._keep_lease(force=True)
+        state = self.blob.state()
+        if state.committed != self.state.committed:
+            self._recover()
+        else:
+            self.state = replace(self.state, etag=state.etag, blob_size=state.blob_size)
+            self._stale = False
+
+    # -- appending ---------------------------------------------------------------------
+    def append(self, batches: Iterable[Batch]) -> list[AppendResult]:
+        """Append ``batches`` in order; each is all-or-nothing. Results are in input order.
+
+        Batches whose id is already committed (a redelivery) are returned with their original
+        offsets and ``duplicate=True`` and are not written again.
+        """
+        if self._closed:
+            raise LeaseLost(f"the writer of stream {self.stream!r} is closed")
+        batches = list(batches)
+        for batch in batches:
+            if batch.batch_id is not None:
+                validate_batch_id(batch.batch_id)
+            for m in batch.messages:
+                check_limits(m.key_bytes()[0], m.value)
+        try:
+            if self._stale:
+                self._refresh()
+            return self._append(batches)
+        except LeaseLost:
+            self._closed = True
+            raise
+        except BaseException:
+            self._stale = True
+            raise
+
+    def _append(self, batches: list[Batch]) -> list[AppendResult]:
+        results: dict[int, AppendResult] = {}
+        ids = [b.batch_id for b in batches if b.batch_id]
+        known = {b.batch_id: b for b in self.state.batches}
+        if ids:
+            known.update(self.index.committed_batches(self.stream, ids))
+        group = _Group()
+        for i, batch in enumerate(batches):
+            if batch.batch_id and batch.batch_id in known:
+                results[i] = _duplicate(known[batch.batch_id])
+                continue
+            if batch.batch_id and any(b.batch_id == batch.batch_id for _, b in group.batches):
+                results[i] = AppendResult(batch.batch_id, -1, -1, 0, 0, duplicate=True)  # filled below
+                continue
+            group.batches.append((i, batch))
+            if len(group.batches) >= MAX_BATCHES_PER_COMMIT:
+                results.update(self._commit_group(group))
+                group = _Group()
+        if group.batches:
+            results.update(self._commit_group(group))
+        by_id = {r.batch_id: r for r in results.values() if r.batch_id and not r.duplicate}
+        for i, r in results.items():
+            if r.duplicate and r.first_offset < 0 and r.batch_id in by_id:
+                results[i] = replace(by_id[r.batch_id], duplicate=True)
+        return [results[i] for i in range(len(batches))]
+
+    def _commit_group(self, group: _Group) -> dict[int, AppendResult]:
+        state = self.state
+        assert state.etag is not None
+        ts = max(self.clock.now_ms(), state.last_ts or 0)
+        write_pos = state.committed // PAGE_SIZE * PAGE_SIZE
+        buf = bytearray(self._tail)
+        offset = state.committed
+        count = state.count
+        etag = state.etag
+        points: list[IndexPoint] = []
+        last_point = self._last_point
+        results: dict[int, AppendResult] = {}
+        committed_batches: list[CommittedBatch] = []
+        for i, batch in group.batches:
+            first = offset
+            for message in batch.messages:
+                if last_point is None or offset - last_point.offset >= self.index_spacing:
+                    last_point = IndexPoint(offset, ts, count)
+                    points.append(last_point)
+                offset += encode_into(buf, message, offset, ts)
+                count += 1
+                if len(buf) >= self.max_write:
+                    etag = self._write(write_pos, memoryview(buf)[: self.max_write], etag)
+                    write_pos += self.max_write
+                    del buf[: self.max_write]
+            result = AppendResult(batch.batch_id, first, offset, len(batch.messages), ts)
+            results[i] = result
+            if batch.batch_id:
+                committed_batches.append(CommittedBatch(batch.batch_id, first, offset, result.count, ts))
+        tail_len = len(buf) % PAGE_SIZE
+        tail = bytes(buf[len(buf) - tail_len :])
+        if buf:
+            buf += bytes(_round_up(len(buf)) - len(buf))
+            etag = self._write(write_pos, memoryview(buf), etag)
+        new_state = replace(
+            self.state,  # not ``state``: _grow() may have recorded a larger blob since
+            committed=offset,
+            count=count,
+            first_ts=state.first_ts if state.first_ts is not None else (ts if count > state.count else None),
+            last_ts=ts if count > state.count else state.last_ts,
+            batches=tuple(committed_batches),
+        )
+        self._keep_lease()
+        etag = self.blob.commit(new_state, self.lease, etag)
+        self.state = replace(new_state, etag=etag)
+        self._tail = tail
+        self._last_point = last_point
+        now = self.clock.now_ms()
+        if points or committed_batches or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
+            self._record(points, committed_batches, now)
+        return results
+
+    def _record(self, points: list[IndexPoint], batches: list[CommittedBatch], now: int) -> None:
+        # Index rows and batch ids: one transaction per 100 rows. The catalog row is a summary,
+        # refreshed at most once per CATALOG_INTERVAL_MS (and on close).
+        if now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
+            self.index.record_commit(self.stream, self.state, points, batches, now)
+            self._catalog_written_ms = now
+        else:
+            self.index.record_index(self.stream, points, batches)
+
+    def _write(self, pos: int, data: memoryview, etag: str) -> str:
+        end = pos + len(data)
+        if end > self.state.blob_size:
+            etag = self._grow(end, etag)
+        self._keep_lease()
+        return self.blob.write_pages(pos, data, self.lease, etag)
+
+    def _grow(self, needed: int, etag: str) -> str:
+        if needed > MAX_PAGE_BLOB_SIZE:
+            raise StreamFull(
+                f"stream {self.stream!r} would exceed the page blob maximum of {MAX_PAGE_BLOB_SIZE} bytes"
+            )
+        size = self.state.blob_size
+        step = min(max(size, MIN_GROWTH), MAX_GROWTH)
+        new_size = min(MAX_PAGE_BLOB_SIZE, _round_up(max(needed, size + step)))
+        self._keep_lease()
+        etag = self.blob.resize(new_size, self.lease, etag)
+        self.state = replace(self.state, blob_size=new_size)
+        return etag
+
+    def _keep_lease(self, force: bool = False) -> None:
+        """Renew the lease once a third of its duration has passed, so long appends keep it."""
+        now = self.clock.monotonic()
+        if force or now - self._renewed_at > self.lease_seconds / 3:
+            with translate_errors(self.stream):
+                self.lease.renew()
+            self._renewed_at = now
+
+
+def _duplicate(b: CommittedBatch) -> AppendResult:
+    return AppendResult(b.batch_id, b.first_offset, b.next_offset, b.count, b.timestamp, duplicate=True)
