@@ -1,7 +1,7 @@
 """Every setting the app reads, in one place.
 
 The names here are the single source of truth: ``local.settings.sample.json``, the README
-and ``infra/app/*.bicep`` use exactly these names, and ``tests/test_settings_names.py``
+and ``infra/app/*.bicep`` use exactly these names, and ``tests/test_infra.py``
 checks that Bicep sets every app setting and nothing the app does not read.
 
 Storage connections follow the Azure Functions convention for a connection named ``NAME``:
@@ -50,7 +50,7 @@ PLAIN_SETTINGS: tuple[str, ...] = (
 # Identity-based connection suffixes, per service the connection is used for.
 IDENTITY_SUFFIXES = ("__credential", "__clientId")
 VAULT_SERVICE_SUFFIXES = ("__blobServiceUri", "__queueServiceUri", "__tableServiceUri")
-STAGING_SERVICE_SUFFIXES = ("__queueServiceUri", "__blobServiceUri")
+STAGING_SERVICE_SUFFIXES = ("__queueServiceUri",)
 
 
 def staging_connection(account_index: int) -> str:

@@ -1,0 +1,88 @@
+"""Message Vault for Azure Functions: triggers and bindings only.
+
+Each trigger converts the Functions types to the app's own and calls one handler in
+``vault_app``; all logic (and every error mapping) lives there.
+"""
+
+from __future__ import annotations
+
+import azure.functions as func
+
+from vault_app import api, config
+from vault_app.http import Request, Response
+from vault_app.services import services
+from vault_app.writer_fn import Staged, write_staged
+
+app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
+settings = config.load_settings()
+
+
+def _request(req: func.HttpRequest) -> Request:
+    return Request(method=req.method, route=dict(req.route_params), query=dict(req.params),
+                   headers={k.lower(): v for k, v in req.headers.items()}, body=req.get_body() or b"")
+
+
+def _response(resp: Response) -> func.HttpResponse:
+    return func.HttpResponse(body=resp.body, status_code=resp.status, headers=resp.headers,
+                             mimetype=resp.mimetype)
+
+
+@app.route(route="streams/{stream}/messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def post_messages(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.post_messages(_request(req)))
+
+
+@app.route(route="streams/{stream}/messages", methods=["GET"])
+def get_messages(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_messages(_request(req)))
+
+
+@app.route(route="streams/{stream}/log", methods=["GET"])
+def get_log(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_log(_request(req)))
+
+
+@app.route(route="streams/{stream}/access", methods=["GET"])
+def get_access(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_access(_request(req)))
+
+
+@app.route(route="streams/{stream}", methods=["GET"])
+def get_stream(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_stream(_request(req)))
+
+
+@app.route(route="streams", methods=["GET"])
+def list_streams(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.list_streams(_request(req)))
+
+
+@app.route(route="batches/{id}", methods=["GET"])
+def get_batch(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_batch(_request(req)))
+
+
+@app.route(route="health", methods=["GET"])
+def health(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.health(_request(req)))
+
+
+@app.route(route="openapi.json", methods=["GET"])
+def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.openapi(_request(req)))
+
+
+def _register_writer(account: int, queue_name: str) -> None:
+    """One writer function body, bound to every staging queue of every staging account."""
+
+    @app.function_name(f"writer_{account}_{queue_name.replace('-', '_')}")
+    @app.queue_trigger(arg_name="msg", queue_name=queue_name, connection=config.staging_connection(account))
+    def writer(msg: func.QueueMessage) -> None:
+        body = msg.get_body().decode("utf-8", errors="replace")
+        staged = Staged(msg.id or "", body, msg.dequeue_count or 1, msg.pop_receipt)
+        write_staged(services(), services().queue(account, queue_name), staged)
+
+
+for _account in range(settings.staging_accounts):
+    for _queue in settings.queue_names:
+        _register_writer(_account, _queue)

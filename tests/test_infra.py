@@ -1,0 +1,769 @@
+"""Offline checks of the deployment: infra/*.bicep, infra/main.parameters.json, azure.yaml.
+
+The Bicep compiler is not available here, so the Bicep files are parsed with pycep (a Lark
+grammar for Bicep) and checked for what the compiler and linter would catch most often
+(undeclared or unused identifiers, module wiring), for the vault's security properties, and
+for the one thing no compiler can check: that the app settings the Bicep sets are exactly the
+ones ``vault_app.config`` reads. CI also runs ``az bicep build``/``az bicep lint``
+(.github/workflows/infra.yml).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from lark import Token, Tree
+from pycep import BicepParser
+
+try:
+    from vault_app import config as app_config
+except ModuleNotFoundError:  # the project is not installed: import it from the checkout
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from vault_app import config as app_config
+
+ROOT = Path(__file__).resolve().parents[1]
+INFRA = ROOT / "infra"
+MAIN = INFRA / "main.bicep"
+FUNCTION_APP = INFRA / "app" / "functionapp.bicep"
+STAGING = INFRA / "app" / "storage-staging.bicep"
+RBAC = INFRA / "app" / "rbac.bicep"
+PARAMETERS = INFRA / "main.parameters.json"
+AZURE_YAML = ROOT / "azure.yaml"
+WORKFLOW = ROOT / ".github" / "workflows" / "infra.yml"
+FUNCIGNORE = ROOT / ".funcignore"
+
+BICEP_FILES = sorted(INFRA.rglob("*.bicep"))
+
+
+def rel(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing
+
+
+@functools.cache
+def _parser() -> BicepParser:
+    return BicepParser()
+
+
+@functools.cache
+def doc(path: Path) -> dict[str, Any]:
+    """pycep's JSON view of a Bicep file (declarations by kind)."""
+    return _parser().parse(file_path=path)
+
+
+def collected(path: Path) -> dict[str, Any]:
+    """``doc(path)`` for building test parameters: a file that does not parse yields nothing
+    here, so that collection still succeeds and test_bicep_file_parses reports the error."""
+    try:
+        return doc(path)
+    except Exception:
+        return {}
+
+
+@functools.cache
+def syntax_tree(path: Path) -> Tree:
+    """The Lark tree: unlike the JSON view it tells identifiers from string literals."""
+    return _parser().lark_parser.parse(path.read_text())
+
+
+@functools.cache
+def _expression_tree(expression: str) -> Tree:
+    return _parser().lark_parser.parse(f"var x = {expression}\n")
+
+
+def body(config: dict[str, Any]) -> dict[str, Any]:
+    """The object of a resource/module declaration, whatever loop or condition wraps it."""
+    while "config" in config and ("loop_type" in config or "condition" in config):
+        config = config["config"]
+    return config
+
+
+# --------------------------------------------------------------------------------------------
+# Identifiers: what a file declares and what it references
+
+
+def _interpolations(quoted: str) -> Iterator[str]:
+    """The expressions inside ``${...}`` of a quoted Bicep string (nested strings allowed)."""
+    text, i = quoted[1:-1], 0
+    while i < len(text):
+        if text[i] == "\\":
+            i += 2
+            continue
+        if text.startswith("${", i):
+            depth, j, in_string = 1, i + 2, False
+            while depth:
+                ch = text[j]
+                if ch == "'":
+                    in_string = not in_string
+                elif not in_string and ch == "{":
+                    depth += 1
+                elif not in_string and ch == "}":
+                    depth -= 1
+                j += 1
+            yield text[i + 2 : j - 1]
+            i = j
+            continue
+        i += 1
+
+
+def references(node: Tree | Token | None) -> set[str]:
+    """Identifiers a subtree reads (member names after '.' or '::' are not identifiers)."""
+    found: set[str] = set()
+
+    def token(tok: Token) -> None:
+        if tok.type == "QUOTED_INTERPOLATION":
+            for expression in _interpolations(str(tok)):
+                found.update(references(_expression_tree(expression)))
+
+    def visit(n: Tree | Token | None, member: bool = False) -> None:
+        if n is None:
+            return
+        if isinstance(n, Token):
+            token(n)
+            return
+        kind, kids = n.data, n.children
+        if kind == "string":
+            tok = kids[0]
+            if tok.type == "STRING":
+                if not member:
+                    found.add(str(tok))
+            else:
+                token(tok)
+        elif kind in ("property_accessor", "nested_resource_accessor"):
+            visit(kids[0], member)
+            visit(kids[1], member=True)
+        elif kind in ("index_accessor", "function_accessor"):
+            visit(kids[0], member)
+            for kid in kids[1:]:
+                visit(kid)
+        elif kind == "operator":
+            visit(kids[0], member)
+        elif kind == "lambda_expression":
+            visit(kids[-1])
+        elif kind in ("data_type", "type_api_pair", "module_path"):
+            return
+        elif kind == "key":
+            for kid in kids:
+                if isinstance(kid, Token):
+                    token(kid)
+        else:
+            for kid in kids:
+                visit(kid)
+
+    visit(node)
+    return found
+
+
+def _name(element: Tree) -> str:
+    return next(str(k) for k in element.children if isinstance(k, Token) and k.type == "STRING")
+
+
+def declared(path: Path, kind: str) -> list[str]:
+    """Top-level names of one kind: param, var, resource, module, output."""
+    return [_name(el) for el in syntax_tree(path).children if isinstance(el, Tree) and el.data == kind]
+
+
+def declared_identifiers(path: Path) -> set[str]:
+    """Everything an expression in this file may refer to (file-wide, which is permissive for
+    loop and lambda variables, but enough to catch typos and stale names)."""
+    tree = syntax_tree(path)
+    names: set[str] = set()
+    for kind in ("param", "var", "resource", "module", "custom_type", "custom_func"):
+        names.update(declared(path, kind))
+    for child in tree.find_data("child_resource"):
+        names.add(_name(child))
+    for loop in ("loop_array", "loop_array_index", "loop_object"):
+        for node in tree.find_data(loop):
+            names.update(str(k) for k in node.children if isinstance(k, Token) and k.type == "STRING")
+    for node in tree.find_data("lambda_expression"):
+        for arg in node.children[:-1]:
+            names.update(references(arg))
+    return names
+
+
+def referenced_identifiers(path: Path) -> set[str]:
+    tree = syntax_tree(path)
+    found: set[str] = set()
+    for element in tree.children:
+        if isinstance(element, Tree):
+            found.update(references(element))
+    return found
+
+
+# --------------------------------------------------------------------------------------------
+# Syntax, declarations and module wiring
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_bicep_file_parses(path: Path) -> None:
+    assert doc(path)
+    assert syntax_tree(path)
+
+
+def test_expected_bicep_files_exist() -> None:
+    expected = {
+        "infra/main.bicep",
+        "infra/app/identity.bicep",
+        "infra/app/monitoring.bicep",
+        "infra/app/storage-vault.bicep",
+        "infra/app/storage-staging.bicep",
+        "infra/app/storage-host.bicep",
+        "infra/app/functionapp.bicep",
+        "infra/app/rbac.bicep",
+    }
+    assert expected <= {rel(p) for p in BICEP_FILES}
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_no_undeclared_identifiers(path: Path) -> None:
+    assert referenced_identifiers(path) - declared_identifiers(path) == set()
+
+
+@pytest.mark.parametrize("kind", ["param", "var"])
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_no_unused_declarations(path: Path, kind: str) -> None:
+    assert set(declared(path, kind)) - referenced_identifiers(path) == set()
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_every_parameter_has_a_description(path: Path) -> None:
+    params = doc(path)["parameters"]
+    undocumented = [
+        name for name, p in params.items() if not any(d["type"] == "description" for d in p["decorators"])
+    ]
+    assert undocumented == []
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_api_versions_are_pinned_and_stable(path: Path) -> None:
+    versions = {name: r["api_version"] for name, r in doc(path).get("resources", {}).items()}
+    assert {n: v for n, v in versions.items() if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", v)} == {}
+
+
+MODULES = [(path, name) for path in BICEP_FILES for name in collected(path).get("modules", {})]
+MODULE_IDS = [f"{rel(p)}:{n}" for p, n in MODULES]
+
+
+def module_target(path: Path, name: str) -> Path:
+    return path.parent / doc(path)["modules"][name]["detail"]["path"]
+
+
+def test_main_uses_modules() -> None:
+    assert {rel(module_target(p, n)) for p, n in MODULES} == {rel(p) for p in BICEP_FILES} - {
+        "infra/main.bicep"
+    }
+
+
+@pytest.mark.parametrize(("path", "name"), MODULES, ids=MODULE_IDS)
+def test_module_is_a_local_file(path: Path, name: str) -> None:
+    assert doc(path)["modules"][name]["type"] == "local"  # no registry modules: not checkable offline
+    assert module_target(path, name).is_file()
+
+
+@pytest.mark.parametrize(("path", "name"), MODULES, ids=MODULE_IDS)
+def test_module_params_are_declared_by_the_module(path: Path, name: str) -> None:
+    passed = set(body(doc(path)["modules"][name]["config"]).get("params", {}))
+    assert passed - set(doc(module_target(path, name))["parameters"]) == set()
+
+
+@pytest.mark.parametrize(("path", "name"), MODULES, ids=MODULE_IDS)
+def test_module_required_params_are_passed(path: Path, name: str) -> None:
+    passed = set(body(doc(path)["modules"][name]["config"]).get("params", {}))
+    params = doc(module_target(path, name))["parameters"]
+    required = {p for p, spec in params.items() if spec["default"] is None}
+    assert required - passed == set()
+
+
+# --------------------------------------------------------------------------------------------
+# Security
+
+
+def _at(config: Any, dotted: str) -> Any:
+    for part in dotted.split("."):
+        config = config[part]
+    return config
+
+
+def resources_of_type(resource_type: str) -> list[tuple[Path, str, dict[str, Any]]]:
+    return [
+        (path, name, body(r["config"]))
+        for path in BICEP_FILES
+        for name, r in collected(path).get("resources", {}).items()
+        if r["type"] == resource_type and not r["existing"]
+    ]
+
+
+STORAGE_ACCOUNTS = resources_of_type("Microsoft.Storage/storageAccounts")
+STORAGE_RULES = {
+    "kind": "StorageV2",
+    "properties.isHnsEnabled": False,  # page blobs are not supported with the hierarchical namespace
+    "properties.minimumTlsVersion": "TLS1_2",
+    "properties.allowSharedKeyAccess": False,
+    "properties.allowBlobPublicAccess": False,
+    "properties.supportsHttpsTrafficOnly": True,
+}
+
+
+def test_storage_accounts_are_declared_where_expected() -> None:
+    assert sorted(rel(p) for p, _, _ in STORAGE_ACCOUNTS) == [
+        "infra/app/storage-host.bicep",
+        "infra/app/storage-staging.bicep",
+        "infra/app/storage-vault.bicep",
+    ]
+
+
+@pytest.mark.parametrize("prop", sorted(STORAGE_RULES))
+@pytest.mark.parametrize("account", STORAGE_ACCOUNTS, ids=[f"{rel(p)}:{n}" for p, n, _ in STORAGE_ACCOUNTS])
+def test_storage_account_security(account: tuple[Path, str, dict[str, Any]], prop: str) -> None:
+    assert _at(account[2], prop) == STORAGE_RULES[prop]
+
+
+def test_vault_blob_soft_delete_is_on() -> None:
+    (blob_service,) = [
+        c
+        for p, _, c in resources_of_type("Microsoft.Storage/storageAccounts/blobServices")
+        if p.name == "storage-vault.bicep"
+    ]
+    assert blob_service["properties"]["deleteRetentionPolicy"]["enabled"] is True
+
+
+def test_claim_check_blobs_expire() -> None:
+    (policy,) = [c for _, _, c in resources_of_type("Microsoft.Storage/storageAccounts/managementPolicies")]
+    (rule,) = policy["properties"]["policy"]["rules"]
+    assert rule["enabled"] is True
+    assert rule["definition"]["filters"]["prefixMatch"] == ["${claimCheckContainer.name}/"]
+    assert "daysAfterModificationGreaterThan" in rule["definition"]["actions"]["baseBlob"]["delete"]
+
+
+def test_application_insights_refuses_local_auth() -> None:
+    (component,) = resources_of_type("Microsoft.Insights/components")
+    assert component[2]["properties"]["DisableLocalAuth"] is True
+
+
+SECRET_WORDS = {"key", "keys", "secret", "secrets", "password", "sas", "token", "connectionstring"}
+SECRET_VALUES = re.compile(
+    r"listkeys|listaccountsas|listservicesas|connectionstring|accountkey|password|secret|sharedaccess"
+)
+OUTPUTS = [(path, name) for path in BICEP_FILES for name in collected(path).get("outputs", {})]
+
+
+def _words(name: str) -> set[str]:
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", name).replace("_", " ").lower()
+    return set(spaced.split()) | {name.lower().replace("_", "")}
+
+
+@pytest.mark.parametrize(("path", "name"), OUTPUTS, ids=[f"{rel(p)}:{n}" for p, n in OUTPUTS])
+def test_output_is_not_a_secret(path: Path, name: str) -> None:
+    assert _words(name) & SECRET_WORDS == set()
+    assert not SECRET_VALUES.search(json.dumps(doc(path)["outputs"][name]).lower())
+
+
+@pytest.mark.parametrize("path", BICEP_FILES, ids=rel)
+def test_no_key_based_access_anywhere(path: Path) -> None:
+    # The parsed view, so that comments explaining what is *not* done don't count.
+    text = json.dumps(doc(path)).lower()
+    assert not re.search(r"listkeys|accountkey=|defaultendpointsprotocol|listaccountsas|listservicesas", text)
+
+
+# Role definition ids used in infra/ and the role each must be commented with.
+ROLE_NAMES = {
+    "b7e6dc6d-f1e8-4753-8033-0f276bb0955b": "Storage Blob Data Owner",
+    "ba92f5b4-2d11-453d-a403-e96b0029c9fe": "Storage Blob Data Contributor",
+    "db58b8e5-c6ad-4a2a-8342-4190687cbf4a": "Storage Blob Delegator",
+    "974c5e8b-45b9-4653-ba55-5f855dd0fb88": "Storage Queue Data Contributor",
+    "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": "Storage Table Data Contributor",
+    "3913510d-42f4-4e42-8a64-420c390055eb": "Monitoring Metrics Publisher",
+}
+GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
+GUID_LINES = [
+    (path, line) for path in BICEP_FILES for line in path.read_text().splitlines() if GUID.search(line)
+]
+
+
+@pytest.mark.parametrize(("path", "line"), GUID_LINES, ids=[GUID.search(line)[0] for _, line in GUID_LINES])
+def test_role_guid_is_a_known_role_named_in_a_comment(path: Path, line: str) -> None:
+    guid = GUID.search(line)[0].lower()
+    assert guid in ROLE_NAMES, f"{rel(path)}: unknown role id {guid}"
+    code, _, comment = line.partition("//")
+    assert guid in code and ROLE_NAMES[guid] in comment
+
+
+ROLE_ASSIGNMENTS = resources_of_type("Microsoft.Authorization/roleAssignments")
+
+
+@pytest.mark.parametrize(
+    "assignment", ROLE_ASSIGNMENTS, ids=[f"{rel(p)}:{n}" for p, n, _ in ROLE_ASSIGNMENTS]
+)
+def test_role_assignment_name_is_a_stable_guid(assignment: tuple[Path, str, dict[str, Any]]) -> None:
+    assert assignment[2]["name"]["function"]["type"] == "guid"
+
+
+@pytest.mark.parametrize(
+    ("roles_var", "expected"),
+    [
+        (
+            "vaultRoles",
+            [
+                "storageBlobDataContributor",
+                "storageBlobDelegator",
+                "storageQueueDataContributor",
+                "storageTableDataContributor",
+            ],
+        ),
+        ("hostRoles", ["storageBlobDataOwner", "storageQueueDataContributor", "storageTableDataContributor"]),
+    ],
+)
+def test_role_sets(roles_var: str, expected: list[str]) -> None:
+    assert doc(RBAC)["variables"][roles_var]["value"] == expected
+
+
+# --------------------------------------------------------------------------------------------
+# Function App
+
+
+def _only(resource_type: str, path: Path = FUNCTION_APP) -> dict[str, Any]:
+    (config,) = [c for p, _, c in resources_of_type(resource_type) if p == path]
+    return config
+
+
+@pytest.mark.parametrize(
+    ("resource_type", "path", "expected"),
+    [
+        ("Microsoft.Web/serverfarms", "sku.name", "FC1"),
+        ("Microsoft.Web/serverfarms", "sku.tier", "FlexConsumption"),
+        ("Microsoft.Web/serverfarms", "properties.reserved", True),
+        ("Microsoft.Web/sites", "kind", "functionapp,linux"),
+        ("Microsoft.Web/sites", "identity.type", "UserAssigned"),
+        ("Microsoft.Web/sites", "properties.httpsOnly", True),
+        ("Microsoft.Web/sites", "properties.functionAppConfig.runtime.name", "python"),
+        ("Microsoft.Web/sites", "properties.functionAppConfig.runtime.version", "3.11"),
+        ("Microsoft.Web/sites", "properties.functionAppConfig.deployment.storage.type", "blobContainer"),
+        (
+            "Microsoft.Web/sites",
+            "properties.functionAppConfig.deployment.storage.authentication.type",
+            "UserAssignedIdentity",
+        ),
+    ],
+)
+def test_flex_consumption_app(resource_type: str, path: str, expected: Any) -> None:
+    assert _at(_only(resource_type), path) == expected
+
+
+def test_instance_count_is_bounded() -> None:
+    site = _only("Microsoft.Web/sites")
+    param = site["properties"]["functionAppConfig"]["scaleAndConcurrency"]["maximumInstanceCount"]
+    decorators = {d["type"]: d["argument"] for d in doc(FUNCTION_APP)["parameters"][param]["decorators"]}
+    assert 1 <= decorators["min_value"] <= decorators["max_value"] <= 1000
+
+
+@dataclass(frozen=True)
+class AppSetting:
+    name: str  # may contain ${<index>} when generated once per staging account
+    value: Any  # pycep expression
+    index: str | None = None  # loop variable the name is generated with
+    count: Any = None  # the loop's range count expression
+
+
+def _settings_in(expr: Any, variables: dict[str, Any], index: str | None, count: Any) -> Iterator[AppSetting]:
+    if isinstance(expr, str) and expr in variables:
+        yield from _settings_in(variables[expr]["value"], variables, index, count)
+    elif isinstance(expr, list):
+        for item in expr:
+            yield from _settings_in(item, variables, index, count)
+    elif isinstance(expr, dict) and "loop_type" in expr:
+        loop = expr["loop_type"]
+        assert loop["type"] == "array", "staging settings: use [for i in range(0, count): ...]"
+        source = loop["detail"]["array_name"]["function"]
+        assert source["type"] == "range" and source["parameters"]["start_index"] == 0
+        yield from _settings_in(
+            expr["config"], variables, loop["detail"]["item_name"], source["parameters"]["count"]
+        )
+    elif isinstance(expr, dict) and set(expr) == {"name", "value"}:
+        yield AppSetting(expr["name"], expr["value"], index, count)
+    elif isinstance(expr, dict) and "function" in expr:
+        for arg in expr["function"]["parameters"].values():
+            yield from _settings_in(arg, variables, index, count)
+
+
+@functools.cache
+def app_settings() -> tuple[AppSetting, ...]:
+    site = _only("Microsoft.Web/sites")
+    expr = site["properties"]["siteConfig"]["appSettings"]
+    return tuple(_settings_in(expr, doc(FUNCTION_APP)["variables"], None, None))
+
+
+def setting_names(staging_accounts: int) -> list[str]:
+    names = []
+    for s in app_settings():
+        if s.index is None:
+            names.append(s.name)
+        else:
+            names += [s.name.replace(f"${{{s.index}}}", str(i)) for i in range(staging_accounts)]
+    assert not [n for n in names if "${" in n], "setting names may only interpolate the loop index"
+    return names
+
+
+HOST_PREFIXES = (
+    "AzureWebJobsStorage",
+    "APPLICATIONINSIGHTS_",
+    "FUNCTIONS_",
+    "AzureFunctionsJobHost",
+    "WEBSITE_",
+)
+
+
+def app_names(staging_accounts: int) -> list[str]:
+    return [n for n in setting_names(staging_accounts) if not n.startswith(HOST_PREFIXES)]
+
+
+@pytest.mark.parametrize("staging_accounts", [1, 2, 3])
+def test_bicep_sets_every_setting_the_app_reads(staging_accounts: int) -> None:
+    expected = set(app_config.PLAIN_SETTINGS) | set(app_config.identity_setting_names(staging_accounts))
+    assert expected - set(app_names(staging_accounts)) == set()
+
+
+@pytest.mark.parametrize("staging_accounts", [1, 2, 3])
+def test_app_reads_every_setting_bicep_sets(staging_accounts: int) -> None:
+    expected = set(app_config.PLAIN_SETTINGS) | set(app_config.identity_setting_names(staging_accounts))
+    assert set(app_names(staging_accounts)) - expected == set()
+
+
+@pytest.mark.parametrize("staging_accounts", [1, 2])
+def test_no_setting_is_set_twice(staging_accounts: int) -> None:
+    names = setting_names(staging_accounts)
+    assert len(names) == len(set(names))
+
+
+def test_staging_settings_loop_over_the_advertised_staging_account_count() -> None:
+    (accounts,) = [s for s in app_settings() if s.name == app_config.STAGING_ACCOUNTS]
+    looped = {json.dumps(s.count) for s in app_settings() if s.index is not None}
+    assert looped == {json.dumps(accounts.value["function"]["parameters"]["value_to_convert"])}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AzureWebJobsStorage__credential",
+        "AzureWebJobsStorage__clientId",
+        "AzureWebJobsStorage__blobServiceUri",
+        "AzureWebJobsStorage__queueServiceUri",
+        "AzureWebJobsStorage__tableServiceUri",
+        "APPLICATIONINSIGHTS_CONNECTION_STRING",
+        "APPLICATIONINSIGHTS_AUTHENTICATION_STRING",
+    ],
+)
+def test_host_setting_is_set(name: str) -> None:
+    assert name in setting_names(1)
+
+
+def collected_settings() -> tuple[AppSetting, ...]:
+    try:
+        return app_settings()
+    except Exception:  # reported by the tests that call app_settings() directly
+        return ()
+
+
+CONNECTION_SETTINGS = [s for s in collected_settings() if s.name.endswith(("__credential", "__clientId"))]
+
+
+@pytest.mark.parametrize("setting", CONNECTION_SETTINGS, ids=[s.name for s in CONNECTION_SETTINGS])
+def test_connections_use_the_user_assigned_identity(setting: AppSetting) -> None:
+    if setting.name.endswith("__credential"):
+        assert setting.value == "managedidentity"
+    else:
+        assert setting.value == "identityClientId"
+        assert "identityClientId" in doc(FUNCTION_APP)["parameters"]
+
+
+def test_application_insights_authenticates_with_entra_id() -> None:
+    (auth,) = [s for s in app_settings() if s.name == "APPLICATIONINSIGHTS_AUTHENTICATION_STRING"]
+    assert auth.value == "Authorization=AAD;ClientId=${identityClientId}"
+
+
+PLAIN = [s for s in collected_settings() if s.name in app_config.PLAIN_SETTINGS]
+
+
+@pytest.mark.parametrize("setting", PLAIN, ids=[s.name for s in PLAIN])
+def test_plain_setting_comes_from_a_parameter(setting: AppSetting) -> None:
+    value = setting.value
+    if isinstance(value, dict):
+        assert value["function"]["type"] == "string"
+        value = value["function"]["parameters"]["value_to_convert"]
+    fa = doc(FUNCTION_APP)
+    assert value in fa["parameters"] or value in fa["variables"]
+
+
+# --------------------------------------------------------------------------------------------
+# main.bicep wiring
+
+
+def main_module(name: str) -> dict[str, Any]:
+    return body(doc(MAIN)["modules"][name]["config"])
+
+
+@pytest.mark.parametrize(
+    ("module_a", "param_a", "module_b", "param_b"),
+    [
+        ("staging", "queueCount", "functionApp", "stagingQueueCount"),
+        ("staging", "queuePrefix", "functionApp", "queuePrefix"),
+        ("vault", "claimCheckContainerName", "functionApp", "claimCheckContainerName"),
+        ("appRoles", "stagingAccountNames", "functionApp", "stagingAccountNames"),
+    ],
+)
+def test_staging_tier_and_app_get_the_same_value(
+    module_a: str, param_a: str, module_b: str, param_b: str
+) -> None:
+    assert main_module(module_a)["params"][param_a] == main_module(module_b)["params"][param_b]
+
+
+def test_one_staging_module_per_staging_account_name() -> None:
+    loop = doc(MAIN)["modules"]["staging"]["config"]["loop_type"]
+    assert loop["detail"]["array_name"] == main_module("functionApp")["params"]["stagingAccountNames"]
+
+
+def _render(template: str, **values: Any) -> str:
+    for name, value in values.items():
+        template = template.replace(f"${{{name}}}", str(value))
+    return template
+
+
+@pytest.mark.parametrize(("prefix", "count"), [("mv-staging", 4), ("other", 2)])
+def test_staging_queue_names_are_the_ones_the_app_uses(prefix: str, count: int) -> None:
+    queues = {
+        name: body(r["config"])["name"]
+        for name, r in doc(STAGING)["resources"].items()
+        if r["type"].endswith("/queues")
+    }
+    app_queues = app_config.VaultSettings(env={}, queues_per_account=count, queue_prefix=prefix).queue_names
+    assert [_render(queues["queues"], queuePrefix=prefix, i=i) for i in range(count)] == app_queues
+    assert [_render(queues["poisonQueues"], queuePrefix=prefix, i=i) for i in range(count)] == [
+        f"{q}-poison" for q in app_queues
+    ]
+
+
+def test_tables_use_the_app_prefix() -> None:
+    tables = doc(MAIN)["variables"]["tableNames"]["value"]
+    assert {_render(t, tablePrefix="mv") for t in tables} == {"mvcatalog", "mvindex", "mvbatches"}
+
+
+def test_resource_token_is_derived_from_subscription_environment_and_location() -> None:
+    token = doc(MAIN)["variables"]["resourceToken"]["value"]["function"]  # pycep snake-cases names
+    assert token["type"] == "to_lower"
+    unique = token["parameters"]["string_to_change"]["function"]
+    assert unique["type"] == "unique_string"
+    args = list(unique["parameters"].values())
+    assert args[0]["operator"]["operands"]["operand_1"]["function"]["type"] == "subscription"
+    assert args[1:] == ["environmentName", "location"]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "AZURE_LOCATION",
+        "AZURE_RESOURCE_GROUP",
+        "AZURE_FUNCTION_APP_NAME",
+        "VAULT_API_URL",
+        "VAULT_STORAGE_ACCOUNT",
+        "VAULT_STAGING_ACCOUNT_NAMES",
+    ],
+)
+def test_main_output_for_azd(name: str) -> None:
+    assert name in doc(MAIN)["outputs"]
+
+
+def test_main_outputs_are_upper_snake_case() -> None:
+    assert [n for n in doc(MAIN)["outputs"] if not re.fullmatch(r"[A-Z][A-Z0-9_]*", n)] == []
+
+
+def test_api_url_points_at_the_functions_api_route() -> None:
+    url = doc(MAIN)["outputs"]["VAULT_API_URL"]["value"]
+    assert url.startswith("https://${") and url.endswith("}/api")
+
+
+# --------------------------------------------------------------------------------------------
+# azd: main.parameters.json and azure.yaml
+
+
+@functools.cache
+def parameters() -> dict[str, Any]:
+    return json.loads(PARAMETERS.read_text())["parameters"]
+
+
+def test_parameters_file_passes_only_declared_parameters() -> None:
+    assert set(parameters()) - set(doc(MAIN)["parameters"]) == set()
+
+
+def test_parameters_file_passes_every_required_parameter() -> None:
+    required = {n for n, p in doc(MAIN)["parameters"].items() if p["default"] is None}
+    assert required - set(parameters()) == set()
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [
+        ("environmentName", "${AZURE_ENV_NAME}"),
+        ("location", "${AZURE_LOCATION}"),
+        ("principalId", "${AZURE_PRINCIPAL_ID}"),
+    ],
+)
+def test_parameters_file_uses_azd_variables(param: str, value: str) -> None:
+    assert parameters()[param]["value"] == value
+
+
+def _defaulted() -> list[tuple[str, str]]:
+    try:
+        passed = parameters()
+    except ValueError:  # reported by the tests that read it directly
+        return []
+    return [(n, p["value"]) for n, p in passed.items() if re.fullmatch(r"\$\{\w+=.*\}", p["value"])]
+
+
+DEFAULTED = _defaulted()
+
+
+@pytest.mark.parametrize(("param", "value"), DEFAULTED, ids=[n for n, _ in DEFAULTED])
+def test_parameters_file_defaults_match_bicep_defaults(param: str, value: str) -> None:
+    fallback = value[2:-1].split("=", 1)[1]
+    assert fallback == str(doc(MAIN)["parameters"][param]["default"])
+
+
+@functools.cache
+def azure_yaml() -> dict[str, Any]:
+    return yaml.safe_load(AZURE_YAML.read_text())
+
+
+def test_azure_yaml_points_at_the_bicep() -> None:
+    infra = azure_yaml()["infra"]
+    assert infra["provider"] == "bicep"
+    assert (ROOT / infra["path"] / f"{infra['module']}.bicep") == MAIN
+
+
+def test_azure_yaml_declares_the_function_service() -> None:
+    assert azure_yaml()["services"] == {"api": {"project": ".", "language": "python", "host": "function"}}
+
+
+def test_function_app_is_tagged_with_the_azure_yaml_service() -> None:
+    assert doc(MAIN)["variables"]["serviceName"]["value"] in azure_yaml()["services"]
+    assert main_module("functionApp")["params"]["serviceName"] == "serviceName"
+
+
+def test_ci_workflow_is_valid_yaml() -> None:
+    workflow = yaml.safe_load(WORKFLOW.read_text())
+    assert workflow["jobs"]
+
+
+@pytest.mark.parametrize("pattern", [".venv", "node_modules", "tests", "bench", "docs", ".git", "__azurite*"])
+def test_funcignore_excludes(pattern: str) -> None:
+    assert pattern in FUNCIGNORE.read_text().splitlines()

@@ -1,0 +1,274 @@
+"""The HTTP handlers (docs/API.md), independent of the Functions runtime."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import time
+from datetime import datetime, timedelta, timezone
+from importlib import resources
+from typing import Any
+
+from azure.storage.blob import BlobSasPermissions, generate_blob_sas
+
+from vault_app.http import HttpError, Request, Response, guarded, json_response
+from vault_app.ingest import parse_batch
+from vault_app.services import Services, services
+from vault_app.staging import COMMITTED, Stager, batch_id_for
+from vault_core.azure import translate_errors
+from vault_core.errors import InvalidOffset
+from vault_core.format import Message
+from vault_core.names import validate_stream_name
+from vault_core.reader import ReadResult
+
+VERSION = "0.1.0"
+MAX_WAIT_SECONDS = 60
+MAX_LIMIT = 10_000
+MAX_RANGE_BYTES = 16 * 1024 * 1024
+NDJSON = "application/x-ndjson"
+
+
+def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = req.query.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise HttpError(400, "bad_request", f"query parameter {name} must be an integer, got {raw!r}") from None
+    if not lo <= value <= hi:
+        raise HttpError(400, "bad_request", f"query parameter {name} must be between {lo} and {hi}")
+    return value
+
+
+def _wait_param(req: Request) -> float:
+    raw = req.query.get("wait")
+    if raw is None or raw == "":
+        return 0.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise HttpError(400, "bad_request", f"wait must be a number of seconds, got {raw!r}") from None
+    if not 0 <= value <= MAX_WAIT_SECONDS:
+        raise HttpError(400, "bad_request", f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
+    return value
+
+
+def parse_time(raw: str) -> int:
+    """Milliseconds since the epoch, from milliseconds or ISO 8601 (naive means UTC)."""
+    if re.fullmatch(r"-?\d+", raw):
+        return int(raw)
+    try:
+        dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise HttpError(400, "bad_request", f"time {raw!r} is neither milliseconds nor ISO 8601") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp() * 1000)
+
+
+def _stream(req: Request) -> str:
+    return validate_stream_name(req.route.get("stream", ""))
+
+
+def _svc() -> Services:
+    return services()
+
+
+# -- produce -------------------------------------------------------------------------------
+@guarded
+def post_messages(req: Request) -> Response:
+    svc = _svc()
+    stream = _stream(req)
+    wait = _wait_param(req)
+    messages, producer_id = parse_batch(req.body, req.header("content-type"), svc.settings.limits)
+    key = req.header("idempotency-key")
+    if key is not None and not 0 < len(key) <= 200:
+        raise HttpError(400, "bad_request", "Idempotency-Key must be 1-200 characters")
+    stager = Stager(svc)
+    status = stager.stage(stream, batch_id_for(stream, key, producer_id), messages)
+    if wait > 0:
+        status = _wait_for_commit(stager, status.batch_id, wait) or status
+    return json_response(200 if status.status == COMMITTED else 202, status.to_json())
+
+
+def _wait_for_commit(stager: Stager, batch_id: str, wait: float) -> Any:
+    deadline = time.monotonic() + wait
+    delay = 0.05
+    while True:
+        status = stager.status(batch_id)
+        if status is not None and status.status == COMMITTED:
+            return status
+        if time.monotonic() + delay > deadline:
+            return status
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+
+
+@guarded
+def get_batch(req: Request) -> Response:
+    batch_id = req.route.get("id", "")
+    status = Stager(_svc()).status(batch_id) if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", batch_id) else None
+    if status is None:
+        raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
+    return json_response(200, status.to_json())
+
+
+# -- catalog -------------------------------------------------------------------------------
+@guarded
+def list_streams(req: Request) -> Response:
+    svc = _svc()
+    streams = [_catalog_json(e.__dict__) for e in svc.vault.streams()]
+    queues = []
+    for q in svc.queues:
+        with translate_errors():
+            try:
+                depth = q.client.get_queue_properties().approximate_message_count
+            except Exception:  # a missing queue reads as empty, not as an error
+                depth = None
+        queues.append({"account": q.account, "queue": q.name, "approximate_messages": depth})
+    return json_response(200, {"streams": streams, "queues": queues})
+
+
+def _catalog_json(e: dict[str, Any]) -> dict[str, Any]:
+    return {"stream": e["stream"], "committed": e["committed"], "count": e["count"],
+            "first_timestamp": e["first_ts"], "last_timestamp": e["last_ts"],
+            "created": e["created"], "updated": e["updated"]}
+
+
+@guarded
+def get_stream(req: Request) -> Response:
+    svc = _svc()
+    stream = _stream(req)
+    state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
+    entry = svc.vault.index.catalog_entry(stream)
+    doc = _catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
+    doc.update(committed=state.committed, count=state.count, first_timestamp=state.first_ts,
+               last_timestamp=state.last_ts)
+    return json_response(200, doc)
+
+
+# -- consume -------------------------------------------------------------------------------
+@guarded
+def get_messages(req: Request) -> Response:
+    svc = _svc()
+    stream = _stream(req)
+    limit = _int_param(req, "limit", 1000, 1, MAX_LIMIT)
+    max_bytes = _int_param(req, "max_bytes", 1024 * 1024, 1, MAX_RANGE_BYTES)
+    wait = _wait_param(req)
+    force_b64 = req.query.get("encoding") == "base64"
+    reader = svc.vault.reader
+    if req.query.get("at"):
+        if req.query.get("from"):
+            raise HttpError(400, "bad_request", "give either from or at, not both")
+        offset = reader.seek_time(stream, parse_time(req.query["at"]))
+    else:
+        offset = _int_param(req, "from", 0, 0, 2**62)
+    result = _read(reader, stream, offset, limit, max_bytes)
+    deadline = time.monotonic() + wait
+    delay = 0.05
+    while not result.messages and time.monotonic() + delay < deadline:
+        time.sleep(delay)
+        delay = min(delay * 2, 1.0)
+        result = _read(reader, stream, offset, limit, max_bytes)
+    headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
+    rows = [_message_json(m, force_b64) for m in result.messages]
+    if NDJSON in (req.header("accept") or ""):
+        body = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in rows).encode()
+        return Response(200, body, headers, mimetype=NDJSON)
+    return json_response(200, {"stream": stream, "messages": rows, "next_offset": result.next_offset,
+                               "committed": result.committed}, headers)
+
+
+def _read(reader: Any, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
+    try:
+        result: ReadResult = reader.read(stream, offset, max_bytes=max_bytes, max_count=limit)
+        return result
+    except InvalidOffset as exc:
+        if "past the committed end" in str(exc):
+            raise HttpError(416, "invalid_offset", str(exc)) from exc
+        raise
+
+
+def _text_or_b64(raw: bytes, force_b64: bool) -> tuple[str, str]:
+    if not force_b64:
+        try:
+            return raw.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            pass
+    return base64.b64encode(raw).decode(), "base64"
+
+
+def _message_json(m: Message, force_b64: bool) -> dict[str, Any]:
+    value, value_enc = _text_or_b64(m.value, force_b64)
+    key, key_enc = _text_or_b64(m.key, force_b64 and not m.key_is_text)
+    return {"offset": m.offset, "timestamp": m.timestamp, "id": m.id, "key": key, "key_encoding": key_enc,
+            "value": value, "value_encoding": value_enc}
+
+
+# -- raw log -------------------------------------------------------------------------------
+_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+@guarded
+def get_log(req: Request) -> Response:
+    svc = _svc()
+    stream = _stream(req)
+    blob = svc.vault.blob(stream)
+    committed = blob.state().committed
+    raw = (req.header("range") or "bytes=0-").strip()
+    match = _RANGE.fullmatch(raw)
+    if not match or (not match.group(1) and not match.group(2)):
+        raise HttpError(400, "bad_request", f"unsupported Range {raw!r}: use one range, bytes=a-b")
+    if match.group(1):
+        start = int(match.group(1))
+        end = int(match.group(2)) + 1 if match.group(2) else committed
+    else:  # suffix range: the last n bytes
+        start, end = max(0, committed - int(match.group(2))), committed
+    if start >= committed or end <= start:
+        return Response(416, json.dumps({"error": "invalid_range", "message":
+                        f"range {raw} is outside the committed log (0-{committed - 1})"}).encode(),
+                        {"Content-Range": f"bytes */{committed}"})
+    end = min(end, committed, start + MAX_RANGE_BYTES)
+    data = blob.read(start, end - start)
+    return Response(206, data, {"Content-Range": f"bytes {start}-{end - 1}/{committed}",
+                                "Accept-Ranges": "bytes", "X-Committed": str(committed)},
+                    mimetype="application/octet-stream")
+
+
+# -- direct access -------------------------------------------------------------------------
+@guarded
+def get_access(req: Request) -> Response:
+    svc = _svc()
+    stream = _stream(req)
+    blob = svc.vault.blob(stream)
+    state = blob.state()
+    now = datetime.now(timezone.utc)
+    expires = now + timedelta(minutes=svc.settings.sas_minutes)
+    client = blob.client
+    account = svc.vault_account
+    common: dict[str, Any] = {"account_name": client.account_name, "container_name": client.container_name,
+                              "blob_name": client.blob_name, "permission": BlobSasPermissions(read=True),
+                              "expiry": expires, "start": now - timedelta(minutes=5)}
+    if account.connection_string:
+        key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get("AccountKey")
+        sas = generate_blob_sas(account_key=key, **common)
+    else:
+        with translate_errors(stream):
+            udk = svc.vault.blob_service.get_user_delegation_key(now - timedelta(minutes=5), expires)
+        sas = generate_blob_sas(user_delegation_key=udk, **common)
+    return json_response(200, {"stream": stream, "blob_url": client.url, "sas": sas,
+                               "expires": expires.isoformat(), "committed": state.committed})
+
+
+# -- service -------------------------------------------------------------------------------
+@guarded
+def health(req: Request) -> Response:
+    return json_response(200, {"status": "ok", "version": VERSION})
+
+
+@guarded
+def openapi(req: Request) -> Response:
+    return Response(200, resources.files("vault_app").joinpath("openapi.json").read_bytes())
+

@@ -1,0 +1,92 @@
+"""The staging envelope: what one queue message carries from the HTTP tier to the writer.
+
+Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` in host.json)::
+
+    {"v": 1, "id": BATCH_ID, "stream": STREAM, "ts": STAGED_MS,
+     "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
+    {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
+
+Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
+over :data:`INLINE_LIMIT` goes to a claim-check blob (same JSON, in the claim-check container)
+and the queue message carries only its name.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from vault_core.errors import InvalidInput
+from vault_core.format import NewMessage
+from vault_core.names import validate_batch_id, validate_stream_name
+
+VERSION = 1
+INLINE_LIMIT = 60_000
+"""Queue messages are at most 64 KiB; keep a margin for the service's own encoding."""
+
+
+class EnvelopeError(InvalidInput):
+    """A queue message that is not a valid staging envelope (it ends in the poison queue)."""
+
+
+@dataclass(frozen=True)
+class Envelope:
+    batch_id: str
+    stream: str
+    staged_ms: int
+    messages: list[NewMessage] | None = None
+    claim: str | None = None
+    count: int = 0
+
+
+def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]) -> str:
+    rows = []
+    for m in messages:
+        key, flags = m.key_bytes()
+        is_text = bool(flags)
+        rows.append([m.key if is_text else base64.b64encode(key).decode(), is_text,
+                     base64.b64encode(m.value).decode()])
+    return json.dumps({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows},
+                      separators=(",", ":"))
+
+
+def encode_claim(batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int) -> str:
+    return json.dumps({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms,
+                       "claim": blob_name, "n": count}, separators=(",", ":"))
+
+
+def decode(text: str | bytes) -> Envelope:
+    try:
+        doc = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise EnvelopeError(f"staged message is not JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise EnvelopeError("staged message is not a JSON object")
+    if doc.get("v") != VERSION:
+        raise EnvelopeError(f"unknown staging envelope version {doc.get('v')!r}")
+    try:
+        batch_id = validate_batch_id(doc["id"])
+        stream = validate_stream_name(doc["stream"])
+        staged = int(doc["ts"])
+        if "claim" in doc:
+            return Envelope(batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]))
+        return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]])
+    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+        raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
+
+
+def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
+    """The inline envelope stored in a claim-check blob must match the queue message."""
+    full = decode(blob_body)
+    if (full.batch_id, full.stream) != (envelope.batch_id, envelope.stream) or full.messages is None:
+        raise EnvelopeError(f"claim-check blob {envelope.claim!r} does not hold batch {envelope.batch_id}")
+    return full
+
+
+def _message(row: Any) -> NewMessage:
+    key, is_text, value = row
+    return NewMessage(base64.b64decode(value, validate=True),
+                      key if is_text else base64.b64decode(key, validate=True))

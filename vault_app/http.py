@@ -1,0 +1,107 @@
+"""Framework-neutral HTTP request/response types and the error → status mapping.
+
+Handlers in :mod:`vault_app.api` take a :class:`Request` and return a :class:`Response`;
+``function_app.py`` converts to and from ``azure.functions`` types. Every error leaves as
+JSON ``{"error": code, "message": text}``; nothing leaks a stack trace.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vault_core.errors import (
+    InvalidInput,
+    InvalidOffset,
+    InvalidStreamName,
+    MessageTooLarge,
+    StorageUnavailable,
+    StreamNotFound,
+    VaultError,
+    WriterConflict,
+)
+
+log = logging.getLogger("vault_app")
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    route: Mapping[str, str] = field(default_factory=dict)
+    query: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    """Lower-case header names."""
+    body: bytes = b""
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name.lower(), default)
+
+
+@dataclass
+class Response:
+    status: int
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    mimetype: str = "application/json"
+
+
+class HttpError(Exception):
+    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+
+
+def json_response(status: int, doc: Any, headers: Mapping[str, str] | None = None) -> Response:
+    return Response(status, json.dumps(doc, separators=(",", ":")).encode(), dict(headers or {}))
+
+
+def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
+    return json_response(status, {"error": code, "message": message}, headers)
+
+
+RETRY_AFTER_SECONDS = 5
+
+
+def to_http_error(exc: BaseException) -> HttpError:
+    """The one place vault errors become HTTP statuses."""
+    if isinstance(exc, HttpError):
+        return exc
+    if isinstance(exc, InvalidStreamName):
+        return HttpError(400, "invalid_stream", str(exc))
+    if isinstance(exc, MessageTooLarge):
+        return HttpError(413, "too_large", str(exc))
+    if isinstance(exc, InvalidOffset):
+        return HttpError(400, "invalid_offset", str(exc))
+    if isinstance(exc, InvalidInput):
+        return HttpError(400, "bad_request", str(exc))
+    if isinstance(exc, StreamNotFound):
+        return HttpError(404, "not_found", str(exc))
+    if isinstance(exc, (StorageUnavailable, WriterConflict)):
+        return HttpError(503, "unavailable", f"storage is unavailable, retry later: {exc}",
+                         {"Retry-After": str(RETRY_AFTER_SECONDS)})
+    if isinstance(exc, VaultError):
+        return HttpError(500, "storage_error", str(exc))
+    return HttpError(500, "internal", "internal error; see the server log")
+
+
+def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+    """Run a handler and turn any exception into a JSON error response."""
+
+    def run(request: Request) -> Response:
+        try:
+            return handler(request)
+        except Exception as exc:  # the boundary: nothing escapes as a stack trace
+            err = to_http_error(exc)
+            if err.status >= 500:
+                log.exception("request failed: %s %s", request.method, dict(request.route))
+            return error_response(err.status, err.code, err.message, err.headers)
+
+    run.__name__ = handler.__name__
+    run.__doc__ = handler.__doc__
+    return run

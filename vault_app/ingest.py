@@ -1,0 +1,83 @@
+"""Parsing a producer's POST body into messages, checking every limit before anything is staged."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from vault_app.config import Limits
+from vault_app.http import HttpError
+from vault_core.format import MAX_KEY_BYTES, NewMessage
+
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
+
+
+def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[list[NewMessage], str | None]:
+    """Messages and the producer's ``batch_id`` (JSON only); raises HttpError 400/413."""
+    if len(body) > limits.max_batch_bytes:
+        raise HttpError(413, "too_large", f"request body is {len(body)} bytes; the maximum is "
+                        f"{limits.max_batch_bytes}")
+    if not body.strip():
+        raise HttpError(400, "bad_request", "empty body: send {\"messages\": [...]} or NDJSON lines")
+    ctype = (content_type or "application/json").split(";")[0].strip().lower()
+    batch_id = None
+    if ctype in NDJSON_TYPES:
+        items = [_json(line, f"line {n}") for n, line in enumerate(body.splitlines(), 1) if line.strip()]
+    else:
+        doc = _json(body, "body")
+        if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+            raise HttpError(400, "bad_request", 'JSON body must be an object with a "messages" array')
+        items = doc["messages"]
+        if doc.get("batch_id") is not None:
+            if not isinstance(doc["batch_id"], str):
+                raise HttpError(400, "bad_request", "batch_id must be a string")
+            batch_id = doc["batch_id"]
+    if not items:
+        raise HttpError(400, "bad_request", "the batch has no messages")
+    if len(items) > limits.max_batch_messages:
+        raise HttpError(413, "too_large", f"{len(items)} messages in one batch; the maximum is "
+                        f"{limits.max_batch_messages}")
+    return [_message(item, i, limits) for i, item in enumerate(items)], batch_id
+
+
+def _json(raw: bytes, where: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HttpError(400, "bad_request", f"malformed JSON in {where}: {exc}") from exc
+
+
+def _message(item: Any, i: int, limits: Limits) -> NewMessage:
+    if not isinstance(item, dict) or "value" not in item:
+        raise HttpError(400, "bad_request", f'message {i} must be an object with a "value"')
+    value = _bytes(item["value"], item.get("encoding"), f"message {i} value")
+    key: str | bytes = ""
+    if item.get("key") is not None:
+        if item.get("key_encoding") == "base64":
+            key = _bytes(item["key"], "base64", f"message {i} key")
+        elif isinstance(item["key"], str):
+            key = item["key"]
+        else:
+            raise HttpError(400, "bad_request", f"message {i} key must be a string")
+    key_len = len(key.encode()) if isinstance(key, str) else len(key)
+    if key_len > MAX_KEY_BYTES:
+        raise HttpError(413, "too_large", f"message {i} key is {key_len} bytes; the maximum is {MAX_KEY_BYTES}")
+    if len(value) > limits.max_message_bytes:
+        raise HttpError(413, "too_large", f"message {i} value is {len(value)} bytes; the maximum is "
+                        f"{limits.max_message_bytes}")
+    return NewMessage(value, key)
+
+
+def _bytes(raw: Any, encoding: Any, what: str) -> bytes:
+    if not isinstance(raw, str):
+        raise HttpError(400, "bad_request", f"{what} must be a string")
+    if encoding in (None, "utf-8", "text"):
+        return raw.encode()
+    if encoding == "base64":
+        try:
+            return base64.b64decode(raw, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise HttpError(400, "bad_request", f"{what} is not valid base64") from exc
+    raise HttpError(400, "bad_request", f'{what}: unknown encoding {encoding!r} (use "utf-8" or "base64")')

@@ -1,0 +1,97 @@
+"""The storage clients the app uses, built once per process from :mod:`vault_app.config`."""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from functools import cached_property, lru_cache
+
+from azure.core.exceptions import ResourceExistsError
+from azure.data.tables import TableClient
+from azure.storage.blob import ContainerClient
+from azure.storage.queue import QueueClient
+
+from vault_app import config
+from vault_app.config import VaultSettings, load_settings
+from vault_core.azure import StorageAccount, translate_errors
+from vault_core.vault import Vault
+
+
+@dataclass(frozen=True)
+class StagingQueue:
+    """One staging queue: which account (scale unit) and which queue in it."""
+
+    account: int
+    name: str
+    client: QueueClient
+    poison: QueueClient
+
+
+class Services:
+    """Lazily built clients; one instance per process (see :func:`services`)."""
+
+    def __init__(self, settings: VaultSettings) -> None:
+        self.settings = settings
+
+    @cached_property
+    def vault_account(self) -> StorageAccount:
+        return StorageAccount.from_settings(self.settings.env, config.VAULT_CONNECTION)
+
+    @cached_property
+    def vault(self) -> Vault:
+        return Vault(self.vault_account, container=self.settings.streams_container,
+                     table_prefix=self.settings.table_prefix)
+
+    @cached_property
+    def claimcheck(self) -> ContainerClient:
+        return self.vault.blob_service.get_container_client(self.settings.claimcheck_container)
+
+    @cached_property
+    def batches(self) -> TableClient:
+        """Batch status rows: PartitionKey = batch id (see vault_app.batches)."""
+        return self.vault.index.service.get_table_client(f"{self.settings.table_prefix}batches")
+
+    @cached_property
+    def queues(self) -> list[StagingQueue]:
+        """Every staging queue, account by account: the shards a stream hashes onto."""
+        out = []
+        for account in range(self.settings.staging_accounts):
+            service = StorageAccount.from_settings(
+                self.settings.env, config.staging_connection(account)
+            ).queue_service()
+            for name in self.settings.queue_names:
+                out.append(StagingQueue(account, name, service.get_queue_client(name),
+                                        service.get_queue_client(f"{name}-poison")))
+        return out
+
+    def queue_for(self, stream: str) -> StagingQueue:
+        """A stable hash spreads streams over all queues of all accounts; one stream, one queue.
+
+        Keeping a stream on one queue means one writer function sees all of its batches,
+        so leases are rarely contended and coalescing finds neighbours to merge.
+        """
+        return self.queues[zlib.crc32(stream.encode()) % len(self.queues)]
+
+    def queue(self, account: int, name: str) -> StagingQueue:
+        return next(q for q in self.queues if q.account == account and q.name == name)
+
+    def ensure(self) -> None:
+        """Create containers, tables and queues if missing (local runs; Bicep does it in Azure)."""
+        self.vault.ensure()
+        with translate_errors():
+            for create in (self.claimcheck.create_container, self.batches.create_table):
+                try:
+                    create()
+                except ResourceExistsError:
+                    pass
+            for q in self.queues:
+                for client in (q.client, q.poison):
+                    try:
+                        client.create_queue()
+                    except ResourceExistsError:
+                        pass
+
+
+@lru_cache(maxsize=1)
+def services() -> Services:
+    return Services(load_settings())

@@ -1,0 +1,157 @@
+"""Staging producer batches durably in the sharded queues, and tracking batch status.
+
+A batch's status row (table ``<prefix>batches``, PartitionKey = batch id) moves
+``staging`` → ``staged`` (→ ``rejected`` if the writer gives up on it). "Committed" is
+not stored here: it is read from the stream's own batch index, written by the commit.
+
+Order of a POST: status ``staging`` → queue message → status ``staged`` → 202. A retried
+POST finds ``staged`` and does not stage again; finding ``staging`` (the first attempt died
+mid-way) it stages again, and the writer's batch-id check drops the duplicate if both arrive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.data.tables import UpdateMode
+
+from vault_app import envelope
+from vault_app.services import Services
+from vault_core.azure import translate_errors
+from vault_core.errors import StorageUnavailable
+from vault_core.format import NewMessage
+from vault_core.names import validate_batch_id
+
+log = logging.getLogger("vault_app.staging")
+T = TypeVar("T")
+
+STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    batch_id: str
+    stream: str
+    status: str
+    count: int
+    first_offset: int | None = None
+    next_offset: int | None = None
+    timestamp: int | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def batch_id_for(stream: str, idempotency_key: str | None, producer_batch_id: str | None) -> str:
+    """The producer's id, or one derived from its Idempotency-Key, or a fresh one."""
+    if producer_batch_id is not None:
+        return validate_batch_id(producer_batch_id)
+    if idempotency_key:
+        return hashlib.sha256(f"{stream}\n{idempotency_key}".encode()).hexdigest()[:32]
+    return uuid.uuid4().hex
+
+
+def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:
+    """Retry throttling (503/500) and connection errors with exponential back-off and jitter."""
+    for attempt in range(attempts):
+        try:
+            return op()
+        except StorageUnavailable:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(base * (2**attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+class Stager:
+    def __init__(self, services: Services, clock: Callable[[], int] | None = None) -> None:
+        self.services = services
+        self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+
+    def status(self, batch_id: str) -> BatchStatus | None:
+        with translate_errors():
+            try:
+                row = self.services.batches.get_entity(batch_id, "")
+            except ResourceNotFoundError:
+                return None
+        stream = str(row["Stream"])
+        committed = self.services.vault.index.committed_batches(stream, [batch_id]).get(batch_id)
+        if committed:
+            return BatchStatus(batch_id, stream, COMMITTED, committed.count, committed.first_offset,
+                               committed.next_offset, committed.timestamp)
+        state = str(row.get("State", STAGED))
+        return BatchStatus(batch_id, stream, REJECTED if state == REJECTED else STAGED,
+                           int(row.get("Count", 0)), reason=row.get("Reason"))
+
+    def stage(self, stream: str, batch_id: str, messages: list[NewMessage]) -> BatchStatus:
+        """Durably stage a batch (idempotent per batch id); returns once it is in a queue."""
+        existing = self._row(batch_id)
+        if existing is not None and existing.get("Stream") != stream:
+            from vault_app.http import HttpError
+
+            raise HttpError(409, "conflict", f"batch id {batch_id} was already used for stream "
+                            f"{existing.get('Stream')!r}")
+        if existing is not None and existing.get("State") in (STAGED, REJECTED):
+            found = self.status(batch_id)
+            assert found is not None
+            return found
+        started = time.monotonic()
+        now = self.clock()
+        size = sum(len(m.value) for m in messages)
+        self._put_row(batch_id, stream, STAGING, len(messages), now)
+        text = envelope.encode_messages(batch_id, stream, now, messages)
+        claimed = len(text) > envelope.INLINE_LIMIT
+        if claimed:
+            blob = f"{batch_id}.json"
+            with_retries(lambda: self._upload_claim(blob, text))
+            text = envelope.encode_claim(batch_id, stream, now, blob, len(messages))
+        queue = self.services.queue_for(stream)
+        with_retries(lambda: self._send(queue.client, text))
+        self._put_row(batch_id, stream, STAGED, len(messages), now)
+        log.info("staged batch", extra={"vault": {
+            "event": "staged", "stream": stream, "batch_id": batch_id, "messages": len(messages),
+            "bytes": size, "queue": queue.name, "account": queue.account,
+            "claim_check": claimed,
+            "duration_ms": round((time.monotonic() - started) * 1000, 1)}})
+        return BatchStatus(batch_id, stream, STAGED, len(messages))
+
+    def reject(self, batch_id: str, stream: str, reason: str) -> None:
+        with translate_errors():
+            self.services.batches.upsert_entity(
+                {"PartitionKey": batch_id, "RowKey": "", "Stream": stream, "State": REJECTED,
+                 "Reason": reason[:1000]}, mode=UpdateMode.MERGE)
+
+    def _row(self, batch_id: str) -> dict[str, Any] | None:
+        with translate_errors():
+            try:
+                return dict(self.services.batches.get_entity(batch_id, ""))
+            except ResourceNotFoundError:
+                return None
+
+    def _put_row(self, batch_id: str, stream: str, state: str, count: int, now: int) -> None:
+        row = {"PartitionKey": batch_id, "RowKey": "", "Stream": stream, "State": state, "Count": count,
+               "StagedMs": str(now)}
+
+        def put() -> None:
+            with translate_errors(stream):
+                self.services.batches.upsert_entity(row, mode=UpdateMode.REPLACE)
+
+        with_retries(put)
+
+    def _upload_claim(self, blob: str, text: str) -> None:
+        with translate_errors():
+            self.services.claimcheck.upload_blob(blob, text.encode(), overwrite=True)
+
+    @staticmethod
+    def _send(client: Any, text: str) -> None:
+        with translate_errors():
+            client.send_message(text)

@@ -1,0 +1,198 @@
+"""The writer: what the queue-triggered function does with one staged batch.
+
+It appends the trigger's batch under the stream's lease and, while it holds leases, drains
+further pending batches from the same queue, so many small producer batches become a few
+large page writes ("throughput comes from batching, not from more writers").
+
+Exactly once: every batch carries its id into the commit record; a batch redelivered after
+its commit (the process died before the queue message was deleted) is recognised by the
+writer and not appended again. Permanently bad batches (invalid envelope, missing
+claim-check blob) are marked ``rejected`` with the reason and fail the invocation, so the
+host moves them to ``<queue>-poison`` after ``maxDequeueCount`` attempts; the stream flows on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from azure.core.exceptions import ResourceNotFoundError
+
+from vault_app import envelope
+from vault_app.envelope import Envelope, EnvelopeError
+from vault_app.services import Services, StagingQueue
+from vault_app.staging import Stager
+from vault_core.azure import translate_errors
+from vault_core.errors import StreamLeased, VaultError
+from vault_core.writer import Batch
+
+log = logging.getLogger("vault_app.writer")
+
+DRAIN_MESSAGES = 32
+"""Extra queue messages fetched per receive while coalescing (the queue service maximum)."""
+DRAIN_BYTES = 64 * 1024 * 1024
+"""Stop draining once this much is pending in one invocation (bounds memory and latency)."""
+DRAIN_VISIBILITY = 300
+"""Seconds drained messages stay invisible to others while this invocation works on them."""
+LEASED_RETRY_SECONDS = 5
+
+fault_hook: Callable[[str], None] | None = None
+"""Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
+
+
+class _AlreadyCommitted(Exception):
+    """A claim-check batch whose blob is gone because its commit already happened."""
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A queue message as the trigger hands it over."""
+
+    id: str
+    body: str
+    dequeue_count: int = 1
+    pop_receipt: str | None = None
+
+
+@dataclass
+class _Work:
+    envelope: Envelope
+    drained: Staged | None = None
+    """None for the trigger message itself (the host deletes that one on success)."""
+
+
+@dataclass
+class _Plan:
+    by_stream: dict[str, list[_Work]] = field(default_factory=dict)
+    bytes: int = 0
+
+
+def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+    stager = Stager(services)
+    try:
+        first = _load(services, envelope.decode(trigger.body))
+    except _AlreadyCommitted:
+        return  # a redelivery whose claim-check blob went with its commit
+    except EnvelopeError as exc:
+        _reject(stager, trigger.body, str(exc))
+        raise
+    plan = _Plan()
+    _add(plan, _Work(first))
+    _drain(services, queue, plan)
+    for stream, work in plan.by_stream.items():
+        try:
+            _append(services, queue, stream, work)
+        except StreamLeased:
+            if stream != first.stream:
+                _release(queue, [w.drained for w in work if w.drained])
+                continue
+            # Another instance writes this stream: hand the batch back as a fresh message
+            # rather than failing, so lease contention never pushes good batches to poison.
+            _release(queue, [w.drained for w in work if w.drained])
+            with translate_errors():
+                queue.client.send_message(trigger.body, visibility_timeout=LEASED_RETRY_SECONDS)
+            log.info("stream %s is leased by another writer; batch %s re-queued", stream, first.batch_id)
+        except VaultError:
+            _release(queue, [w.drained for w in plan.by_stream[stream] if w.drained])
+            if stream == first.stream:
+                raise
+            log.exception("append to %s failed; its drained batches return to the queue", stream)
+
+
+def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
+    started = time.monotonic()
+    with services.vault.writer(stream) as writer:
+        results = writer.append(Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work)
+        if fault_hook:
+            fault_hook("after-commit")
+    now_ms = time.time_ns() // 1_000_000
+    for w in work:
+        if w.envelope.claim:
+            _delete_claim(services, w.envelope.claim)
+        if w.drained:
+            _delete(queue, w.drained)
+    fresh = [r for r in results if not r.duplicate]
+    log.info("appended", extra={"vault": {
+        "event": "appended", "stream": stream, "batch_ids": [r.batch_id for r in results],
+        "duplicates": len(results) - len(fresh), "messages": sum(r.count for r in fresh),
+        "bytes": (fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
+        "duration_ms": round((time.monotonic() - started) * 1000, 1),
+        "lag_ms": now_ms - min(w.envelope.staged_ms for w in work),
+    }})
+
+
+def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:
+    while plan.bytes < DRAIN_BYTES:
+        with translate_errors():
+            got = list(queue.client.receive_messages(max_messages=DRAIN_MESSAGES,
+                                                     visibility_timeout=DRAIN_VISIBILITY))
+        for m in got:
+            staged = Staged(m.id, m.content, m.dequeue_count or 1, m.pop_receipt)
+            try:
+                _add(plan, _Work(_load(services, envelope.decode(m.content)), staged))
+            except _AlreadyCommitted:
+                _delete(queue, staged)
+            except EnvelopeError:
+                # Not ours to judge here: let it come back as a trigger, so its dequeue count
+                # grows and the host's poison handling applies to it.
+                _release(queue, [staged])
+        if len(got) < DRAIN_MESSAGES:
+            return
+
+
+def _add(plan: _Plan, work: _Work) -> None:
+    plan.by_stream.setdefault(work.envelope.stream, []).append(work)
+    plan.bytes += sum(len(m.value) + len(m.key_bytes()[0]) for m in work.envelope.messages or [])
+
+
+def _load(services: Services, env: Envelope) -> Envelope:
+    """Resolve a claim-check reference into the full envelope."""
+    if env.claim is None:
+        return env
+    with translate_errors():
+        try:
+            body = services.claimcheck.download_blob(env.claim).readall()
+        except ResourceNotFoundError as exc:
+            if services.vault.index.committed_batches(env.stream, [env.batch_id]):
+                raise _AlreadyCommitted(env.batch_id) from exc
+            raise EnvelopeError(f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing") from exc
+    full = envelope.decode_claimed(env, body)
+    return Envelope(full.batch_id, full.stream, full.staged_ms, full.messages, claim=env.claim,
+                    count=len(full.messages or []))
+
+
+def _reject(stager: Stager, body: str, reason: str) -> None:
+    log.error("rejected staged message: %s", reason)
+    try:
+        doc = json.loads(body)
+        stager.reject(str(doc["id"]), str(doc["stream"]), reason)
+    except Exception:  # nothing identifies the batch: the poison queue and this log line keep it
+        pass
+
+
+def _release(queue: StagingQueue, messages: list[Staged]) -> None:
+    for m in messages:
+        try:
+            with translate_errors():
+                queue.client.update_message(m.id, m.pop_receipt, visibility_timeout=0)
+        except VaultError:
+            pass  # it becomes visible anyway when DRAIN_VISIBILITY runs out
+
+
+def _delete(queue: StagingQueue, m: Staged) -> None:
+    try:
+        with translate_errors():
+            queue.client.delete_message(m.id, m.pop_receipt)
+    except VaultError:
+        pass  # redelivered later, recognised as a duplicate by its batch id
+
+
+def _delete_claim(services: Services, blob: str) -> None:
+    try:
+        with translate_errors():
+            services.claimcheck.delete_blob(blob)
+    except VaultError:
+        pass  # the container's lifecycle rule removes forgotten claim-check blobs

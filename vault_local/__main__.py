@@ -1,0 +1,116 @@
+"""``python -m vault_local host|demo``: the local Functions host, or Azurite + host + a demo."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from vault_local.azurite import ROOT, Azurite, free_port
+
+LOCAL_KEY = "local-dev-key"
+
+
+def local_env(connection_string: str, key: str = LOCAL_KEY) -> dict[str, str]:
+    """Settings for the host on one Azurite: every connection points at it."""
+    return {
+        "AzureWebJobsStorage": connection_string,
+        "VaultStorage": connection_string,
+        "VaultStaging0": connection_string,
+        "LOCAL_FUNCTION_KEY": key,
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+    }
+
+
+def start_host(env: dict[str, str], port: int, *extra: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vault_local", "host", "--port", str(port), *extra],
+        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        sys.stdout.write("  [host] " + line)
+        if line.startswith("READY"):
+            return proc
+    raise RuntimeError("the local host exited before it was ready")
+
+
+def _show(cmd: list[str]) -> str:
+    print("\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
+    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+    print(out.strip()[:1500])
+    return out
+
+
+def demo(args: argparse.Namespace) -> None:
+    if not shutil.which("curl"):
+        sys.exit("the demo uses curl: install it (apt-get install curl)")
+    data = ROOT / ".azurite"
+    data.mkdir(exist_ok=True)
+    azurite = Azurite(location=data, blob_port=free_port(), queue_port=free_port(), table_port=free_port())
+    azurite.start()
+    print(f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, table {azurite.table_port} (data in .azurite/)")
+    host = start_host(local_env(azurite.connection_string), args.port)
+    api = f"http://127.0.0.1:{args.port}/api"
+    try:
+        post = ["curl", "-s", "-H", "Content-Type: application/json"]
+        _show([*post, "-d", '{"messages":[{"key":"order-1","value":"{\\"total\\": 42}"},'
+               '{"key":"order-2","value":"{\\"total\\": 7}"}]}', f"{api}/streams/orders/messages?code={LOCAL_KEY}&wait=10"])
+        _show(["curl", "-s", "-H", "Content-Type: application/x-ndjson", "--data-binary",
+               '{"key":"u1","value":"click /home"}\n{"key":"u2","value":"click /cart"}\n',
+               f"{api}/streams/clicks/messages?code={LOCAL_KEY}&wait=10"])
+        _show(["curl", "-s", f"{api}/streams/orders/messages?from=0"])
+        _show(["curl", "-s", "-H", "Accept: application/x-ndjson", f"{api}/streams/clicks/messages?from=0"])
+        _show(["curl", "-s", f"{api}/streams"])
+        tail = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", f"{api}/streams/clicks/messages?from=0"],
+                              capture_output=True, text=True, check=False).stdout
+        nxt = next((ln.split(":")[1].strip() for ln in tail.splitlines() if ln.lower().startswith("x-next-offset")), "0")
+        print(f"\nTailing clicks from offset {nxt} (long poll, wait=10) while a producer posts...")
+        waiter = subprocess.Popen(["curl", "-s", f"{api}/streams/clicks/messages?from={nxt}&wait=10"],
+                                  stdout=subprocess.PIPE, text=True)
+        time.sleep(1)
+        _show([*post, "-d", '{"messages":[{"key":"u3","value":"click /checkout"}]}',
+               f"{api}/streams/clicks/messages?code={LOCAL_KEY}"])
+        print("tail got: " + (waiter.communicate(timeout=30)[0] or "").strip())
+        print(f"\nThe vault is running at {api} (function key: {LOCAL_KEY}). OpenAPI: {api}/openapi.json")
+        if args.exit:
+            return
+        print("Press Ctrl-C to stop.")
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        os.killpg(host.pid, signal.SIGTERM)
+        host.wait(10)
+        azurite.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m vault_local")
+    sub = parser.add_subparsers(dest="command", required=True)
+    h = sub.add_parser("host", help="run function_app.py like `func start` (needs storage settings)")
+    h.add_argument("--port", type=int, default=7071)
+    h.add_argument("--settings", type=Path, default=ROOT / "local.settings.json",
+                   help="local.settings.json whose Values become environment variables")
+    h.add_argument("--inflight-visibility", type=float, default=30.0,
+                   help="seconds a queue message stays invisible while its function runs (renewed)")
+    h.add_argument("--fault", choices=["after-commit"], help="test seam: stop at this point to be killed")
+    d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
+    d.add_argument("--port", type=int, default=7071)
+    d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
+    args = parser.parse_args()
+    if args.command == "host":
+        from vault_local.host import run
+
+        run(args.port, args.settings, args.inflight_visibility, args.fault)
+    else:
+        demo(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,350 @@
+"""A small local Functions host for ``function_app.py``, for machines without Core Tools.
+
+It does what ``func start`` does for this app, no more:
+
+* reads the functions, their triggers, routes, methods and auth levels **from the app object
+  itself** (``FunctionApp.get_functions()``): there is no second route table;
+* serves HTTP triggers under ``/api`` (``extensions.http.routePrefix``) with uvicorn, calling the
+  same Python functions with real ``azure.functions.HttpRequest`` objects; function-level
+  routes need the key (``?code=`` or ``x-functions-key``), as in Azure;
+* runs queue triggers against the configured storage with the host's semantics, read from
+  ``host.json``: ``batchSize``, ``newBatchThreshold``, ``visibilityTimeout`` after a failure,
+  ``maxPollingInterval`` back-off when idle, and ``maxDequeueCount`` → ``<queue>-poison``.
+  While an invocation runs its message stays invisible (renewed), like the real host.
+
+Where Core Tools exist, ``func start`` runs the same app unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import azure.functions as func
+import uvicorn
+from azure.core.exceptions import ResourceExistsError
+from azure.functions.queue import QueueMessage as FuncQueueMessage
+from azure.storage.queue import QueueClient
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from vault_core.azure import StorageAccount
+
+log = logging.getLogger("vault_local.host")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _timespan(raw: str | None, default: float) -> float:
+    """host.json TimeSpan ``hh:mm:ss`` → seconds."""
+    if not raw:
+        return default
+    h, m, s = raw.split(":")
+    return int(h) * 3600 + int(m) * 60 + float(s)
+
+
+@dataclass(frozen=True)
+class QueueOptions:
+    batch_size: int = 16
+    new_batch_threshold: int | None = None
+    visibility_timeout: float = 0.0
+    max_polling_interval: float = 60.0
+    max_dequeue_count: int = 5
+    message_encoding: str = "base64"
+
+    @classmethod
+    def from_host_json(cls, host: Mapping[str, Any]) -> QueueOptions:
+        q = host.get("extensions", {}).get("queues", {})
+        return cls(
+            batch_size=int(q.get("batchSize", 16)),
+            new_batch_threshold=q.get("newBatchThreshold"),
+            visibility_timeout=_timespan(q.get("visibilityTimeout"), 0.0),
+            max_polling_interval=_timespan(q.get("maxPollingInterval"), 60.0),
+            max_dequeue_count=int(q.get("maxDequeueCount", 5)),
+            message_encoding=str(q.get("messageEncoding", "base64")),
+        )
+
+    @property
+    def threshold(self) -> int:
+        # The host's default: fetch a new batch when half of batchSize is still running.
+        return self.new_batch_threshold if self.new_batch_threshold is not None else self.batch_size // 2
+
+
+@dataclass(frozen=True)
+class HttpFunction:
+    name: str
+    route: str
+    pattern: re.Pattern[str]
+    methods: frozenset[str]
+    auth_level: str
+    arg_name: str
+    fn: Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class QueueFunction:
+    name: str
+    queue_name: str
+    connection: str
+    arg_name: str
+    fn: Callable[..., Any]
+
+
+def _route_pattern(route: str) -> re.Pattern[str]:
+    # Route templates: {name} matches one path segment, as in the Functions host.
+    regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", route.strip("/"))
+    return re.compile(f"^{regex}$")
+
+
+def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunction]]:
+    """Read every function's trigger from the app object (the app is the route table)."""
+    http: list[HttpFunction] = []
+    queues: list[QueueFunction] = []
+    for f in app.get_functions():
+        trigger = f.get_trigger().get_dict_repr()
+        kind = trigger["type"]
+        if kind == "httpTrigger":
+            route = trigger.get("route") or f.get_function_name()
+            methods = frozenset(str(getattr(m, "value", m)).upper() for m in trigger.get("methods") or
+                                ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+            auth = str(getattr(trigger.get("authLevel"), "value", trigger.get("authLevel") or "function"))
+            http.append(HttpFunction(f.get_function_name(), route, _route_pattern(route), methods,
+                                     auth.lower(), trigger["name"], f.get_user_function()))
+        elif kind == "queueTrigger":
+            queues.append(QueueFunction(f.get_function_name(), trigger["queueName"], trigger["connection"],
+                                        trigger["name"], f.get_user_function()))
+        else:
+            raise ValueError(f"the local host does not run {kind} triggers ({f.get_function_name()})")
+    # Literal routes before templated ones, longer before shorter, like the host's route ordering.
+    http.sort(key=lambda h: (h.route.count("{"), -len(h.route)))
+    return http, queues
+
+
+class LocalHost:
+    def __init__(
+        self,
+        app: func.FunctionApp,
+        host_json: Mapping[str, Any],
+        env: Mapping[str, str],
+        *,
+        function_key: str,
+        port: int = 7071,
+        inflight_visibility: float = 30.0,
+    ) -> None:
+        self.http, self.queues = discover(app)
+        self.prefix = "/" + str(host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")).strip("/")
+        self.options = QueueOptions.from_host_json(host_json)
+        self.env = env
+        self.function_key = function_key
+        self.port = port
+        self.inflight_visibility = inflight_visibility
+        self.stopping = threading.Event()
+        self.asgi = Starlette(routes=[Route("/{path:path}", self._dispatch, methods=[
+            "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])])
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _dispatch(self, request: Request) -> Response:
+        path = request.url.path
+        if not path.startswith(self.prefix + "/"):
+            return JSONResponse({"error": "not_found", "message": f"no function at {path}"}, 404)
+        sub = path[len(self.prefix) + 1 :]
+        allowed: set[str] = set()
+        for h in self.http:
+            match = h.pattern.match(sub)
+            if not match:
+                continue
+            if request.method not in h.methods:
+                allowed |= h.methods
+                continue
+            if h.auth_level != "anonymous" and not self._authorised(request):
+                return JSONResponse({"error": "unauthorized", "message":
+                                     "this route needs a function key: ?code=KEY or x-functions-key"}, 401)
+            body = await request.body()
+            req = func.HttpRequest(
+                method=request.method, url=str(request.url),
+                headers=dict(request.headers), params=dict(request.query_params),
+                route_params=match.groupdict(), body=body,
+            )
+            resp: func.HttpResponse = await run_in_threadpool(h.fn, **{h.arg_name: req})
+            headers = dict(resp.headers)
+            media = resp.mimetype or "text/plain"
+            return Response(resp.get_body(), status_code=resp.status_code, headers=headers,
+                            media_type=f"{media}; charset={resp.charset}" if media.startswith("text/") else media)
+        if allowed:
+            return JSONResponse({"error": "method_not_allowed", "message":
+                                 f"{request.method} is not allowed here; use {', '.join(sorted(allowed))}"},
+                                405, headers={"Allow": ", ".join(sorted(allowed))})
+        return JSONResponse({"error": "not_found", "message": f"no function at {path}"}, 404)
+
+    def _authorised(self, request: Request) -> bool:
+        given = request.query_params.get("code") or request.headers.get("x-functions-key")
+        return given is not None and given == self.function_key
+
+    # -- queues ----------------------------------------------------------------------------
+    def _queue_client(self, q: QueueFunction, name: str) -> QueueClient:
+        return StorageAccount.from_settings(self.env, q.connection).queue_service().get_queue_client(name)
+
+    def _poll(self, q: QueueFunction) -> None:
+        client = self._queue_client(q, q.queue_name)
+        poison = self._queue_client(q, f"{q.queue_name}-poison")
+        for c in (client, poison):
+            try:
+                c.create_queue()
+            except ResourceExistsError:
+                pass
+        opts = self.options
+        running = 0
+        lock = threading.Lock()
+        done = threading.Condition(lock)
+        delay = 0.1
+        with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
+            while not self.stopping.is_set():
+                with done:
+                    while running > opts.threshold and not self.stopping.is_set():
+                        done.wait(0.5)
+                    want = opts.batch_size - running
+                try:
+                    got = list(client.receive_messages(max_messages=want,
+                                                       visibility_timeout=int(self.inflight_visibility)))
+                except Exception as exc:  # storage down: keep polling, like the host
+                    log.warning("polling %s failed: %s", q.queue_name, exc)
+                    got = []
+                if not got:
+                    self.stopping.wait(delay)
+                    delay = min(delay * 2, opts.max_polling_interval)
+                    continue
+                delay = 0.1
+                for m in got:
+                    with lock:
+                        running += 1
+
+                    def run(m: Any = m) -> None:
+                        nonlocal running
+                        try:
+                            self._invoke(q, client, poison, m)
+                        finally:
+                            with done:
+                                running -= 1
+                                done.notify_all()
+
+                    pool.submit(run)
+
+    def _invoke(self, q: QueueFunction, client: QueueClient, poison: QueueClient, m: Any) -> None:
+        receipt = [m.pop_receipt]
+        if m.dequeue_count > self.options.max_dequeue_count:
+            self._to_poison(client, poison, m, receipt[0], "dequeue count over maxDequeueCount")
+            return
+        stop_renew = threading.Event()
+
+        def renew() -> None:  # keep the message invisible while the function runs
+            while not stop_renew.wait(self.inflight_visibility / 3):
+                try:
+                    r = client.update_message(m.id, receipt[0], visibility_timeout=int(self.inflight_visibility))
+                    receipt[0] = r.pop_receipt
+                except Exception:
+                    return
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        content = m.content
+        if self.options.message_encoding == "base64":
+            import base64
+
+            content = base64.b64decode(content).decode()
+        msg = FuncQueueMessage(id=m.id, body=content.encode(), dequeue_count=m.dequeue_count,
+                               pop_receipt=receipt[0], insertion_time=m.inserted_on,
+                               expiration_time=m.expires_on, time_next_visible=m.next_visible_on)
+        try:
+            q.fn(**{q.arg_name: msg})
+            ok = True
+        except Exception:
+            log.exception("function %s failed (dequeue count %d)", q.name, m.dequeue_count)
+            ok = False
+        finally:
+            stop_renew.set()
+            renewer.join()
+        try:
+            if ok:
+                client.delete_message(m.id, receipt[0])
+            elif m.dequeue_count >= self.options.max_dequeue_count:
+                self._to_poison(client, poison, m, receipt[0], "failed maxDequeueCount times")
+            else:
+                client.update_message(m.id, receipt[0], visibility_timeout=int(self.options.visibility_timeout))
+        except Exception as exc:
+            log.warning("could not settle message %s: %s", m.id, exc)
+
+    def _to_poison(self, client: QueueClient, poison: QueueClient, m: Any, receipt: str, why: str) -> None:
+        log.error("moving message %s to %s-poison: %s", m.id, client.queue_name, why)
+        poison.send_message(m.content)
+        client.delete_message(m.id, receipt)
+
+    # -- run -------------------------------------------------------------------------------
+    def serve(self, ready: Callable[[], None] | None = None) -> None:
+        for q in self.queues:
+            threading.Thread(target=self._poll, args=(q,), name=f"poll-{q.name}", daemon=True).start()
+        config = uvicorn.Config(self.asgi, host="127.0.0.1", port=self.port, log_level="warning",
+                                access_log=False, timeout_keep_alive=30)
+        server = uvicorn.Server(config)
+        if ready:
+            threading.Thread(target=lambda: (self._wait_started(server), ready()), daemon=True).start()
+        try:
+            server.run()
+        finally:
+            self.stopping.set()
+
+    @staticmethod
+    def _wait_started(server: uvicorn.Server) -> None:
+        while not server.started:
+            time.sleep(0.05)
+
+
+def load_local_settings(path: Path) -> dict[str, str]:
+    """The ``Values`` of a local.settings.json, as ``func start`` puts them in the environment."""
+    if not path.exists():
+        return {}
+    return {k: str(v) for k, v in json.loads(path.read_text()).get("Values", {}).items()}
+
+
+def run(port: int, settings_file: Path | None, inflight_visibility: float, fault: str | None) -> None:
+    """Entry point of ``python -m vault_local host``: environment first, then import the app."""
+    if settings_file:
+        for k, v in load_local_settings(settings_file).items():
+            os.environ.setdefault(k, v)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    if fault:
+        _install_fault(fault)
+    from vault_app.services import services
+
+    services().ensure()
+    import function_app  # imported after the environment is set, as the host does
+
+    host_json = json.loads((ROOT / "host.json").read_text())
+    key = os.environ.get("LOCAL_FUNCTION_KEY") or "local-dev-key"
+    host = LocalHost(function_app.app, host_json, os.environ, function_key=key, port=port,
+                     inflight_visibility=inflight_visibility)
+    names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
+    host.serve(ready=lambda: print(f"READY http://127.0.0.1:{port}{host.prefix} ({names})", flush=True))
+
+
+def _install_fault(point: str) -> None:
+    """Test seam: stop dead at a named point in the writer so a test can kill -9 this process."""
+    from vault_app import writer_fn
+
+    def hook(where: str) -> None:
+        if where == point:
+            print(f"FAULT {where}", flush=True)
+            time.sleep(3600)
+
+    writer_fn.fault_hook = hook
