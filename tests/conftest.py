@@ -10,6 +10,7 @@ import pytest
 from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +34,15 @@ def vault(account: StorageAccount) -> Vault:
 def stream() -> str:
     """A fresh stream name per test, so tests share one Azurite without sharing data."""
     return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(scope="session")
+def vault_host(azurite: Azurite) -> Iterator[HostProcess]:
+    """The local Functions host running function_app.py on the session's Azurite.
+
+    ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
+    ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
+    """
+    host = HostProcess(azurite.connection_string, key="test-key").start()
+    yield host
+    host.stop()

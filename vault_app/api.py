@@ -7,7 +7,6 @@ import json
 import re
 import time
 from datetime import datetime, timedelta, timezone
-from importlib import resources
 from typing import Any
 
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
@@ -168,8 +167,8 @@ def get_messages(req: Request) -> Response:
     result = _read(reader, stream, offset, limit, max_bytes)
     deadline = time.monotonic() + wait
     delay = 0.05
-    while not result.messages and time.monotonic() + delay < deadline:
-        time.sleep(delay)
+    while not result.messages and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(delay, left))
         delay = min(delay * 2, 1.0)
         result = _read(reader, stream, offset, limit, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
@@ -270,5 +269,7 @@ def health(req: Request) -> Response:
 
 @guarded
 def openapi(req: Request) -> Response:
-    return Response(200, resources.files("vault_app").joinpath("openapi.json").read_bytes())
+    from vault_app.openapi import SPEC  # imports this module's constants
+
+    return json_response(200, SPEC)
 

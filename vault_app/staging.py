@@ -26,7 +26,7 @@ from azure.data.tables import UpdateMode
 from vault_app import envelope
 from vault_app.services import Services
 from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable
+from vault_core.errors import StorageUnavailable, StreamNotFound
 from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id
 
@@ -153,5 +153,8 @@ class Stager:
 
     @staticmethod
     def _send(client: Any, text: str) -> None:
-        with translate_errors():
-            client.send_message(text)
+        try:
+            with translate_errors():
+                client.send_message(text)
+        except StreamNotFound as exc:  # infrastructure missing: the service is unavailable
+            raise StorageUnavailable(f"staging queue {client.queue_name!r} does not exist") from exc

@@ -38,6 +38,9 @@ DRAIN_BYTES = 64 * 1024 * 1024
 DRAIN_VISIBILITY = 300
 """Seconds drained messages stay invisible to others while this invocation works on them."""
 LEASED_RETRY_SECONDS = 5
+WRITER_LEASE_SECONDS = 15
+"""Azure's shortest lease: if a writer process dies, its stream is free again within 15 s.
+The writer renews it during long appends, so a short lease costs nothing while alive."""
 
 fault_hook: Callable[[str], None] | None = None
 """Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
@@ -104,7 +107,7 @@ def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> No
 
 def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
     started = time.monotonic()
-    with services.vault.writer(stream) as writer:
+    with services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS) as writer:
         results = writer.append(Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work)
         if fault_hook:
             fault_hook("after-commit")

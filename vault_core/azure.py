@@ -22,6 +22,8 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
+from azure.storage.blob import ExponentialRetry as BlobRetry
+from azure.storage.queue import ExponentialRetry as QueueRetry
 from azure.storage.queue import QueueServiceClient
 
 from vault_core.errors import (
@@ -76,20 +78,27 @@ class StorageAccount:
         return cls(blob_url=blob, queue_url=queue, table_url=table,
                    credential=_identity_credential(env, name))
 
+    # The storage SDKs' default retry waits 15 s, then 18 s, ... before answering: far too long
+    # for a request path that must say 503 promptly. Retry briefly here; callers that can wait
+    # longer (the staging tier, the writer's queue redelivery) add their own back-off on top.
     def blob_service(self) -> BlobServiceClient:
+        retry = BlobRetry(initial_backoff=1, increment_base=2, retry_total=3, random_jitter_range=1)
         if self.connection_string:
-            return BlobServiceClient.from_connection_string(self.connection_string)
-        return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential)
+            return BlobServiceClient.from_connection_string(self.connection_string, retry_policy=retry)
+        return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, retry_policy=retry)
 
     def queue_service(self) -> QueueServiceClient:
+        retry = QueueRetry(initial_backoff=1, increment_base=2, retry_total=2, random_jitter_range=1)
         if self.connection_string:
-            return QueueServiceClient.from_connection_string(self.connection_string)
-        return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential)
+            return QueueServiceClient.from_connection_string(self.connection_string, retry_policy=retry)
+        return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential,
+                                  retry_policy=retry)
 
     def table_service(self) -> TableServiceClient:
+        options = {"retry_total": 3, "retry_backoff_factor": 0.5}
         if self.connection_string:
-            return TableServiceClient.from_connection_string(self.connection_string)
-        return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential)
+            return TableServiceClient.from_connection_string(self.connection_string, **options)
+        return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential, **options)
 
     @staticmethod
     def _url(url: str | None, service: str) -> str:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import shutil
 import signal
@@ -13,34 +12,7 @@ import time
 from pathlib import Path
 
 from vault_local.azurite import ROOT, Azurite, free_port
-
-LOCAL_KEY = "local-dev-key"
-
-
-def local_env(connection_string: str, key: str = LOCAL_KEY) -> dict[str, str]:
-    """Settings for the host on one Azurite: every connection points at it."""
-    return {
-        "AzureWebJobsStorage": connection_string,
-        "VaultStorage": connection_string,
-        "VaultStaging0": connection_string,
-        "LOCAL_FUNCTION_KEY": key,
-        "FUNCTIONS_WORKER_RUNTIME": "python",
-    }
-
-
-def start_host(env: dict[str, str], port: int, *extra: str) -> subprocess.Popen[str]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "vault_local", "host", "--port", str(port), *extra],
-        cwd=ROOT, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write("  [host] " + line)
-        if line.startswith("READY"):
-            return proc
-    raise RuntimeError("the local host exited before it was ready")
-
+from vault_local.process import LOCAL_KEY, HostProcess
 
 def _show(cmd: list[str]) -> str:
     print("\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
@@ -57,8 +29,8 @@ def demo(args: argparse.Namespace) -> None:
     azurite = Azurite(location=data, blob_port=free_port(), queue_port=free_port(), table_port=free_port())
     azurite.start()
     print(f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, table {azurite.table_port} (data in .azurite/)")
-    host = start_host(local_env(azurite.connection_string), args.port)
-    api = f"http://127.0.0.1:{args.port}/api"
+    host = HostProcess(azurite.connection_string, port=args.port, echo=True).start()
+    api = host.url
     try:
         post = ["curl", "-s", "-H", "Content-Type: application/json"]
         _show([*post, "-d", '{"messages":[{"key":"order-1","value":"{\\"total\\": 42}"},'
@@ -85,8 +57,7 @@ def demo(args: argparse.Namespace) -> None:
         print("Press Ctrl-C to stop.")
         signal.sigwait({signal.SIGINT, signal.SIGTERM})
     finally:
-        os.killpg(host.pid, signal.SIGTERM)
-        host.wait(10)
+        host.stop()
         azurite.stop()
 
 
@@ -99,6 +70,7 @@ def main() -> None:
                    help="local.settings.json whose Values become environment variables")
     h.add_argument("--inflight-visibility", type=float, default=30.0,
                    help="seconds a queue message stays invisible while its function runs (renewed)")
+    h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument("--fault", choices=["after-commit"], help="test seam: stop at this point to be killed")
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
@@ -107,7 +79,7 @@ def main() -> None:
     if args.command == "host":
         from vault_local.host import run
 
-        run(args.port, args.settings, args.inflight_visibility, args.fault)
+        run(args.port, args.settings, args.inflight_visibility, args.fault, args.host_json)
     else:
         demo(args)
 

@@ -311,12 +311,14 @@ class LocalHost:
 
 def load_local_settings(path: Path) -> dict[str, str]:
     """The ``Values`` of a local.settings.json, as ``func start`` puts them in the environment."""
-    if not path.exists():
+    text = path.read_text() if path.is_file() else ""
+    if not text.strip():
         return {}
-    return {k: str(v) for k, v in json.loads(path.read_text()).get("Values", {}).items()}
+    return {k: str(v) for k, v in json.loads(text).get("Values", {}).items()}
 
 
-def run(port: int, settings_file: Path | None, inflight_visibility: float, fault: str | None) -> None:
+def run(port: int, settings_file: Path | None, inflight_visibility: float, fault: str | None,
+        host_json_file: Path | None = None) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
@@ -330,7 +332,7 @@ def run(port: int, settings_file: Path | None, inflight_visibility: float, fault
     services().ensure()
     import function_app  # imported after the environment is set, as the host does
 
-    host_json = json.loads((ROOT / "host.json").read_text())
+    host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
     key = os.environ.get("LOCAL_FUNCTION_KEY") or "local-dev-key"
     host = LocalHost(function_app.app, host_json, os.environ, function_key=key, port=port,
                      inflight_visibility=inflight_visibility)

@@ -1,0 +1,417 @@
+"""The Function App end to end: real HTTP against the local host, real Azurite."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from vault_app.envelope import INLINE_LIMIT
+from vault_core.azure import StorageAccount
+from vault_core.format import decode
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def http(vault_host: HostProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=vault_host.url, timeout=60) as client:
+        yield client
+
+
+def post(http: httpx.Client, key: str, stream: str, messages: list[dict[str, Any]], **kw: Any) -> httpx.Response:
+    params = {"code": key, **kw.pop("params", {})}
+    return http.post(f"/streams/{stream}/messages", params=params, json={"messages": messages}, **kw)
+
+
+def read_all(http: httpx.Client, stream: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    offset = 0
+    while True:
+        r = http.get(f"/streams/{stream}/messages", params={"from": offset, "limit": 5000})
+        if r.status_code == 404:
+            return out  # not written yet
+        doc = r.json()
+        out += doc["messages"]
+        if doc["next_offset"] == doc["committed"]:
+            return out
+        offset = doc["next_offset"]
+
+
+def wait_committed(http: httpx.Client, batch_id: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        doc = http.get(f"/batches/{batch_id}").json()
+        if doc.get("status") in ("committed", "rejected"):
+            return dict(doc)
+        time.sleep(0.2)
+    raise TimeoutError(f"batch {batch_id} not committed")
+
+
+def test_concurrent_producers_every_acknowledged_message_is_read_back_once(
+    http: httpx.Client, vault_host: HostProcess
+) -> None:
+    streams = [f"e2e-{uuid.uuid4().hex[:8]}" for _ in range(3)]
+
+    def producer(p: int) -> list[tuple[str, str]]:
+        acked = []
+        for b in range(6):
+            stream = streams[(p + b) % len(streams)]
+            values = [f"p{p}-b{b}-m{i}" for i in range(50)]
+            r = post(http, vault_host.key, stream, [{"key": f"p{p}", "value": v} for v in values])
+            assert r.status_code == 202, r.text
+            acked += [(stream, v) for v in values]
+        return acked
+
+    with ThreadPoolExecutor(4) as pool:
+        acked = [a for result in pool.map(producer, range(4)) for a in result]
+    deadline = time.monotonic() + 60
+    for stream in streams:
+        expected = sorted(v for s, v in acked if s == stream)
+        while True:
+            got = read_all(http, stream)
+            if len(got) >= len(expected) or time.monotonic() > deadline:
+                break
+            time.sleep(0.3)
+        assert sorted(m["value"] for m in got) == expected  # each exactly once
+        offsets = [m["offset"] for m in got]
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+        # Within a batch: contiguous and in the order sent.
+        by_batch: dict[str, list[int]] = {}
+        for m in got:
+            by_batch.setdefault(m["value"].rsplit("-", 1)[0], []).append(int(m["value"].rsplit("m", 1)[1]))
+        assert all(seq == list(range(50)) for seq in by_batch.values())
+
+
+def test_batches_of_one_producer_that_waits_for_commit_keep_their_order(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    for b in range(5):
+        r = post(http, vault_host.key, stream, [{"value": f"b{b}-{i}"} for i in range(3)], params={"wait": 20})
+        assert r.status_code == 200 and r.json()["status"] == "committed"
+    assert [m["value"] for m in read_all(http, stream)] == [f"b{b}-{i}" for b in range(5) for i in range(3)]
+
+
+def test_wait_answers_200_with_offsets_once_committed(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    r = post(http, vault_host.key, stream, [{"value": "a"}, {"value": "b"}], params={"wait": 20})
+    doc = r.json()
+    assert r.status_code == 200 and doc["first_offset"] == 0 and doc["count"] == 2 and doc["next_offset"] > 0
+    assert http.get(f"/batches/{doc['batch_id']}").json()["status"] == "committed"
+
+
+@pytest.mark.parametrize("how", ["header", "batch_id"])
+def test_a_retried_post_is_staged_and_committed_once(
+    http: httpx.Client, vault_host: HostProcess, stream: str, how: str
+) -> None:
+    token = uuid.uuid4().hex
+    ids = set()
+    for _ in range(3):
+        if how == "header":
+            r = post(http, vault_host.key, stream, [{"value": "once"}], headers={"Idempotency-Key": token})
+        else:
+            r = http.post(f"/streams/{stream}/messages", params={"code": vault_host.key},
+                          json={"batch_id": token, "messages": [{"value": "once"}]})
+        assert r.status_code in (200, 202), r.text
+        ids.add(r.json()["batch_id"])
+    assert len(ids) == 1
+    wait_committed(http, ids.pop())
+    assert [m["value"] for m in read_all(http, stream)] == ["once"]
+
+
+def test_long_poll_returns_as_soon_as_data_arrives(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    post(http, vault_host.key, stream, [{"value": "first"}], params={"wait": 20})
+    tail = http.get(f"/streams/{stream}/messages", params={"from": 0}).json()["next_offset"]
+    got: dict[str, Any] = {}
+
+    def poll() -> None:
+        start = time.monotonic()
+        r = http.get(f"/streams/{stream}/messages", params={"from": tail, "wait": 30})
+        got.update(r.json(), elapsed=time.monotonic() - start)
+
+    t = threading.Thread(target=poll)
+    t.start()
+    time.sleep(1.0)
+    post(http, vault_host.key, stream, [{"value": "second"}])
+    t.join(40)
+    assert [m["value"] for m in got["messages"]] == ["second"] and 1.0 < got["elapsed"] < 25
+
+
+def test_long_poll_with_nothing_new_returns_empty_after_the_wait(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    post(http, vault_host.key, stream, [{"value": "x"}], params={"wait": 20})
+    end = http.get(f"/streams/{stream}/messages").json()["next_offset"]
+    start = time.monotonic()
+    doc = http.get(f"/streams/{stream}/messages", params={"from": end, "wait": 1}).json()
+    assert doc["messages"] == [] and doc["next_offset"] == end and time.monotonic() - start >= 0.9
+
+
+def test_ndjson_reads_carry_offsets_in_headers(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    post(http, vault_host.key, stream, [{"value": "n1"}, {"value": "n2"}], params={"wait": 20})
+    r = http.get(f"/streams/{stream}/messages", headers={"Accept": "application/x-ndjson"})
+    lines = [json.loads(x) for x in r.text.splitlines()]
+    assert [m["value"] for m in lines] == ["n1", "n2"]
+    assert r.headers["content-type"].startswith("application/x-ndjson")
+    assert int(r.headers["x-next-offset"]) == int(r.headers["x-committed"])
+
+
+def test_binary_values_round_trip_as_base64(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    raw = bytes(range(256))
+    r = post(http, vault_host.key, stream, [{"value": base64.b64encode(raw).decode(), "encoding": "base64",
+                                             "key": base64.b64encode(b"\xff\x00").decode(), "key_encoding": "base64"}],
+             params={"wait": 20})
+    assert r.status_code == 200
+    [m] = read_all(http, stream)
+    assert m["value_encoding"] == "base64" and base64.b64decode(m["value"]) == raw
+    assert base64.b64decode(m["key"]) == b"\xff\x00"
+
+
+def test_range_reads_serve_the_documented_format(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    post(http, vault_host.key, stream, [{"key": "k", "value": f"v{i}"} for i in range(20)], params={"wait": 20})
+    committed = http.get(f"/streams/{stream}").json()["committed"]
+    r = http.get(f"/streams/{stream}/log", headers={"Range": f"bytes=0-{committed - 1}"})
+    assert r.status_code == 206 and r.headers["content-range"] == f"bytes 0-{committed - 1}/{committed}"
+    records, end = decode(r.content, 0, complete=True)
+    assert [m.value for m in records] == [f"v{i}".encode() for i in range(20)] and end == committed
+    part = http.get(f"/streams/{stream}/log", headers={"Range": "bytes=10-19"})
+    assert part.status_code == 206 and part.content == r.content[10:20]
+    assert http.get(f"/streams/{stream}/log", headers={"Range": "bytes=-5"}).content == r.content[-5:]
+    beyond = http.get(f"/streams/{stream}/log", headers={"Range": f"bytes={committed}-"})
+    assert beyond.status_code == 416 and beyond.headers["content-range"] == f"bytes */{committed}"
+
+
+def test_time_seeks_start_at_the_first_message_at_or_after_the_time(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    first = post(http, vault_host.key, stream, [{"value": "early"}], params={"wait": 20}).json()
+    time.sleep(0.05)
+    second = post(http, vault_host.key, stream, [{"value": "late"}], params={"wait": 20}).json()
+    assert second["timestamp"] > first["timestamp"]
+    doc = http.get(f"/streams/{stream}/messages", params={"at": second["timestamp"]}).json()
+    assert [m["value"] for m in doc["messages"]] == ["late"]
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(first["timestamp"] / 1000 - 5)) + "Z"
+    assert [m["value"] for m in http.get(f"/streams/{stream}/messages", params={"at": iso}).json()["messages"]] == [
+        "early", "late"]
+
+
+def test_claim_check_batches_commit_and_their_blob_is_deleted(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    big = [{"value": "z" * 2000 + str(i)} for i in range(3 * INLINE_LIMIT // 2000)]
+    r = post(http, vault_host.key, stream, big, params={"wait": 30})
+    assert r.status_code == 200, r.text
+    assert len(read_all(http, stream)) == len(big)
+    account = StorageAccount(connection_string=vault_host.connection_string)
+    claims = account.blob_service().get_container_client("mv-claimcheck")
+    assert not [b.name for b in claims.list_blobs() if b.name.startswith(r.json()["batch_id"])]
+
+
+def test_catalog_lists_streams_and_queue_depths(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+    post(http, vault_host.key, stream, [{"value": "c"}], params={"wait": 20})
+    doc = http.get("/streams").json()
+    assert stream in [s["stream"] for s in doc["streams"]]
+    assert len(doc["queues"]) == 4 and all("approximate_messages" in q for q in doc["queues"])
+    one = http.get(f"/streams/{stream}").json()
+    assert one["count"] == 1 and one["committed"] > 0 and one["first_timestamp"] == one["last_timestamp"]
+
+
+def test_access_hands_out_a_read_only_sas_for_the_stream_blob(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    post(http, vault_host.key, stream, [{"value": "direct"}], params={"wait": 20})
+    doc = http.get(f"/streams/{stream}/access").json()
+    from azure.storage.blob import BlobClient
+
+    blob = BlobClient.from_blob_url(f"{doc['blob_url']}?{doc['sas']}")
+    data = blob.download_blob(offset=0, length=doc["committed"]).readall()
+    assert decode(data, 0, complete=True)[0][0].value == b"direct"
+    with pytest.raises(Exception, match="not authorized|AuthorizationPermissionMismatch|403"):
+        blob.upload_page(b"\0" * 512, offset=0, length=512)
+
+
+@pytest.mark.parametrize("auth", [{}, {"code": "wrong"}])
+def test_writes_without_the_function_key_get_401(http: httpx.Client, stream: str, auth: dict[str, str]) -> None:
+    r = http.post(f"/streams/{stream}/messages", params=auth, json={"messages": [{"value": "x"}]})
+    assert r.status_code == 401 and r.json()["error"] == "unauthorized"
+
+
+BAD_POSTS = [
+    ("malformed JSON", b'{"messages": [', "application/json", 400),
+    ("malformed NDJSON", b'{"value": "ok"}\n{nope', "application/x-ndjson", 400),
+    ("no messages", b'{"messages": []}', "application/json", 400),
+    ("missing value", b'{"messages": [{"key": "k"}]}', "application/json", 400),
+    ("bad base64", b'{"messages": [{"value": "ok"}, {"value": "!!", "encoding": "base64"}]}', "application/json", 400),
+    ("unknown encoding", b'{"messages": [{"value": "x", "encoding": "rot13"}]}', "application/json", 400),
+    ("bad batch id", b'{"batch_id": "a:b", "messages": [{"value": "x"}]}', "application/json", 400),
+    ("oversize message", json.dumps({"messages": [{"value": "ok"}, {"value": "v" * (1024 * 1024 + 1)}]}).encode(),
+     "application/json", 413),
+    ("oversize key", json.dumps({"messages": [{"value": "v", "key": "k" * 1025}]}).encode(), "application/json", 413),
+    ("too many messages", json.dumps({"messages": [{"value": "v"}] * 10_001}).encode(), "application/json", 413),
+    ("body too large", b"x" * (16 * 1024 * 1024 + 1), "application/json", 413),
+]
+
+
+@pytest.mark.parametrize(("case", "body", "ctype", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
+def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
+    http: httpx.Client, vault_host: HostProcess, stream: str, case: str, body: bytes, ctype: str, status: int
+) -> None:
+    r = http.post(f"/streams/{stream}/messages", params={"code": vault_host.key}, content=body,
+                  headers={"Content-Type": ctype})
+    assert r.status_code == status, r.text
+    doc = r.json()
+    assert doc["error"] in ("bad_request", "too_large") and doc["message"]
+    assert http.get(f"/streams/{stream}").status_code == 404  # nothing was staged, so nothing written
+
+
+BAD_READS = [
+    ("invalid stream name", "/streams/bad%20name/messages", {}, 400, "invalid_stream"),
+    ("negative offset", "/streams/{s}/messages", {"from": "-1"}, 400, "bad_request"),
+    ("offset not a number", "/streams/{s}/messages", {"from": "abc"}, 400, "bad_request"),
+    ("offset between records", "/streams/{s}/messages", {"from": "3"}, 400, "invalid_offset"),
+    ("offset past the end", "/streams/{s}/messages", {"from": "999999"}, 416, "invalid_offset"),
+    ("bad time", "/streams/{s}/messages", {"at": "yesterday"}, 400, "bad_request"),
+    ("limit out of range", "/streams/{s}/messages", {"limit": "0"}, 400, "bad_request"),
+    ("wait too long", "/streams/{s}/messages", {"wait": "3600"}, 400, "bad_request"),
+    ("unknown stream", "/streams/nope-{s}/messages", {}, 404, "not_found"),
+    ("unknown batch", "/batches/0123456789abcdef", {}, 404, "not_found"),
+    ("bad range", "/streams/{s}/log", {}, 400, "bad_request"),
+]
+
+
+@pytest.mark.parametrize(("case", "path", "params", "status", "code"), BAD_READS, ids=[c[0] for c in BAD_READS])
+def test_bad_reads_get_a_clear_4xx(
+    http: httpx.Client, vault_host: HostProcess, stream: str,
+    case: str, path: str, params: dict[str, str], status: int, code: str,
+) -> None:
+    post(http, vault_host.key, stream, [{"value": "something"}], params={"wait": 20})
+    headers = {"Range": "lines=1-2"} if path.endswith("/log") else {}
+    r = http.get(path.replace("{s}", stream), params=params, headers=headers)
+    assert r.status_code == status, r.text
+    assert r.json()["error"] == code
+
+
+def test_unknown_routes_and_methods_get_json_errors(http: httpx.Client) -> None:
+    assert http.get("/nothing-here").json()["error"] == "not_found"
+    r = http.delete("/streams/x/messages")
+    assert r.status_code == 405 and "GET" in r.headers["allow"]
+
+
+def test_openapi_documents_every_route_of_the_app(http: httpx.Client) -> None:
+    import function_app
+    from vault_local.host import discover
+
+    spec = http.get("/openapi.json").json()
+    http_functions, _ = discover(function_app.app)
+    documented = {(p, m.upper()) for p, ops in spec["paths"].items() for m in ops}
+    for f in http_functions:
+        for method in f.methods:
+            assert ("/" + f.route, method) in documented, f"{method} /{f.route} is not in openapi.json"
+
+
+def test_health(http: httpx.Client) -> None:
+    assert http.get("/health").json()["status"] == "ok"
+
+
+# -- faults: each test gets its own host (and queues) so killing it disturbs nothing else -------
+
+FAST_RETRY_HOST_JSON = {
+    "version": "2.0",
+    "extensions": {"http": {"routePrefix": "api"}, "queues": {
+        "batchSize": 1, "newBatchThreshold": 0, "maxDequeueCount": 3, "visibilityTimeout": "00:00:00",
+        "maxPollingInterval": "00:00:01", "messageEncoding": "none"}},
+}
+
+
+def own_host(azurite: Azurite, tmp_path: Path, *args: str, prefix: str | None = None) -> HostProcess:
+    host_json = tmp_path / "host.json"
+    host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
+    settings = {"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", "VAULT_STAGING_QUEUES": "1"}
+    return HostProcess(azurite.connection_string, settings=settings,
+                       args=("--host-json", str(host_json), "--inflight-visibility", "3", *args))
+
+
+def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once(
+    azurite: Azurite, tmp_path: Path, stream: str
+) -> None:
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    faulty = own_host(azurite, tmp_path, "--fault", "after-commit", prefix=prefix).start()
+    try:
+        r = httpx.post(f"{faulty.url}/streams/{stream}/messages", params={"code": faulty.key},
+                       json={"messages": [{"value": f"m{i}"} for i in range(10)]})
+        assert r.status_code == 202
+        faulty.wait_for("FAULT after-commit", 30)
+    finally:
+        faulty.stop(kill=True)  # kill -9: committed, queue message not deleted
+    healthy = own_host(azurite, tmp_path, prefix=prefix).start()
+    try:
+        doc = wait_committed(httpx.Client(base_url=healthy.url), r.json()["batch_id"])
+        deadline = time.monotonic() + 60  # the dead writer's 15 s lease must run out first
+        queue = StorageAccount(connection_string=azurite.connection_string).queue_service() \
+            .get_queue_client(f"{prefix}-0")
+        while queue.get_queue_properties().approximate_message_count and time.monotonic() < deadline:
+            time.sleep(0.5)  # the redelivered message is processed (as a duplicate) and deleted
+        assert queue.get_queue_properties().approximate_message_count == 0
+        values = [m["value"] for m in read_all(httpx.Client(base_url=healthy.url), stream)]
+        assert values == [f"m{i}" for i in range(10)] and doc["first_offset"] == 0
+    finally:
+        healthy.stop()
+
+
+def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flowing(
+    azurite: Azurite, tmp_path: Path, stream: str
+) -> None:
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    host = own_host(azurite, tmp_path, prefix=prefix).start()
+    try:
+        queues = StorageAccount(connection_string=azurite.connection_string).queue_service()
+        staging, poison = queues.get_queue_client(f"{prefix}-0"), queues.get_queue_client(f"{prefix}-0-poison")
+        staging.send_message("this is not an envelope")
+        missing = json.dumps({"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1})
+        staging.send_message(missing)
+        client = httpx.Client(base_url=host.url)
+        ok = client.post(f"/streams/{stream}/messages", params={"code": host.key, "wait": 30},
+                         json={"messages": [{"value": "still flowing"}]})
+        assert ok.status_code == 200
+        deadline = time.monotonic() + 60
+        while poison.get_queue_properties().approximate_message_count < 2 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert sorted(m.content for m in poison.peek_messages(max_messages=10)) == sorted(
+            [missing, "this is not an envelope"])
+        status = client.get("/batches/lost-claim").json()
+        assert status["status"] == "rejected" and "claim-check blob" in status["reason"]
+        assert [m["value"] for m in read_all(client, stream)] == ["still flowing"]
+    finally:
+        host.stop()
+
+
+def test_staging_down_answers_503_with_retry_after_never_202(tmp_path: Path, stream: str) -> None:
+    storage = Azurite(location=tmp_path).start()
+    host = HostProcess(storage.connection_string).start()
+    try:
+        client = httpx.Client(base_url=host.url, timeout=90)
+        assert client.post(f"/streams/{stream}/messages", params={"code": host.key},
+                           json={"messages": [{"value": "up"}]}).status_code == 202
+        storage.stop()
+        down = client.post(f"/streams/{stream}/messages", params={"code": host.key},
+                           json={"messages": [{"value": "down"}]})
+        assert down.status_code == 503 and int(down.headers["retry-after"]) > 0
+        assert down.json()["error"] == "unavailable"
+        storage.start()
+        again = client.post(f"/streams/{stream}/messages", params={"code": host.key, "wait": 30},
+                            json={"messages": [{"value": "back"}]})
+        assert again.status_code == 200
+        assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
+    finally:
+        host.stop()
+        storage.cleanup()

@@ -1,0 +1,103 @@
+"""The local host as a child process: used by the demo, the end-to-end tests and the benchmarks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+
+from vault_local.azurite import ROOT, free_port
+
+LOCAL_KEY = "local-dev-key"
+
+
+def local_env(connection_string: str, key: str = LOCAL_KEY) -> dict[str, str]:
+    """Settings for the host on one Azurite: every connection points at it."""
+    return {
+        "AzureWebJobsStorage": connection_string,
+        "VaultStorage": connection_string,
+        "VaultStaging0": connection_string,
+        "LOCAL_FUNCTION_KEY": key,
+        "FUNCTIONS_WORKER_RUNTIME": "python",
+    }
+
+
+class HostProcess:
+    """``python -m vault_local host`` in its own process group; its output is drained and kept."""
+
+    def __init__(
+        self,
+        connection_string: str,
+        *,
+        port: int | None = None,
+        key: str = LOCAL_KEY,
+        settings: Mapping[str, str] | None = None,
+        args: tuple[str, ...] = (),
+        echo: bool = False,
+    ) -> None:
+        self.connection_string = connection_string
+        self.port = port or free_port()
+        self.key = key
+        self.env = {**local_env(connection_string, key), **(settings or {})}
+        self.args = args
+        self.echo = echo
+        self.lines: list[str] = []
+        self.proc: subprocess.Popen[str] | None = None
+        self._changed = threading.Condition()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/api"
+
+    def start(self, timeout: float = 60) -> HostProcess:
+        self.lines = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "vault_local", "host", "--port", str(self.port), "--settings", "/dev/null",
+             *self.args],
+            cwd=ROOT, env={**os.environ, **self.env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, start_new_session=True,
+        )
+        threading.Thread(target=self._drain, daemon=True).start()
+        self.wait_for("READY", timeout)
+        return self
+
+    def _drain(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self.echo:
+                sys.stdout.write("  [host] " + line)
+            with self._changed:
+                self.lines.append(line)
+                self._changed.notify_all()
+        with self._changed:
+            self._changed.notify_all()
+
+    def wait_for(self, prefix: str, timeout: float) -> str:
+        """Block until the host prints a line starting with ``prefix``."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while True:
+                for line in self.lines:
+                    if line.startswith(prefix):
+                        return line
+                if self.proc is None or self.proc.poll() is not None:
+                    raise RuntimeError("the host exited:\n" + "".join(self.lines[-30:]))
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError(f"host did not print {prefix!r}:\n" + "".join(self.lines[-30:]))
+                self._changed.wait(min(left, 0.5))
+
+    def stop(self, kill: bool = False) -> None:
+        """SIGTERM (or SIGKILL: a crash) the whole process group."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
