@@ -1,12 +1,12 @@
 """Staging producer batches durably in the sharded queues, and tracking batch status.
 
-A batch's status row (table ``<prefix>batches``, PartitionKey = batch id) moves
-``staging`` → ``staged`` (→ ``rejected`` if the writer gives up on it). "Committed" is
-not stored here: it is read from the stream's own batch index, written by the commit.
+A batch's status row (table ``<prefix>batches``, PartitionKey = batch id) says ``staged``
+(or ``rejected`` once the writer gives up on it). "Committed" is not stored here: it is read
+from the stream's own batch index, which the commit itself writes.
 
-Order of a POST: status ``staging`` → queue message → status ``staged`` → 202. A retried
-POST finds ``staged`` and does not stage again; finding ``staging`` (the first attempt died
-mid-way) it stages again, and the writer's batch-id check drops the duplicate if both arrive.
+Order of a POST: queue message (claim-check blob first if large) → status row → 202. A retried
+POST with the same batch id finds the row and does not stage again; if the first attempt died
+before the row, it stages again and the writer's batch-id check drops whichever copy is second.
 """
 
 from __future__ import annotations
@@ -26,14 +26,15 @@ from azure.data.tables import UpdateMode
 from vault_app import envelope
 from vault_app.services import Services
 from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable, StreamNotFound
+from vault_app.telemetry import event
+from vault_core.errors import StorageUnavailable, StreamNotFound, VaultError
 from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id
 
 log = logging.getLogger("vault_app.staging")
 T = TypeVar("T")
 
-STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
+STAGED, REJECTED, COMMITTED = "staged", "rejected", "committed"
 
 
 @dataclass(frozen=True)
@@ -92,22 +93,26 @@ class Stager:
         return BatchStatus(batch_id, stream, REJECTED if state == REJECTED else STAGED,
                            int(row.get("Count", 0)), reason=row.get("Reason"))
 
-    def stage(self, stream: str, batch_id: str, messages: list[NewMessage]) -> BatchStatus:
-        """Durably stage a batch (idempotent per batch id); returns once it is in a queue."""
-        existing = self._row(batch_id)
-        if existing is not None and existing.get("Stream") != stream:
-            from vault_app.http import HttpError
+    def stage(self, stream: str, batch_id: str, messages: list[NewMessage], *, check_existing: bool) -> BatchStatus:
+        """Durably stage a batch; returns once it is in a queue (never before).
 
-            raise HttpError(409, "conflict", f"batch id {batch_id} was already used for stream "
-                            f"{existing.get('Stream')!r}")
-        if existing is not None and existing.get("State") in (STAGED, REJECTED):
-            found = self.status(batch_id)
-            assert found is not None
-            return found
+        ``check_existing`` (the producer named the batch) makes a retry stage it once: a status
+        row means it was staged before. Without a producer id the id is fresh and needs no check.
+        """
+        if check_existing:
+            existing = self._row(batch_id)
+            if existing is not None:
+                if existing.get("Stream") != stream:
+                    from vault_app.http import HttpError
+
+                    raise HttpError(409, "conflict", f"batch id {batch_id} was already used for stream "
+                                    f"{existing.get('Stream')!r}")
+                found = self.status(batch_id)
+                assert found is not None
+                return found
         started = time.monotonic()
         now = self.clock()
         size = sum(len(m.value) for m in messages)
-        self._put_row(batch_id, stream, STAGING, len(messages), now)
         text = envelope.encode_messages(batch_id, stream, now, messages)
         claimed = len(text) > envelope.INLINE_LIMIT
         if claimed:
@@ -116,12 +121,15 @@ class Stager:
             text = envelope.encode_claim(batch_id, stream, now, blob, len(messages))
         queue = self.services.queue_for(stream)
         with_retries(lambda: self._send(queue.client, text))
-        self._put_row(batch_id, stream, STAGED, len(messages), now)
-        log.info("staged batch", extra={"vault": {
-            "event": "staged", "stream": stream, "batch_id": batch_id, "messages": len(messages),
-            "bytes": size, "queue": queue.name, "account": queue.account,
-            "claim_check": claimed,
-            "duration_ms": round((time.monotonic() - started) * 1000, 1)}})
+        # The status row comes after the queue message: a row always means "staged". If writing
+        # it fails the batch is staged all the same (a retry would be dropped as a duplicate).
+        try:
+            self._put_row(batch_id, stream, STAGED, len(messages), now)
+        except VaultError as exc:
+            log.warning("batch %s staged, but its status row was not written: %s", batch_id, exc)
+        event(log, "staged", stream=stream, batch_id=batch_id, messages=len(messages), bytes=size,
+              queue=queue.name, account=queue.account, claim_check=claimed,
+              duration_ms=round((time.monotonic() - started) * 1000, 1))
         return BatchStatus(batch_id, stream, STAGED, len(messages))
 
     def reject(self, batch_id: str, stream: str, reason: str) -> None:

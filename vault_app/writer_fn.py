@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,9 +26,10 @@ from vault_app import envelope
 from vault_app.envelope import Envelope, EnvelopeError
 from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
+from vault_app.telemetry import event
 from vault_core.azure import translate_errors
-from vault_core.errors import StreamLeased, VaultError
-from vault_core.writer import Batch
+from vault_core.errors import LeaseLost, StreamLeased, VaultError
+from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
 
@@ -41,6 +43,9 @@ LEASED_RETRY_SECONDS = 5
 WRITER_LEASE_SECONDS = 15
 """Azure's shortest lease: if a writer process dies, its stream is free again within 15 s.
 The writer renews it during long appends, so a short lease costs nothing while alive."""
+
+WRITER_IDLE_SECONDS = 10.0
+"""How long a stream's writer (and its lease) stays open after its last append."""
 
 fault_hook: Callable[[str], None] | None = None
 """Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
@@ -105,12 +110,78 @@ def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> No
             log.exception("append to %s failed; its drained batches return to the queue", stream)
 
 
+class OpenWriters:
+    """Writers kept open between invocations, so a busy stream pays for lease and recovery once.
+
+    A writer closes (releasing its lease for other instances) after WRITER_IDLE_SECONDS without
+    an append; one that lost its lease meanwhile is reopened. Invocations of one queue run one at
+    a time (host.json), and a stream lives on one queue, so a writer is never shared at once;
+    the lock covers the reaper.
+    """
+
+    def __init__(self, idle_seconds: float = WRITER_IDLE_SECONDS) -> None:
+        self.idle_seconds = idle_seconds
+        self._open: dict[str, tuple[StreamWriter, float]] = {}
+        self._lock = threading.Lock()
+        self._reaper: threading.Thread | None = None
+
+    def append(self, services: Services, stream: str, batches: list[Batch]) -> list[AppendResult]:
+        with self._lock:
+            writer = self._take(stream)
+        if writer is None:
+            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
+        try:
+            results = writer.append(batches)
+        except LeaseLost:
+            writer.close()
+            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
+            results = writer.append(batches)
+        except BaseException:
+            writer.close()
+            raise
+        with self._lock:
+            self._open[stream] = (writer, time.monotonic())
+            self._start_reaper()
+        return results
+
+    def _take(self, stream: str) -> StreamWriter | None:
+        entry = self._open.pop(stream, None)
+        return entry[0] if entry else None
+
+    def close_idle(self, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [s for s, (_, used) in self._open.items() if now - used >= self.idle_seconds]
+            writers = [self._open.pop(s)[0] for s in idle]
+        for w in writers:
+            try:
+                w.close()
+            except VaultError as exc:
+                log.warning("closing the writer of %s: %s", w.stream, exc)
+
+    def _start_reaper(self) -> None:
+        if self._reaper is None or not self._reaper.is_alive():
+            self._reaper = threading.Thread(target=self._reap, name="mv-writer-reaper", daemon=True)
+            self._reaper.start()
+
+    def _reap(self) -> None:
+        while True:
+            time.sleep(1.0)
+            self.close_idle()
+            with self._lock:
+                if not self._open:
+                    return
+
+
+open_writers = OpenWriters()
+
+
 def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
     started = time.monotonic()
-    with services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS) as writer:
-        results = writer.append(Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work)
-        if fault_hook:
-            fault_hook("after-commit")
+    results = open_writers.append(services, stream,
+                                  [Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work])
+    if fault_hook:
+        fault_hook("after-commit")
     now_ms = time.time_ns() // 1_000_000
     for w in work:
         if w.envelope.claim:
@@ -118,13 +189,11 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
         if w.drained:
             _delete(queue, w.drained)
     fresh = [r for r in results if not r.duplicate]
-    log.info("appended", extra={"vault": {
-        "event": "appended", "stream": stream, "batch_ids": [r.batch_id for r in results],
-        "duplicates": len(results) - len(fresh), "messages": sum(r.count for r in fresh),
-        "bytes": (fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
-        "duration_ms": round((time.monotonic() - started) * 1000, 1),
-        "lag_ms": now_ms - min(w.envelope.staged_ms for w in work),
-    }})
+    event(log, "appended", stream=stream, batch_ids=[r.batch_id for r in results],
+          duplicates=len(results) - len(fresh), messages=sum(r.count for r in fresh),
+          bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
+          duration_ms=round((time.monotonic() - started) * 1000, 1),
+          lag_ms=now_ms - min(w.envelope.staged_ms for w in work))
 
 
 def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:

@@ -19,7 +19,8 @@ index rows of the last commit (its batch ids travel in the commit record itself)
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
@@ -112,6 +113,9 @@ class StreamWriter:
         self._catalog_written_ms = 0
         self._stale = True  # re-read state before the first append
         self._closed = False
+        self._recorder = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-index-{self.stream}")
+        self._uploader = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-pages-{self.stream}")
+        self._recording: Future[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     @classmethod
@@ -137,6 +141,8 @@ class StreamWriter:
         try:
             writer._recover()
         except BaseException:
+            writer._recorder.shutdown(wait=False)
+            writer._uploader.shutdown(wait=False)
             writer._release()
             raise
         return writer
@@ -146,9 +152,12 @@ class StreamWriter:
         if self._closed:
             return
         try:
+            self._wait_recorded()
             if not self._stale:
                 self.index.record_commit(self.stream, self.state, [], [], self.clock.now_ms())
         finally:
+            self._recorder.shutdown(wait=True)
+            self._uploader.shutdown(wait=True)
             self._release()
 
     def __enter__(self) -> StreamWriter:
@@ -265,32 +274,37 @@ class StreamWriter:
         buf = bytearray(self._tail)
         offset = state.committed
         count = state.count
-        etag = state.etag
+        pages = _PagePipeline(self._write, state.etag, self._uploader)
         points: list[IndexPoint] = []
         last_point = self._last_point
         results: dict[int, AppendResult] = {}
         committed_batches: list[CommittedBatch] = []
-        for i, batch in group.batches:
-            first = offset
-            for message in batch.messages:
-                if last_point is None or offset - last_point.offset >= self.index_spacing:
-                    last_point = IndexPoint(offset, ts, count)
-                    points.append(last_point)
-                offset += encode_into(buf, message, offset, ts)
-                count += 1
-                if len(buf) >= self.max_write:
-                    etag = self._write(write_pos, memoryview(buf)[: self.max_write], etag)
-                    write_pos += self.max_write
-                    del buf[: self.max_write]
-            result = AppendResult(batch.batch_id, first, offset, len(batch.messages), ts)
-            results[i] = result
-            if batch.batch_id:
-                committed_batches.append(CommittedBatch(batch.batch_id, first, offset, result.count, ts))
-        tail_len = len(buf) % PAGE_SIZE
-        tail = bytes(buf[len(buf) - tail_len :])
-        if buf:
-            buf += bytes(_round_up(len(buf)) - len(buf))
-            etag = self._write(write_pos, memoryview(buf), etag)
+        try:
+            for i, batch in group.batches:
+                first = offset
+                for message in batch.messages:
+                    if last_point is None or offset - last_point.offset >= self.index_spacing:
+                        last_point = IndexPoint(offset, ts, count)
+                        points.append(last_point)
+                    offset += encode_into(buf, message, offset, ts)
+                    count += 1
+                    if len(buf) >= self.max_write:
+                        pages.send(write_pos, bytes(buf[: self.max_write]))
+                        write_pos += self.max_write
+                        del buf[: self.max_write]
+                result = AppendResult(batch.batch_id, first, offset, len(batch.messages), ts)
+                results[i] = result
+                if batch.batch_id:
+                    committed_batches.append(CommittedBatch(batch.batch_id, first, offset, result.count, ts))
+            tail_len = len(buf) % PAGE_SIZE
+            tail = bytes(buf[len(buf) - tail_len :])
+            if buf:
+                buf += bytes(_round_up(len(buf)) - len(buf))
+                pages.send(write_pos, bytes(buf))
+            etag = pages.finish()
+        except BaseException:
+            pages.abandon()
+            raise
         new_state = replace(
             self.state,  # not ``state``: _grow() may have recorded a larger blob since
             committed=offset,
@@ -300,6 +314,7 @@ class StreamWriter:
             batches=tuple(committed_batches),
         )
         self._keep_lease()
+        self._wait_recorded()  # the previous commit's batch ids must be in Tables before mv_batches changes
         etag = self.blob.commit(new_state, self.lease, etag)
         self.state = replace(new_state, etag=etag)
         self._tail = tail
@@ -310,15 +325,32 @@ class StreamWriter:
         return results
 
     def _record(self, points: list[IndexPoint], batches: list[CommittedBatch], now: int) -> None:
-        # Index rows and batch ids: one transaction per 100 rows. The catalog row is a summary,
-        # refreshed at most once per CATALOG_INTERVAL_MS (and on close).
-        if now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
-            self.index.record_commit(self.stream, self.state, points, batches, now)
-            self._catalog_written_ms = now
-        else:
-            self.index.record_index(self.stream, points, batches)
+        """Write the commit's index rows and batch ids in the background, off the append path.
 
-    def _write(self, pos: int, data: memoryview, etag: str) -> str:
+        Safe because they are derived from the commit record: until the next commit replaces
+        ``mv_batches`` (which first waits for this write) a crash loses nothing, and the next
+        writer re-derives both from the log and the commit record.
+        """
+        state = self.state
+        with_catalog = now - self._catalog_written_ms >= CATALOG_INTERVAL_MS
+        if with_catalog:
+            self._catalog_written_ms = now  # a summary: refreshed at most once per interval and on close
+
+        def write() -> None:
+            if with_catalog:
+                self.index.record_commit(self.stream, state, points, batches, now)
+            else:
+                self.index.record_index(self.stream, points, batches)
+
+        self._wait_recorded()
+        self._recording = self._recorder.submit(write)
+
+    def _wait_recorded(self) -> None:
+        if self._recording is not None:
+            pending, self._recording = self._recording, None
+            pending.result()  # re-raises a failed write: the append fails and the writer recovers
+
+    def _write(self, pos: int, data: bytes, etag: str) -> str:
         end = pos + len(data)
         if end > self.state.blob_size:
             etag = self._grow(end, etag)
@@ -345,6 +377,33 @@ class StreamWriter:
             with translate_errors(self.stream):
                 self.lease.renew()
             self._renewed_at = now
+
+
+class _PagePipeline:
+    """Page writes sent one at a time on a background thread, so that the writer encodes the
+    next chunk while the previous one is on the wire. Still strictly sequential: each write is
+    ``If-Match`` the ETag the previous one returned, and at most one is in flight."""
+
+    def __init__(self, write: Callable[[int, bytes, str], str], etag: str, pool: ThreadPoolExecutor) -> None:
+        self._write = write
+        self._etag = etag
+        self._pool = pool
+        self._pending: Future[str] | None = None
+
+    def send(self, pos: int, data: bytes) -> None:
+        etag = self._pending.result() if self._pending else self._etag
+        self._pending = self._pool.submit(self._write, pos, data, etag)
+
+    def finish(self) -> str:
+        if self._pending:
+            self._etag, self._pending = self._pending.result(), None
+        return self._etag
+
+    def abandon(self) -> None:
+        """After a failure: let the write in flight end (its bytes lie past ``committed``)."""
+        if self._pending:
+            self._pending.exception()
+            self._pending = None
 
 
 def _duplicate(b: CommittedBatch) -> AppendResult:

@@ -1,0 +1,168 @@
+"""Core log benchmark (issue 2): the writer and reader against the raw page-blob primitives.
+
+    ./dev bench core            (python -m bench.core)
+
+Every figure is a ratio measured in one run on the same Azurite, so a noisy machine moves
+both sides alike:
+  * append MiB/s of StreamWriter (1 KiB messages, ~4 MiB batches) / sequential 4 MiB upload_page
+  * full-scan MiB/s of StreamReader.scan / sequential 4 MiB download_blob range reads
+  * read() of 1,000 messages near the end of a >= 1 GiB stream / the same at offset 0
+  * peak RSS of a writer process and of a full-scan reader process at 100 MiB and 1 GiB
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+from bench.common import MIB, report, timed
+from vault_core.azure import StorageAccount
+from vault_core.format import NewMessage
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+from vault_local.azurite import Azurite
+
+CHUNK = 4 * MIB
+MESSAGE = 1024
+
+
+def batch_of(target_bytes: int, tag: int) -> Batch:
+    payload = bytes([65 + tag % 26]) * (MESSAGE - 40)
+    n = target_bytes // (MESSAGE + 32 + 8)
+    return Batch([NewMessage(payload, f"key-{i % 100:03d}") for i in range(n)])
+
+
+BATCHES = [batch_of(CHUNK, i) for i in range(4)]
+
+
+def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> float:
+    """Append ``total`` bytes of ~4 MiB batches, ``per_call`` batches per append (as the writer
+    function hands over what it drained); returns seconds, batch building excluded."""
+    elapsed = 0.0
+    with vault.writer(stream) as w:
+        while w.state.committed < total:
+            batches = [BATCHES[(w.state.committed // CHUNK + k) % 4] for k in range(per_call)]
+            elapsed += timed(lambda b=batches: w.append(b))
+    return elapsed
+
+
+def raw_upload(vault: Vault, name: str, total: int) -> float:
+    blob = vault.container.get_blob_client(name)
+    blob.create_page_blob(size=total)
+    data = os.urandom(CHUNK)
+
+    def run() -> None:
+        for pos in range(0, total, CHUNK):
+            blob.upload_page(data, offset=pos, length=CHUNK)
+
+    return timed(run)
+
+
+def raw_download(vault: Vault, stream: str, total: int) -> float:
+    blob = vault.container.get_blob_client(stream)
+
+    def run() -> None:
+        for pos in range(0, total, CHUNK):
+            blob.download_blob(offset=pos, length=min(CHUNK, total - pos), max_concurrency=1).readall()
+
+    return timed(run)
+
+
+def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
+    """Run in a child process: write or scan ``mib`` MiB, then print peak RSS in MiB."""
+    vault = Vault(StorageAccount(connection_string=conn)).ensure()
+    if role == "writer":
+        write_stream(vault, stream, mib * MIB)
+    else:
+        count = sum(1 for _ in vault.reader.scan(stream))
+        assert count > 0
+    # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child would inherit the
+    # parent's high-water mark; VmHWM belongs to this process image alone.
+    with open("/proc/self/status") as status:
+        hwm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+    print(hwm_kib / 1024)
+
+
+def peak_rss(conn: str, role: str, stream: str, mib: int) -> float:
+    out = subprocess.run([sys.executable, "-m", "bench.core", "--child", role, conn, stream, str(mib)],
+                         check=True, capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--child", nargs=4, metavar=("ROLE", "CONN", "STREAM", "MIB"))
+    parser.add_argument("--throughput-mib", type=int, default=256)
+    parser.add_argument("--big-mib", type=int, default=1024)
+    args = parser.parse_args()
+    if args.child:
+        role, conn, stream, mib = args.child
+        memory_child(conn, role, stream, int(mib))
+        return
+    t0 = time.monotonic()
+    azurite = Azurite(in_memory=True).start()
+    try:
+        conn = azurite.connection_string
+        vault = Vault(StorageAccount(connection_string=conn)).ensure()
+        total = args.throughput_mib * MIB
+        figures: dict[str, float] = {}
+
+        # 1. append throughput, alternating rounds so drift hits both sides
+        raw_t, ours_t, single_t = [], [], []
+        for r in range(3):
+            raw_t.append(raw_upload(vault, f"raw-{r}", total))
+            ours_t.append(write_stream(vault, f"bench-w{r}", total))
+            single_t.append(write_stream(vault, f"bench-s{r}", total, per_call=1))
+        figures["raw upload_page MiB/s"] = args.throughput_mib / statistics.median(raw_t)
+        figures["writer append MiB/s (4 batches/call)"] = args.throughput_mib / statistics.median(ours_t)
+        figures["writer append MiB/s (1 batch/call)"] = args.throughput_mib / statistics.median(single_t)
+        figures["append ratio (>= 0.7)"] = figures["writer append MiB/s (4 batches/call)"] / figures[
+            "raw upload_page MiB/s"]
+        figures["append ratio, 1 batch/call"] = figures["writer append MiB/s (1 batch/call)"] / figures[
+            "raw upload_page MiB/s"]
+
+        # 2. full-scan throughput over the same stream bytes
+        committed = vault.reader.state("bench-w0").committed
+        raw_r, ours_r = [], []
+        for _ in range(3):
+            raw_r.append(raw_download(vault, "bench-w0", committed))
+            ours_r.append(timed(lambda: sum(1 for _ in vault.reader.scan("bench-w0"))))
+        figures["raw download MiB/s"] = committed / MIB / statistics.median(raw_r)
+        figures["reader scan MiB/s"] = committed / MIB / statistics.median(ours_r)
+        figures["scan ratio (>= 0.8)"] = figures["reader scan MiB/s"] / figures["raw download MiB/s"]
+
+        # 3+4. memory at 100 MiB and at the big size; the big stream then serves the seek test
+        for mib in (100, args.big_mib):
+            figures[f"writer peak RSS MiB @ {mib} MiB"] = peak_rss(conn, "writer", f"mem-{mib}", mib)
+        for mib in (100, args.big_mib):
+            figures[f"reader peak RSS MiB @ {mib} MiB"] = peak_rss(conn, "reader", f"mem-{mib}", mib)
+        big = f"mem-{args.big_mib}"
+        end_state = vault.reader.state(big)
+        near_end = next(m.offset for m in vault.reader.scan(big, from_offset=_boundary_near(vault, big,
+                                                                                          end_state.committed)))
+        starts, ends = [], []
+        for _ in range(30):
+            starts.append(timed(lambda: vault.reader.read(big, 0, max_count=1000, max_bytes=2 * MIB)))
+            ends.append(timed(lambda: vault.reader.read(big, near_end, max_count=1000, max_bytes=2 * MIB)))
+        figures["stream size GiB"] = end_state.committed / 1024**3
+        figures["read 1000 @ offset 0 ms (median)"] = statistics.median(starts) * 1000
+        figures["read 1000 near end ms (median)"] = statistics.median(ends) * 1000
+        figures["near-end / start ratio (<= 1.5)"] = statistics.median(ends) / statistics.median(starts)
+        figures["benchmark seconds"] = time.monotonic() - t0
+        report("core", "./dev bench core", figures)
+    finally:
+        azurite.cleanup()
+
+
+def _boundary_near(vault: Vault, stream: str, committed: int) -> int:
+    """An index point (a record boundary) about 2 MiB before the end, found without scanning."""
+    points = vault.index.points(stream, max(0, committed - 4 * MIB))
+    return points[0].offset
+
+
+if __name__ == "__main__":
+    main()

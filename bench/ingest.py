@@ -1,0 +1,169 @@
+"""End-to-end benchmark (issue 3): HTTP ingest → staging → writer → read API, on one Azurite.
+
+    ./dev bench ingest          (python -m bench.ingest)
+
+Ratios measured in one run against the raw primitives on the same Azurite:
+  * ingest messages/s (POST accepted → committed; producers post batches of 1,000) for 100-byte
+    and 1 KiB messages / raw ``send_message`` of one message per queue message (target >= 100x)
+  * ingest MiB/s for large batches / raw sequential 4 MiB ``upload_page`` (target >= 0.5)
+  * read API MiB/s (NDJSON, 1 KiB messages) / raw 4 MiB range reads of the same blob (>= 0.5)
+  * latency from POST to visible through the read API at light load, p50 and p99
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import threading
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from bench.common import MIB, report, timed
+from vault_core.azure import StorageAccount
+from vault_core.vault import Vault
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+
+def raw_send_rate(account: StorageAccount, seconds: float = 3.0) -> float:
+    queue = account.queue_service().get_queue_client(f"raw-{uuid.uuid4().hex[:8]}")
+    queue.create_queue()
+    body = "x" * 100
+    sent = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        queue.send_message(body)
+        sent += 1
+    return sent / (time.perf_counter() - start)
+
+
+def raw_upload_mib_s(vault: Vault, total_mib: int = 64) -> float:
+    blob = vault.container.get_blob_client(f"raw-{uuid.uuid4().hex[:8]}")
+    blob.create_page_blob(size=total_mib * MIB)
+    data = os.urandom(4 * MIB)
+    return total_mib / timed(lambda: [blob.upload_page(data, offset=p, length=4 * MIB)
+                                      for p in range(0, total_mib * MIB, 4 * MIB)])
+
+
+def committed_count(vault: Vault, stream: str) -> int:
+    try:
+        return vault.reader.state(stream).count
+    except Exception:
+        return 0
+
+
+def ingest(host: HostProcess, vault: Vault, size: int, batches: int, per_batch: int, producers: int) -> float:
+    """Messages/s from the first POST until every message is committed (several streams)."""
+    streams = [f"ingest-{size}-{uuid.uuid4().hex[:6]}-{i}" for i in range(producers)]
+    body = {"messages": [{"key": f"k{i % 50}", "value": "v" * size} for i in range(per_batch)]}
+
+    def produce(stream: str) -> None:
+        with httpx.Client(base_url=host.url, timeout=120) as client:
+            for _ in range(batches):
+                r = client.post(f"/streams/{stream}/messages", params={"code": host.key}, json=body)
+                assert r.status_code == 202, r.text
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(producers) as pool:
+        list(pool.map(produce, streams))
+    total = batches * per_batch * producers
+    while sum(committed_count(vault, s) for s in streams) < total:
+        time.sleep(0.05)
+    return total / (time.perf_counter() - start)
+
+
+def read_api_mib_s(host: HostProcess, vault: Vault, stream: str) -> tuple[float, float]:
+    committed = vault.reader.state(stream).committed
+    blob = vault.container.get_blob_client(stream)
+
+    def raw() -> None:
+        for p in range(0, committed, 4 * MIB):
+            blob.download_blob(offset=p, length=min(4 * MIB, committed - p), max_concurrency=1).readall()
+
+    def api() -> None:
+        offset = 0
+        with httpx.Client(base_url=host.url, timeout=120) as client:
+            while offset < committed:
+                r = client.get(f"/streams/{stream}/messages", params={"from": offset, "limit": 10000,
+                               "max_bytes": 4 * MIB}, headers={"Accept": "application/x-ndjson"})
+                offset = int(r.headers["x-next-offset"])
+
+    raw_s = statistics.median(timed(raw) for _ in range(3))
+    api_s = statistics.median(timed(api) for _ in range(3))
+    return committed / MIB / raw_s, committed / MIB / api_s
+
+
+def latency(host: HostProcess, samples: int) -> list[float]:
+    stream = f"latency-{uuid.uuid4().hex[:6]}"
+    out = []
+    with httpx.Client(base_url=host.url, timeout=60) as client:
+        client.post(f"/streams/{stream}/messages", params={"code": host.key, "wait": 30},
+                    json={"messages": [{"value": "warm-up"}]})
+        tail = int(client.get(f"/streams/{stream}/messages").headers["x-next-offset"])
+        for i in range(samples):
+            got: list[float] = []
+            start = time.perf_counter()
+
+            def consume(t: int = tail) -> None:
+                with httpx.Client(base_url=host.url, timeout=60) as reader:
+                    r = reader.get(f"/streams/{stream}/messages", params={"from": t, "wait": 30})
+                    assert r.json()["messages"]
+                    got.append(time.perf_counter() - start)
+                    got.append(int(r.headers["x-next-offset"]))
+
+            waiter = threading.Thread(target=consume)
+            waiter.start()
+            client.post(f"/streams/{stream}/messages", params={"code": host.key},
+                        json={"messages": [{"value": f"m{i}"}]})
+            waiter.join()
+            out.append(got[0] * 1000)
+            tail = int(got[1])
+            time.sleep(0.1)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--batches", type=int, default=10, help="batches per producer")
+    parser.add_argument("--producers", type=int, default=4)
+    parser.add_argument("--latency-samples", type=int, default=40)
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    azurite = Azurite(in_memory=True).start()
+    host = HostProcess(azurite.connection_string).start()
+    try:
+        account = StorageAccount(connection_string=azurite.connection_string)
+        vault = Vault(account)
+        figures: dict[str, float] = {}
+        figures["raw send_message msgs/s (1 msg per queue msg)"] = raw_send_rate(account)
+        for size in (100, 1024):
+            rate = ingest(host, vault, size, args.batches, 1000, args.producers)
+            figures[f"ingest msgs/s, {size} B messages, batches of 1000"] = rate
+            figures[f"ingest / raw send_message, {size} B (>= 100)"] = rate / figures[
+                "raw send_message msgs/s (1 msg per queue msg)"]
+        figures["raw upload_page MiB/s"] = raw_upload_mib_s(vault)
+        large = ingest(host, vault, 1024, max(2, args.batches // 2), 4000, 2)  # ~4 MiB batches
+        figures["ingest MiB/s, 4,000 x 1 KiB batches"] = large * 1024 / MIB
+        figures["ingest MiB/s / raw upload_page (>= 0.5)"] = figures["ingest MiB/s, 4,000 x 1 KiB batches"] / \
+            figures["raw upload_page MiB/s"]
+        stream = next(e.stream for e in vault.streams() if e.stream.startswith("ingest-1024"))
+        raw_mib, api_mib = read_api_mib_s(host, vault, stream)
+        figures["raw range read MiB/s"] = raw_mib
+        figures["read API NDJSON MiB/s"] = api_mib
+        figures["read API / raw (>= 0.5)"] = api_mib / raw_mib
+        lat = sorted(latency(host, args.latency_samples))
+        figures["POST -> visible p50 ms"] = statistics.median(lat)
+        figures["POST -> visible p99 ms"] = lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+        figures["benchmark seconds"] = time.monotonic() - t0
+        report("ingest", "./dev bench ingest", figures)
+    finally:
+        host.stop()
+        azurite.cleanup()
+
+
+if __name__ == "__main__":
+    main()

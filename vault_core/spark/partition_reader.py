@@ -1,0 +1,156 @@
+"""One Spark task: download a partition's bytes in large ranges and yield Arrow batches.
+
+The I/O pattern is :func:`vault_core.reader.scan_blob`'s: ``chunk``-sized ranged GETs with
+``prefetch`` in flight, a carry of the record cut by each chunk edge, every CRC verified.
+Decoding is columnar (:mod:`vault_core.spark.columnar`), one Arrow batch per chunk.
+
+With ``skip_corrupt`` a record that does not verify is skipped: the reader resynchronises
+on the next verifiable record (:func:`vault_core.format.find_next_record`) and records the
+skipped bytes in a :class:`SkipReport`, which is logged (WARNING, executor log) and, when
+``corruptReportPath`` is set, written as one small JSON file per partition that skipped
+anything. Without it the first bad record raises :class:`CorruptRecord`, which Spark shows
+with the stream and offset.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections import deque
+from collections.abc import Generator, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from vault_core.errors import CorruptRecord, StorageFailure
+from vault_core.format import HEADER_SIZE, find_next_record
+from vault_core.pageblob import StreamBlob
+from vault_core.spark.columnar import decode_columns, record_batch
+from vault_core.spark.connection import clients
+from vault_core.spark.plan import Partition
+from vault_core.spark.schema import ARROW_SCHEMA
+
+log = logging.getLogger("vault_core.spark")
+
+
+def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
+    """Every record of ``part`` as Arrow batches in ``schema`` (the exact schema Spark expects)."""
+    blob = clients(part.connection).blob(part.stream)
+    settings = part.settings
+    report = SkipReport(part.stream, part.start, part.end)
+    chunks = download(blob, part.start, part.end, settings.chunk_bytes, settings.prefetch)
+    base = part.start  # stream offset of buf[0]
+    carry = b""
+    skipping_since: int | None = None  # stream offset where the current corrupt stretch began
+    try:
+        for data, last in chunks:
+            buf = carry + data if carry else data
+            pos = 0
+            while True:
+                if skipping_since is not None:
+                    found = find_next_record(buf, base, pos)
+                    if found is None:
+                        # keep a tail that could hold the start of the next record's header
+                        pos = len(buf) if last else max(pos, len(buf) - HEADER_SIZE)
+                        if last:
+                            report.add(skipping_since, base + pos)
+                        break
+                    report.add(skipping_since, base + found)
+                    skipping_since, pos = None, found
+                cols = decode_columns(buf, base, pos, last=last, stream=part.stream)
+                if cols.rows:
+                    yield record_batch(part.stream, cols.arrays, cols.rows, schema)
+                pos = cols.end
+                if cols.error is None:
+                    break
+                if not (settings.skip_corrupt and isinstance(cols.error, CorruptRecord)):
+                    raise cols.error
+                skipping_since = base + pos
+                pos += 1
+            carry = buf[pos:]
+            base += pos
+    finally:
+        chunks.close()
+        if report.skipped:
+            report.publish(settings.corrupt_report_path)
+
+
+def download(
+    blob: StreamBlob, start: int, end: int, chunk: int, prefetch: int
+) -> Generator[tuple[bytes, bool], None, None]:
+    """``[start, end)`` in ``chunk``-sized ranged GETs, ``prefetch`` in flight: ``(bytes, is_last)``."""
+    ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))
+    pool = ThreadPoolExecutor(max_workers=max(1, prefetch), thread_name_prefix="mv-spark")
+    pending: deque[tuple[int, Future[bytes]]] = deque()
+    try:
+        while ranges or pending:
+            while ranges and len(pending) < max(1, prefetch):
+                p, n = ranges.popleft()
+                pending.append((n, pool.submit(blob.read, p, n)))
+            n, future = pending.popleft()
+            data = future.result()
+            if len(data) != n:
+                raise StorageFailure(f"short read from stream {blob.stream!r}: {len(data)} of {n} bytes")
+            yield data, not ranges and not pending
+    finally:
+        for _, f in pending:
+            f.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass
+class SkipReport:
+    """Corrupt stretches one partition skipped: ``(offset, bytes)``, adjacent stretches merged."""
+
+    stream: str
+    start: int
+    end: int
+    skips: list[list[int]] = field(default_factory=list)
+
+    @property
+    def skipped(self) -> int:
+        return len(self.skips)
+
+    @property
+    def skipped_bytes(self) -> int:
+        return sum(n for _, n in self.skips)
+
+    def add(self, begin: int, end: int) -> None:
+        if self.skips and self.skips[-1][0] + self.skips[-1][1] == begin:
+            self.skips[-1][1] += end - begin
+        else:
+            self.skips.append([begin, end - begin])
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "stream": self.stream, "start": self.start, "end": self.end,
+            "skipped": self.skipped, "skipped_bytes": self.skipped_bytes,
+            "skips": [{"offset": o, "bytes": n} for o, n in self.skips],
+        }
+
+    def publish(self, directory: str | None) -> None:
+        """Log the skips; with ``directory`` also write them as ``<stream>-<start>-<end>.json`` there."""
+        log.warning("messagevault skipped %d corrupt stretch(es), %d bytes, in stream %s [%d, %d): %s",
+                    self.skipped, self.skipped_bytes, self.stream, self.start, self.end, self.skips)
+        if not directory:
+            return
+        os.makedirs(directory, exist_ok=True)
+        name = os.path.join(directory, f"{self.stream}-{self.start:016x}-{self.end:016x}.json")
+        tmp = f"{name}.{os.getpid()}.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(self.to_json(), f)
+        os.replace(tmp, name)  # a retried task rewrites the same file: no double counting
+
+
+def read_skip_reports(directory: str) -> list[dict[str, object]]:
+    """The reports :meth:`SkipReport.publish` wrote under ``directory`` (driver side, local paths)."""
+    if not os.path.isdir(directory):
+        return []
+    out = []
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".json"):
+            with open(os.path.join(directory, name), encoding="utf-8") as f:
+                out.append(json.load(f))
+    return out

@@ -1,0 +1,191 @@
+"""Planning: which committed byte ranges each Spark task reads. No Spark in this module.
+
+A partition is ``(stream, start, end)``: a committed byte range that starts and ends on record
+boundaries, so a task can decode it without looking outside it. Boundaries come from the
+sparse index (:meth:`IndexTables.points`, about one per MiB of log), never from scanning
+the log, so planning a terabyte stream costs a few Table queries. Time bounds are resolved
+with :meth:`StreamReader.seek_time` (one index lookup plus at most ~1 MiB of log).
+
+Partitions carry their connection as plain strings (:class:`Connection`) and their read
+settings, so an executor needs nothing but the partition.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from vault_core.errors import InvalidOffset, StreamNotFound
+from vault_core.format import HEADER_SIZE
+from vault_core.spark.connection import Clients, Connection, clients
+from vault_core.spark.options import (
+    DEFAULT_CHUNK_BYTES,
+    DEFAULT_PREFETCH,
+    Position,
+    ReadOptions,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class StreamRange:
+    """Committed bytes ``[start, end)`` of one stream; both ends are record boundaries."""
+
+    stream: str
+    start: int
+    end: int
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class ReadSettings:
+    """How a task reads its range: what executors need besides the range itself."""
+
+    skip_corrupt: bool = False
+    corrupt_report_path: str | None = None
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES
+    prefetch: int = DEFAULT_PREFETCH
+
+    @classmethod
+    def of(cls, options: ReadOptions) -> ReadSettings:
+        return cls(options.skip_corrupt, options.corrupt_report_path, options.chunk_bytes, options.prefetch)
+
+
+@dataclass(frozen=True)
+class Partition:
+    """One task's work: a range, where it lives and how to read it. Picklable, no SDK objects."""
+
+    range: StreamRange
+    connection: Connection
+    settings: ReadSettings = ReadSettings()
+
+    @property
+    def stream(self) -> str:
+        return self.range.stream
+
+    @property
+    def start(self) -> int:
+        return self.range.start
+
+    @property
+    def end(self) -> int:
+        return self.range.end
+
+
+def split_range(start: int, end: int, boundaries: Iterable[int], max_bytes: int) -> list[tuple[int, int]]:
+    """Cut ``[start, end)`` at some of ``boundaries`` (ascending) into pieces of at most ``max_bytes``.
+
+    Greedy: each piece ends at the furthest boundary that keeps it within ``max_bytes``. Where
+    two consecutive boundaries are further apart than that, the piece is as small as the
+    boundaries allow (one index spacing), never empty.
+    """
+    if start >= end:
+        return []
+    edges = [start]
+    best: int | None = None  # furthest boundary within max_bytes of the last edge
+    for b in boundaries:
+        if b <= edges[-1] or b >= end:
+            continue
+        if b - edges[-1] > max_bytes:
+            if best is not None:
+                edges.append(best)
+                best = None
+            if b - edges[-1] > max_bytes:
+                edges.append(b)
+                continue
+        best = b
+    if end - edges[-1] > max_bytes and best is not None:
+        edges.append(best)
+    edges.append(end)
+    return list(itertools.pairwise(edges))
+
+
+class Planner:
+    """Resolves positions to offsets and splits ranges, for one connection (driver side)."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.clients: Clients = clients(connection)
+
+    def committed(self, stream: str, *, missing_ok: bool = False) -> int:
+        """The committed length from the commit record; a missing stream is 0 if ``missing_ok``."""
+        try:
+            return self.clients.blob(stream).state().committed
+        except StreamNotFound:
+            if missing_ok:
+                return 0
+            raise StreamNotFound(f"stream {stream!r} does not exist in container "
+                                 f"{self.connection.container!r}") from None
+
+    def resolve(self, stream: str, position: Position, committed: int, *, is_end: bool) -> int:
+        """The byte offset of ``position`` in ``stream``, given its committed length now."""
+        if position.kind == "earliest":
+            return 0
+        if position.kind == "latest":
+            return committed
+        if position.kind == "time":
+            if committed == 0:
+                return 0
+            # seek_time reads its own commit record, which may be newer: never go past ours.
+            return min(self.clients.reader.seek_time(stream, position.value), committed)
+        offset = position.value
+        if offset > committed:
+            if is_end:
+                return committed  # "up to offset N" when less is committed: read what there is
+            raise InvalidOffset(
+                f"fromOffset {offset} is past the committed end of stream {stream!r} ({committed})"
+            )
+        if 0 < offset < committed:
+            # Raises InvalidOffset unless a record starts exactly there (one small ranged GET).
+            self.clients.reader.read(stream, offset, max_bytes=HEADER_SIZE, max_count=1)
+        return offset
+
+    def resolve_range(
+        self, stream: str, start: Position, end: Position, *, missing_ok: bool = False
+    ) -> StreamRange:
+        committed = self.committed(stream, missing_ok=missing_ok)
+        lo = self.resolve(stream, start, committed, is_end=False)
+        hi = self.resolve(stream, end, committed, is_end=True)
+        if lo > hi:
+            raise InvalidOffset(
+                f"stream {stream!r}: the start ({start} → offset {lo}) is after the end ({end} → offset {hi})"
+            )
+        return StreamRange(stream, lo, hi)
+
+    def split(self, r: StreamRange, max_bytes: int) -> list[StreamRange]:
+        """``r`` cut at index points into pieces of about ``max_bytes`` (one piece without an index)."""
+        if r.size <= 0:
+            return []
+        if r.size <= max_bytes:
+            return [r]
+        index = self.clients.index
+        if index is None:
+            log.warning("no table endpoint for the index: stream %s is read as one partition (%d bytes)",
+                        r.stream, r.size)
+            return [r]
+        points = [p.offset for p in index.points(r.stream, r.start, r.end)]
+        return [StreamRange(r.stream, a, b) for a, b in split_range(r.start, r.end, points, max_bytes)]
+
+    def partitions(self, ranges: Sequence[StreamRange], options: ReadOptions) -> list[Partition]:
+        settings = ReadSettings.of(options)
+        return [
+            Partition(piece, self.connection, settings)
+            for r in ranges
+            for piece in self.split(r, options.max_partition_bytes)
+        ]
+
+
+def plan_read(options: ReadOptions) -> list[Partition]:
+    """The partitions of a batch read: every stream's range between its from and to positions."""
+    planner = Planner(options.connection)
+    ranges = [
+        planner.resolve_range(s, options.start.for_stream(s), options.end.for_stream(s))
+        for s in options.streams
+    ]
+    return planner.partitions(ranges, options)
