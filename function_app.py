@@ -18,13 +18,19 @@ settings = config.load_settings()
 
 
 def _request(req: func.HttpRequest) -> Request:
-    return Request(method=req.method, route=dict(req.route_params), query=dict(req.params),
-                   headers={k.lower(): v for k, v in req.headers.items()}, body=req.get_body() or b"")
+    return Request(
+        method=req.method,
+        route=dict(req.route_params),
+        query=dict(req.params),
+        headers={k.lower(): v for k, v in req.headers.items()},
+        body=req.get_body() or b"",
+    )
 
 
 def _response(resp: Response) -> func.HttpResponse:
-    return func.HttpResponse(body=resp.body, status_code=resp.status, headers=resp.headers,
-                             mimetype=resp.mimetype)
+    return func.HttpResponse(
+        body=resp.body, status_code=resp.status, headers=resp.headers, mimetype=resp.mimetype
+    )
 
 
 @app.route(route="streams/{stream}/messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)

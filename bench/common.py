@@ -31,4 +31,6 @@ def report(name: str, command: str, figures: dict[str, Any]) -> None:
         shown = f"{value:,.3f}" if isinstance(value, float) else str(value)
         print(f"  {key:<{width}}  {shown}")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / f"{name}.json").write_text(json.dumps({"command": command, "figures": figures}, indent=2) + "\n")
+    (RESULTS / f"{name}.json").write_text(
+        json.dumps({"command": command, "figures": figures}, indent=2) + "\n"
+    )

@@ -88,8 +88,12 @@ def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
 
 
 def peak_rss(conn: str, role: str, stream: str, mib: int) -> float:
-    out = subprocess.run([sys.executable, "-m", "bench.core", "--child", role, conn, stream, str(mib)],
-                         check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.core", "--child", role, conn, stream, str(mib)],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
     return float(out.strip().splitlines()[-1])
 
 
@@ -120,10 +124,12 @@ def main() -> None:
         figures["raw upload_page MiB/s"] = args.throughput_mib / statistics.median(raw_t)
         figures["writer append MiB/s (4 batches/call)"] = args.throughput_mib / statistics.median(ours_t)
         figures["writer append MiB/s (1 batch/call)"] = args.throughput_mib / statistics.median(single_t)
-        figures["append ratio (>= 0.7)"] = figures["writer append MiB/s (4 batches/call)"] / figures[
-            "raw upload_page MiB/s"]
-        figures["append ratio, 1 batch/call"] = figures["writer append MiB/s (1 batch/call)"] / figures[
-            "raw upload_page MiB/s"]
+        figures["append ratio (>= 0.7)"] = (
+            figures["writer append MiB/s (4 batches/call)"] / figures["raw upload_page MiB/s"]
+        )
+        figures["append ratio, 1 batch/call"] = (
+            figures["writer append MiB/s (1 batch/call)"] / figures["raw upload_page MiB/s"]
+        )
 
         # 2. full-scan throughput over the same stream bytes
         committed = vault.reader.state("bench-w0").committed
@@ -142,8 +148,10 @@ def main() -> None:
             figures[f"reader peak RSS MiB @ {mib} MiB"] = peak_rss(conn, "reader", f"mem-{mib}", mib)
         big = f"mem-{args.big_mib}"
         end_state = vault.reader.state(big)
-        near_end = next(m.offset for m in vault.reader.scan(big, from_offset=_boundary_near(vault, big,
-                                                                                          end_state.committed)))
+        near_end = next(
+            m.offset
+            for m in vault.reader.scan(big, from_offset=_boundary_near(vault, big, end_state.committed))
+        )
         starts, ends = [], []
         for _ in range(30):
             starts.append(timed(lambda: vault.reader.read(big, 0, max_count=1000, max_bytes=2 * MIB)))

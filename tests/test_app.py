@@ -30,7 +30,9 @@ def http(vault_host: HostProcess) -> Iterator[httpx.Client]:
         yield client
 
 
-def post(http: httpx.Client, key: str, stream: str, messages: list[dict[str, Any]], **kw: Any) -> httpx.Response:
+def post(
+    http: httpx.Client, key: str, stream: str, messages: list[dict[str, Any]], **kw: Any
+) -> httpx.Response:
     params = {"code": key, **kw.pop("params", {})}
     return http.post(f"/streams/{stream}/messages", params=params, json={"messages": messages}, **kw)
 
@@ -98,12 +100,16 @@ def test_batches_of_one_producer_that_waits_for_commit_keep_their_order(
     http: httpx.Client, vault_host: HostProcess, stream: str
 ) -> None:
     for b in range(5):
-        r = post(http, vault_host.key, stream, [{"value": f"b{b}-{i}"} for i in range(3)], params={"wait": 20})
+        r = post(
+            http, vault_host.key, stream, [{"value": f"b{b}-{i}"} for i in range(3)], params={"wait": 20}
+        )
         assert r.status_code == 200 and r.json()["status"] == "committed"
     assert [m["value"] for m in read_all(http, stream)] == [f"b{b}-{i}" for b in range(5) for i in range(3)]
 
 
-def test_wait_answers_200_with_offsets_once_committed(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+def test_wait_answers_200_with_offsets_once_committed(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
     r = post(http, vault_host.key, stream, [{"value": "a"}, {"value": "b"}], params={"wait": 20})
     doc = r.json()
     assert r.status_code == 200 and doc["first_offset"] == 0 and doc["count"] == 2 and doc["next_offset"] > 0
@@ -120,8 +126,11 @@ def test_a_retried_post_is_staged_and_committed_once(
         if how == "header":
             r = post(http, vault_host.key, stream, [{"value": "once"}], headers={"Idempotency-Key": token})
         else:
-            r = http.post(f"/streams/{stream}/messages", params={"code": vault_host.key},
-                          json={"batch_id": token, "messages": [{"value": "once"}]})
+            r = http.post(
+                f"/streams/{stream}/messages",
+                params={"code": vault_host.key},
+                json={"batch_id": token, "messages": [{"value": "once"}]},
+            )
         assert r.status_code in (200, 202), r.text
         ids.add(r.json()["batch_id"])
     assert len(ids) == 1
@@ -129,7 +138,9 @@ def test_a_retried_post_is_staged_and_committed_once(
     assert [m["value"] for m in read_all(http, stream)] == ["once"]
 
 
-def test_long_poll_returns_as_soon_as_data_arrives(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+def test_long_poll_returns_as_soon_as_data_arrives(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
     post(http, vault_host.key, stream, [{"value": "first"}], params={"wait": 20})
     tail = http.get(f"/streams/{stream}/messages", params={"from": 0}).json()["next_offset"]
     got: dict[str, Any] = {}
@@ -157,7 +168,9 @@ def test_long_poll_with_nothing_new_returns_empty_after_the_wait(
     assert doc["messages"] == [] and doc["next_offset"] == end and time.monotonic() - start >= 0.9
 
 
-def test_ndjson_reads_carry_offsets_in_headers(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+def test_ndjson_reads_carry_offsets_in_headers(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
     post(http, vault_host.key, stream, [{"value": "n1"}, {"value": "n2"}], params={"wait": 20})
     r = http.get(f"/streams/{stream}/messages", headers={"Accept": "application/x-ndjson"})
     lines = [json.loads(x) for x in r.text.splitlines()]
@@ -168,17 +181,32 @@ def test_ndjson_reads_carry_offsets_in_headers(http: httpx.Client, vault_host: H
 
 def test_binary_values_round_trip_as_base64(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
     raw = bytes(range(256))
-    r = post(http, vault_host.key, stream, [{"value": base64.b64encode(raw).decode(), "encoding": "base64",
-                                             "key": base64.b64encode(b"\xff\x00").decode(), "key_encoding": "base64"}],
-             params={"wait": 20})
+    r = post(
+        http,
+        vault_host.key,
+        stream,
+        [
+            {
+                "value": base64.b64encode(raw).decode(),
+                "encoding": "base64",
+                "key": base64.b64encode(b"\xff\x00").decode(),
+                "key_encoding": "base64",
+            }
+        ],
+        params={"wait": 20},
+    )
     assert r.status_code == 200
     [m] = read_all(http, stream)
     assert m["value_encoding"] == "base64" and base64.b64decode(m["value"]) == raw
     assert base64.b64decode(m["key"]) == b"\xff\x00"
 
 
-def test_range_reads_serve_the_documented_format(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
-    post(http, vault_host.key, stream, [{"key": "k", "value": f"v{i}"} for i in range(20)], params={"wait": 20})
+def test_range_reads_serve_the_documented_format(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    post(
+        http, vault_host.key, stream, [{"key": "k", "value": f"v{i}"} for i in range(20)], params={"wait": 20}
+    )
     committed = http.get(f"/streams/{stream}").json()["committed"]
     r = http.get(f"/streams/{stream}/log", headers={"Range": f"bytes=0-{committed - 1}"})
     assert r.status_code == 206 and r.headers["content-range"] == f"bytes 0-{committed - 1}/{committed}"
@@ -201,8 +229,9 @@ def test_time_seeks_start_at_the_first_message_at_or_after_the_time(
     doc = http.get(f"/streams/{stream}/messages", params={"at": second["timestamp"]}).json()
     assert [m["value"] for m in doc["messages"]] == ["late"]
     iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(first["timestamp"] / 1000 - 5)) + "Z"
-    assert [m["value"] for m in http.get(f"/streams/{stream}/messages", params={"at": iso}).json()["messages"]] == [
-        "early", "late"]
+    assert [
+        m["value"] for m in http.get(f"/streams/{stream}/messages", params={"at": iso}).json()["messages"]
+    ] == ["early", "late"]
 
 
 def test_claim_check_batches_commit_and_their_blob_is_deleted(
@@ -217,7 +246,9 @@ def test_claim_check_batches_commit_and_their_blob_is_deleted(
     assert not [b.name for b in claims.list_blobs() if b.name.startswith(r.json()["batch_id"])]
 
 
-def test_catalog_lists_streams_and_queue_depths(http: httpx.Client, vault_host: HostProcess, stream: str) -> None:
+def test_catalog_lists_streams_and_queue_depths(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
     post(http, vault_host.key, stream, [{"value": "c"}], params={"wait": 20})
     doc = http.get("/streams").json()
     assert stream in [s["stream"] for s in doc["streams"]]
@@ -236,12 +267,14 @@ def test_access_hands_out_a_read_only_sas_for_the_stream_blob(
     blob = BlobClient.from_blob_url(f"{doc['blob_url']}?{doc['sas']}")
     data = blob.download_blob(offset=0, length=doc["committed"]).readall()
     assert decode(data, 0, complete=True)[0][0].value == b"direct"
-    with pytest.raises(Exception, match="not authorized|AuthorizationPermissionMismatch|403"):
+    with pytest.raises(Exception, match=r"not authorized|AuthorizationPermissionMismatch|403"):
         blob.upload_page(b"\0" * 512, offset=0, length=512)
 
 
 @pytest.mark.parametrize("auth", [{}, {"code": "wrong"}])
-def test_writes_without_the_function_key_get_401(http: httpx.Client, stream: str, auth: dict[str, str]) -> None:
+def test_writes_without_the_function_key_get_401(
+    http: httpx.Client, stream: str, auth: dict[str, str]
+) -> None:
     r = http.post(f"/streams/{stream}/messages", params=auth, json={"messages": [{"value": "x"}]})
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
 
@@ -251,13 +284,32 @@ BAD_POSTS = [
     ("malformed NDJSON", b'{"value": "ok"}\n{nope', "application/x-ndjson", 400),
     ("no messages", b'{"messages": []}', "application/json", 400),
     ("missing value", b'{"messages": [{"key": "k"}]}', "application/json", 400),
-    ("bad base64", b'{"messages": [{"value": "ok"}, {"value": "!!", "encoding": "base64"}]}', "application/json", 400),
+    (
+        "bad base64",
+        b'{"messages": [{"value": "ok"}, {"value": "!!", "encoding": "base64"}]}',
+        "application/json",
+        400,
+    ),
     ("unknown encoding", b'{"messages": [{"value": "x", "encoding": "rot13"}]}', "application/json", 400),
     ("bad batch id", b'{"batch_id": "a:b", "messages": [{"value": "x"}]}', "application/json", 400),
-    ("oversize message", json.dumps({"messages": [{"value": "ok"}, {"value": "v" * (1024 * 1024 + 1)}]}).encode(),
-     "application/json", 413),
-    ("oversize key", json.dumps({"messages": [{"value": "v", "key": "k" * 1025}]}).encode(), "application/json", 413),
-    ("too many messages", json.dumps({"messages": [{"value": "v"}] * 10_001}).encode(), "application/json", 413),
+    (
+        "oversize message",
+        json.dumps({"messages": [{"value": "ok"}, {"value": "v" * (1024 * 1024 + 1)}]}).encode(),
+        "application/json",
+        413,
+    ),
+    (
+        "oversize key",
+        json.dumps({"messages": [{"value": "v", "key": "k" * 1025}]}).encode(),
+        "application/json",
+        413,
+    ),
+    (
+        "too many messages",
+        json.dumps({"messages": [{"value": "v"}] * 10_001}).encode(),
+        "application/json",
+        413,
+    ),
     ("body too large", b"x" * (16 * 1024 * 1024 + 1), "application/json", 413),
 ]
 
@@ -266,8 +318,12 @@ BAD_POSTS = [
 def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
     http: httpx.Client, vault_host: HostProcess, stream: str, case: str, body: bytes, ctype: str, status: int
 ) -> None:
-    r = http.post(f"/streams/{stream}/messages", params={"code": vault_host.key}, content=body,
-                  headers={"Content-Type": ctype})
+    r = http.post(
+        f"/streams/{stream}/messages",
+        params={"code": vault_host.key},
+        content=body,
+        headers={"Content-Type": ctype},
+    )
     assert r.status_code == status, r.text
     doc = r.json()
     assert doc["error"] in ("bad_request", "too_large") and doc["message"]
@@ -289,10 +345,18 @@ BAD_READS = [
 ]
 
 
-@pytest.mark.parametrize(("case", "path", "params", "status", "code"), BAD_READS, ids=[c[0] for c in BAD_READS])
+@pytest.mark.parametrize(
+    ("case", "path", "params", "status", "code"), BAD_READS, ids=[c[0] for c in BAD_READS]
+)
 def test_bad_reads_get_a_clear_4xx(
-    http: httpx.Client, vault_host: HostProcess, stream: str,
-    case: str, path: str, params: dict[str, str], status: int, code: str,
+    http: httpx.Client,
+    vault_host: HostProcess,
+    stream: str,
+    case: str,
+    path: str,
+    params: dict[str, str],
+    status: int,
+    code: str,
 ) -> None:
     post(http, vault_host.key, stream, [{"value": "something"}], params={"wait": 20})
     headers = {"Range": "lines=1-2"} if path.endswith("/log") else {}
@@ -327,9 +391,17 @@ def test_health(http: httpx.Client) -> None:
 
 FAST_RETRY_HOST_JSON = {
     "version": "2.0",
-    "extensions": {"http": {"routePrefix": "api"}, "queues": {
-        "batchSize": 1, "newBatchThreshold": 0, "maxDequeueCount": 3, "visibilityTimeout": "00:00:00",
-        "maxPollingInterval": "00:00:01", "messageEncoding": "none"}},
+    "extensions": {
+        "http": {"routePrefix": "api"},
+        "queues": {
+            "batchSize": 1,
+            "newBatchThreshold": 0,
+            "maxDequeueCount": 3,
+            "visibilityTimeout": "00:00:00",
+            "maxPollingInterval": "00:00:01",
+            "messageEncoding": "none",
+        },
+    },
 }
 
 
@@ -337,8 +409,11 @@ def own_host(azurite: Azurite, tmp_path: Path, *args: str, prefix: str | None = 
     host_json = tmp_path / "host.json"
     host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
     settings = {"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", "VAULT_STAGING_QUEUES": "1"}
-    return HostProcess(azurite.connection_string, settings=settings,
-                       args=("--host-json", str(host_json), "--inflight-visibility", "3", *args))
+    return HostProcess(
+        azurite.connection_string,
+        settings=settings,
+        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
+    )
 
 
 def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once(
@@ -347,8 +422,11 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
     prefix = f"q{uuid.uuid4().hex[:8]}"
     faulty = own_host(azurite, tmp_path, "--fault", "after-commit", prefix=prefix).start()
     try:
-        r = httpx.post(f"{faulty.url}/streams/{stream}/messages", params={"code": faulty.key},
-                       json={"messages": [{"value": f"m{i}"} for i in range(10)]})
+        r = httpx.post(
+            f"{faulty.url}/streams/{stream}/messages",
+            params={"code": faulty.key},
+            json={"messages": [{"value": f"m{i}"} for i in range(10)]},
+        )
         assert r.status_code == 202
         faulty.wait_for("FAULT after-commit", 30)
     finally:
@@ -357,8 +435,11 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
     try:
         doc = wait_committed(httpx.Client(base_url=healthy.url), r.json()["batch_id"])
         deadline = time.monotonic() + 60  # the dead writer's 15 s lease must run out first
-        queue = StorageAccount(connection_string=azurite.connection_string).queue_service() \
+        queue = (
+            StorageAccount(connection_string=azurite.connection_string)
+            .queue_service()
             .get_queue_client(f"{prefix}-0")
+        )
         while queue.get_queue_properties().approximate_message_count and time.monotonic() < deadline:
             time.sleep(0.5)  # the redelivered message is processed (as a duplicate) and deleted
         assert queue.get_queue_properties().approximate_message_count == 0
@@ -375,19 +456,28 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
     host = own_host(azurite, tmp_path, prefix=prefix).start()
     try:
         queues = StorageAccount(connection_string=azurite.connection_string).queue_service()
-        staging, poison = queues.get_queue_client(f"{prefix}-0"), queues.get_queue_client(f"{prefix}-0-poison")
+        staging, poison = (
+            queues.get_queue_client(f"{prefix}-0"),
+            queues.get_queue_client(f"{prefix}-0-poison"),
+        )
         staging.send_message("this is not an envelope")
-        missing = json.dumps({"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1})
+        missing = json.dumps(
+            {"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1}
+        )
         staging.send_message(missing)
         client = httpx.Client(base_url=host.url)
-        ok = client.post(f"/streams/{stream}/messages", params={"code": host.key, "wait": 30},
-                         json={"messages": [{"value": "still flowing"}]})
+        ok = client.post(
+            f"/streams/{stream}/messages",
+            params={"code": host.key, "wait": 30},
+            json={"messages": [{"value": "still flowing"}]},
+        )
         assert ok.status_code == 200
         deadline = time.monotonic() + 60
         while poison.get_queue_properties().approximate_message_count < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert sorted(m.content for m in poison.peek_messages(max_messages=10)) == sorted(
-            [missing, "this is not an envelope"])
+            [missing, "this is not an envelope"]
+        )
         status = client.get("/batches/lost-claim").json()
         assert status["status"] == "rejected" and "claim-check blob" in status["reason"]
         assert [m["value"] for m in read_all(client, stream)] == ["still flowing"]
@@ -400,16 +490,24 @@ def test_staging_down_answers_503_with_retry_after_never_202(tmp_path: Path, str
     host = HostProcess(storage.connection_string).start()
     try:
         client = httpx.Client(base_url=host.url, timeout=90)
-        assert client.post(f"/streams/{stream}/messages", params={"code": host.key},
-                           json={"messages": [{"value": "up"}]}).status_code == 202
+        assert (
+            client.post(
+                f"/streams/{stream}/messages", params={"code": host.key}, json={"messages": [{"value": "up"}]}
+            ).status_code
+            == 202
+        )
         storage.stop()
-        down = client.post(f"/streams/{stream}/messages", params={"code": host.key},
-                           json={"messages": [{"value": "down"}]})
+        down = client.post(
+            f"/streams/{stream}/messages", params={"code": host.key}, json={"messages": [{"value": "down"}]}
+        )
         assert down.status_code == 503 and int(down.headers["retry-after"]) > 0
         assert down.json()["error"] == "unavailable"
         storage.start()
-        again = client.post(f"/streams/{stream}/messages", params={"code": host.key, "wait": 30},
-                            json={"messages": [{"value": "back"}]})
+        again = client.post(
+            f"/streams/{stream}/messages",
+            params={"code": host.key, "wait": 30},
+            json={"messages": [{"value": "back"}]},
+        )
         assert again.status_code == 200
         assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
     finally:

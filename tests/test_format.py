@@ -7,7 +7,13 @@ from pathlib import Path
 import pytest
 
 from vault_core import format as fmt
-from vault_core.errors import CorruptRecord, InvalidInput, InvalidStreamName, MessageTooLarge, UnsupportedVersion
+from vault_core.errors import (
+    CorruptRecord,
+    InvalidInput,
+    InvalidStreamName,
+    MessageTooLarge,
+    UnsupportedVersion,
+)
 from vault_core.format import NewMessage, decode, encode, find_next_record, message_id, parse_message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 
@@ -67,15 +73,20 @@ def test_checksum_error_names_offset_and_both_checksums() -> None:
     assert "stream 's'" in str(info.value)
 
 
-@pytest.mark.parametrize(("field_offset", "value", "error"), [
-    (fmt.VERSION_OFFSET, 2, UnsupportedVersion),
-    (fmt.FLAGS_OFFSET, 0x01, UnsupportedVersion),  # compression codec 1: reserved
-    (fmt.FLAGS_OFFSET, 0x80, UnsupportedVersion),  # unknown flag bit
-])
-def test_unknown_versions_and_features_are_rejected_clearly(field_offset: int, value: int, error: type) -> None:
+@pytest.mark.parametrize(
+    ("field_offset", "value", "error"),
+    [
+        (fmt.VERSION_OFFSET, 2, UnsupportedVersion),
+        (fmt.FLAGS_OFFSET, 0x01, UnsupportedVersion),  # compression codec 1: reserved
+        (fmt.FLAGS_OFFSET, 0x80, UnsupportedVersion),  # unknown flag bit
+    ],
+)
+def test_unknown_versions_and_features_are_rejected_clearly(
+    field_offset: int, value: int, error: type
+) -> None:
     buf = bytearray(encode([NewMessage(b"x")], 0, TS))
     buf[field_offset] = value
-    with pytest.raises(error, match="not supported|does not know"):
+    with pytest.raises(error, match=r"not supported|does not know"):
         decode(bytes(buf), 0)
 
 
@@ -100,16 +111,21 @@ def test_message_ids_sort_by_time_then_offset_and_round_trip() -> None:
     assert parse_message_id(ids[-1]) == (TS, 0)
 
 
-@pytest.mark.parametrize(("message", "what"), [
-    (NewMessage(b"v", b"k" * (fmt.MAX_KEY_BYTES + 1)), "key"),
-    (NewMessage(b"v" * (fmt.MAX_VALUE_BYTES + 1)), "value"),
-])
+@pytest.mark.parametrize(
+    ("message", "what"),
+    [
+        (NewMessage(b"v", b"k" * (fmt.MAX_KEY_BYTES + 1)), "key"),
+        (NewMessage(b"v" * (fmt.MAX_VALUE_BYTES + 1)), "value"),
+    ],
+)
 def test_oversize_keys_and_values_are_rejected(message: NewMessage, what: str) -> None:
     with pytest.raises(MessageTooLarge, match=what):
         encode([message], 0, TS)
 
 
-@pytest.mark.parametrize("name", ["", "-lead", ".hidden", "a/b", "a\\b", "a#b", "a?b", "x" * 129, "sp ace", "ü"])
+@pytest.mark.parametrize(
+    "name", ["", "-lead", ".hidden", "a/b", "a\\b", "a#b", "a?b", "x" * 129, "sp ace", "ü"]
+)
 def test_invalid_stream_names_are_rejected(name: str) -> None:
     with pytest.raises(InvalidStreamName, match="invalid stream name"):
         validate_stream_name(name)

@@ -48,7 +48,10 @@ def test_round_trip_through_storage_keeps_every_field(vault: Vault, stream: str)
         [result] = w.append([Batch(sent)])
     got = v.reader.read(stream, 0).messages
     assert [(m.key, m.value, m.key_is_text) for m in got] == [
-        (b"key", b"text", True), (b"\x01", b"\x00\xff", False), (b"", b"", False)]
+        (b"key", b"text", True),
+        (b"\x01", b"\x00\xff", False),
+        (b"", b"", False),
+    ]
     assert {m.timestamp for m in got} == {1_750_000_000_000}
     assert got[0].offset == result.first_offset == 0 and got[-1].next_offset == result.next_offset
 
@@ -71,8 +74,16 @@ def test_many_appends_then_a_read_from_every_offset(vault: Vault, stream: str) -
     rng = random.Random(3)
     with vault.writer(stream) as w:
         for i in range(60):
-            w.append([Batch([NewMessage(rng.randbytes(rng.randint(0, 900)), f"{i}")
-                             for _ in range(rng.randint(1, 8))])])
+            w.append(
+                [
+                    Batch(
+                        [
+                            NewMessage(rng.randbytes(rng.randint(0, 900)), f"{i}")
+                            for _ in range(rng.randint(1, 8))
+                        ]
+                    )
+                ]
+            )
     everything = list(vault.reader.scan(stream))
     for expected in everything:
         got = vault.reader.read(stream, expected.offset, max_count=1)
@@ -154,7 +165,8 @@ def test_lease_is_renewed_during_a_long_append(vault: Vault, stream: str) -> Non
 def _crash(vault: Vault, azurite_conn: str, stream: str, phase: str, batch_id: str) -> None:
     proc = subprocess.Popen(
         [sys.executable, str(HELPERS / "crash_writer.py"), azurite_conn, stream, phase, batch_id],
-        stdout=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(HELPERS.parent.parent)},
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(HELPERS.parent.parent)},
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == b"PAUSED"
@@ -235,7 +247,7 @@ def test_time_seeks_find_the_first_record_at_or_after_a_time(vault: Vault, strea
     v = Vault(vault.account, clock=clock)
     offsets = {}
     with v.writer(stream, index_spacing=4096) as w:
-        for t in range(10):
+        for _ in range(10):
             clock.advance(1000)
             [r] = w.append([Batch(msgs(40, size=200))])
             offsets[clock.now_ms()] = r.first_offset
@@ -257,10 +269,13 @@ def test_a_clock_going_backwards_never_makes_timestamps_go_backwards(vault: Vaul
     assert [m.timestamp for m in v.reader.scan(stream)] == [5_000_000] * 4
 
 
-@pytest.mark.parametrize("bad", [
-    Batch([NewMessage(b"v" * (MAX_VALUE_BYTES + 1))]),
-    Batch([NewMessage(b"ok"), NewMessage(b"v", b"k" * 2000)]),
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        Batch([NewMessage(b"v" * (MAX_VALUE_BYTES + 1))]),
+        Batch([NewMessage(b"ok"), NewMessage(b"v", b"k" * 2000)]),
+    ],
+)
 def test_oversize_messages_are_rejected_and_nothing_is_written(vault: Vault, stream: str, bad: Batch) -> None:
     with vault.writer(stream) as w:
         w.append([Batch(msgs(3))])

@@ -35,7 +35,9 @@ def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
     try:
         value = int(raw)
     except ValueError:
-        raise HttpError(400, "bad_request", f"query parameter {name} must be an integer, got {raw!r}") from None
+        raise HttpError(
+            400, "bad_request", f"query parameter {name} must be an integer, got {raw!r}"
+        ) from None
     if not lo <= value <= hi:
         raise HttpError(400, "bad_request", f"query parameter {name} must be between {lo} and {hi}")
     return value
@@ -132,9 +134,15 @@ def list_streams(req: Request) -> Response:
 
 
 def _catalog_json(e: dict[str, Any]) -> dict[str, Any]:
-    return {"stream": e["stream"], "committed": e["committed"], "count": e["count"],
-            "first_timestamp": e["first_ts"], "last_timestamp": e["last_ts"],
-            "created": e["created"], "updated": e["updated"]}
+    return {
+        "stream": e["stream"],
+        "committed": e["committed"],
+        "count": e["count"],
+        "first_timestamp": e["first_ts"],
+        "last_timestamp": e["last_ts"],
+        "created": e["created"],
+        "updated": e["updated"],
+    }
 
 
 @guarded
@@ -144,8 +152,12 @@ def get_stream(req: Request) -> Response:
     state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
     entry = svc.vault.index.catalog_entry(stream)
     doc = _catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
-    doc.update(committed=state.committed, count=state.count, first_timestamp=state.first_ts,
-               last_timestamp=state.last_ts)
+    doc.update(
+        committed=state.committed,
+        count=state.count,
+        first_timestamp=state.first_ts,
+        last_timestamp=state.last_ts,
+    )
     return json_response(200, doc)
 
 
@@ -176,8 +188,10 @@ def get_messages(req: Request) -> Response:
     rows = [_message_line(m, force_b64) for m in result.messages]
     if NDJSON in (req.header("accept") or ""):
         return Response(200, "\n".join([*rows, ""]).encode() if rows else b"", headers, mimetype=NDJSON)
-    head = json.dumps({"stream": stream, "next_offset": result.next_offset, "committed": result.committed},
-                      separators=(",", ":"))
+    head = json.dumps(
+        {"stream": stream, "next_offset": result.next_offset, "committed": result.committed},
+        separators=(",", ":"),
+    )
     body = head[:-1] + ',"messages":[' + ",".join(rows) + "]}"
     return Response(200, body.encode(), headers)
 
@@ -208,8 +222,10 @@ def _message_line(m: Message, force_b64: bool) -> str:
     """One message as a JSON object, built directly: this is the read path's inner loop."""
     value, value_enc = _text_or_b64(m.value, force_b64)
     key, key_enc = _text_or_b64(m.key, force_b64 and not m.key_is_text)
-    return (f'{{"offset":{m.offset},"timestamp":{m.timestamp},"id":"{m.id}","key":{_quote(key)},'
-            f'"key_encoding":"{key_enc}","value":{_quote(value)},"value_encoding":"{value_enc}"}}')
+    return (
+        f'{{"offset":{m.offset},"timestamp":{m.timestamp},"id":"{m.id}","key":{_quote(key)},'
+        f'"key_encoding":"{key_enc}","value":{_quote(value)},"value_encoding":"{value_enc}"}}'
+    )
 
 
 # -- raw log -------------------------------------------------------------------------------
@@ -232,14 +248,28 @@ def get_log(req: Request) -> Response:
     else:  # suffix range: the last n bytes
         start, end = max(0, committed - int(match.group(2))), committed
     if start >= committed or end <= start:
-        return Response(416, json.dumps({"error": "invalid_range", "message":
-                        f"range {raw} is outside the committed log (0-{committed - 1})"}).encode(),
-                        {"Content-Range": f"bytes */{committed}"})
+        return Response(
+            416,
+            json.dumps(
+                {
+                    "error": "invalid_range",
+                    "message": f"range {raw} is outside the committed log (0-{committed - 1})",
+                }
+            ).encode(),
+            {"Content-Range": f"bytes */{committed}"},
+        )
     end = min(end, committed, start + MAX_RANGE_BYTES)
     data = blob.read(start, end - start)
-    return Response(206, data, {"Content-Range": f"bytes {start}-{end - 1}/{committed}",
-                                "Accept-Ranges": "bytes", "X-Committed": str(committed)},
-                    mimetype="application/octet-stream")
+    return Response(
+        206,
+        data,
+        {
+            "Content-Range": f"bytes {start}-{end - 1}/{committed}",
+            "Accept-Ranges": "bytes",
+            "X-Committed": str(committed),
+        },
+        mimetype="application/octet-stream",
+    )
 
 
 # -- direct access -------------------------------------------------------------------------
@@ -253,18 +283,33 @@ def get_access(req: Request) -> Response:
     expires = now + timedelta(minutes=svc.settings.sas_minutes)
     client = blob.client
     account = svc.vault_account
-    common: dict[str, Any] = {"account_name": client.account_name, "container_name": client.container_name,
-                              "blob_name": client.blob_name, "permission": BlobSasPermissions(read=True),
-                              "expiry": expires, "start": now - timedelta(minutes=5)}
+    common: dict[str, Any] = {
+        "account_name": client.account_name,
+        "container_name": client.container_name,
+        "blob_name": client.blob_name,
+        "permission": BlobSasPermissions(read=True),
+        "expiry": expires,
+        "start": now - timedelta(minutes=5),
+    }
     if account.connection_string:
-        key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get("AccountKey")
+        key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get(
+            "AccountKey"
+        )
         sas = generate_blob_sas(account_key=key, **common)
     else:
         with translate_errors(stream):
             udk = svc.vault.blob_service.get_user_delegation_key(now - timedelta(minutes=5), expires)
         sas = generate_blob_sas(user_delegation_key=udk, **common)
-    return json_response(200, {"stream": stream, "blob_url": client.url, "sas": sas,
-                               "expires": expires.isoformat(), "committed": state.committed})
+    return json_response(
+        200,
+        {
+            "stream": stream,
+            "blob_url": client.url,
+            "sas": sas,
+            "expires": expires.isoformat(),
+            "committed": state.committed,
+        },
+    )
 
 
 # -- service -------------------------------------------------------------------------------
@@ -278,4 +323,3 @@ def openapi(req: Request) -> Response:
     from vault_app.openapi import SPEC  # imports this module's constants
 
     return json_response(200, SPEC)
-

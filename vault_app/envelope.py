@@ -7,8 +7,9 @@ Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` i
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
-over :data:`INLINE_LIMIT` goes to a claim-check blob (same JSON, in the claim-check container)
-and the queue message carries only its name.
+over :data:`INLINE_LIMIT` goes to a claim-check blob and the queue message carries only its
+name. The blob holds the batch in the vault's own record format (docs/FORMAT.md) with offsets
+from 0: binary, checksummed, and decoded by the same code as the log, with no base64 or JSON.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from vault_core.errors import InvalidInput
+from vault_core import format
+from vault_core.errors import FormatError, InvalidInput
 from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id, validate_stream_name
 
@@ -47,15 +49,23 @@ def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[N
     for m in messages:
         key, flags = m.key_bytes()
         is_text = bool(flags)
-        rows.append([m.key if is_text else base64.b64encode(key).decode(), is_text,
-                     base64.b64encode(m.value).decode()])
-    return json.dumps({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows},
-                      separators=(",", ":"))
+        rows.append(
+            [
+                m.key if is_text else base64.b64encode(key).decode(),
+                is_text,
+                base64.b64encode(m.value).decode(),
+            ]
+        )
+    return json.dumps(
+        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows}, separators=(",", ":")
+    )
 
 
 def encode_claim(batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int) -> str:
-    return json.dumps({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms,
-                       "claim": blob_name, "n": count}, separators=(",", ":"))
+    return json.dumps(
+        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "claim": blob_name, "n": count},
+        separators=(",", ":"),
+    )
 
 
 def decode(text: str | bytes) -> Envelope:
@@ -78,15 +88,34 @@ def decode(text: str | bytes) -> Envelope:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
 
+def encode_claim_body(messages: list[NewMessage], staged_ms: int) -> bytes:
+    return format.encode(messages, 0, staged_ms)
+
+
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
-    """The inline envelope stored in a claim-check blob must match the queue message."""
-    full = decode(blob_body)
-    if (full.batch_id, full.stream) != (envelope.batch_id, envelope.stream) or full.messages is None:
-        raise EnvelopeError(f"claim-check blob {envelope.claim!r} does not hold batch {envelope.batch_id}")
-    return full
+    """The messages of a claim-check blob; its record count must match the queue message."""
+    try:
+        records, _ = format.decode(blob_body, 0, complete=True)
+    except FormatError as exc:
+        raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
+    if len(records) != envelope.count:
+        raise EnvelopeError(
+            f"claim-check blob {envelope.claim!r} holds {len(records)} messages, "
+            f"the queue message says {envelope.count}"
+        )
+    messages = [NewMessage(r.value, r.key.decode() if r.key_is_text else r.key) for r in records]
+    return Envelope(
+        envelope.batch_id,
+        envelope.stream,
+        envelope.staged_ms,
+        messages,
+        claim=envelope.claim,
+        count=envelope.count,
+    )
 
 
 def _message(row: Any) -> NewMessage:
     key, is_text, value = row
-    return NewMessage(base64.b64decode(value, validate=True),
-                      key if is_text else base64.b64decode(key, validate=True))
+    return NewMessage(
+        base64.b64decode(value, validate=True), key if is_text else base64.b64decode(key, validate=True)
+    )

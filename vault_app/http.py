@@ -49,7 +49,9 @@ class Response:
 
 
 class HttpError(Exception):
-    def __init__(self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.code = code
@@ -61,7 +63,9 @@ def json_response(status: int, doc: Any, headers: Mapping[str, str] | None = Non
     return Response(status, json.dumps(doc, separators=(",", ":")).encode(), dict(headers or {}))
 
 
-def error_response(status: int, code: str, message: str, headers: Mapping[str, str] | None = None) -> Response:
+def error_response(
+    status: int, code: str, message: str, headers: Mapping[str, str] | None = None
+) -> Response:
     return json_response(status, {"error": code, "message": message}, headers)
 
 
@@ -83,8 +87,12 @@ def to_http_error(exc: BaseException) -> HttpError:
     if isinstance(exc, StreamNotFound):
         return HttpError(404, "not_found", str(exc))
     if isinstance(exc, (StorageUnavailable, WriterConflict)):
-        return HttpError(503, "unavailable", f"storage is unavailable, retry later: {exc}",
-                         {"Retry-After": str(RETRY_AFTER_SECONDS)})
+        return HttpError(
+            503,
+            "unavailable",
+            f"storage is unavailable, retry later: {exc}",
+            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
     if isinstance(exc, VaultError):
         return HttpError(500, "storage_error", str(exc))
     return HttpError(500, "internal", "internal error; see the server log")

@@ -17,10 +17,11 @@ NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl
 def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[list[NewMessage], str | None]:
     """Messages and the producer's ``batch_id`` (JSON only); raises HttpError 400/413."""
     if len(body) > limits.max_batch_bytes:
-        raise HttpError(413, "too_large", f"request body is {len(body)} bytes; the maximum is "
-                        f"{limits.max_batch_bytes}")
+        raise HttpError(
+            413, "too_large", f"request body is {len(body)} bytes; the maximum is {limits.max_batch_bytes}"
+        )
     if not body.strip():
-        raise HttpError(400, "bad_request", "empty body: send {\"messages\": [...]} or NDJSON lines")
+        raise HttpError(400, "bad_request", 'empty body: send {"messages": [...]} or NDJSON lines')
     ctype = (content_type or "application/json").split(";")[0].strip().lower()
     batch_id = None
     if ctype in NDJSON_TYPES:
@@ -37,8 +38,11 @@ def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[
     if not items:
         raise HttpError(400, "bad_request", "the batch has no messages")
     if len(items) > limits.max_batch_messages:
-        raise HttpError(413, "too_large", f"{len(items)} messages in one batch; the maximum is "
-                        f"{limits.max_batch_messages}")
+        raise HttpError(
+            413,
+            "too_large",
+            f"{len(items)} messages in one batch; the maximum is {limits.max_batch_messages}",
+        )
     return [_message(item, i, limits) for i, item in enumerate(items)], batch_id
 
 
@@ -63,10 +67,15 @@ def _message(item: Any, i: int, limits: Limits) -> NewMessage:
             raise HttpError(400, "bad_request", f"message {i} key must be a string")
     key_len = len(key.encode()) if isinstance(key, str) else len(key)
     if key_len > MAX_KEY_BYTES:
-        raise HttpError(413, "too_large", f"message {i} key is {key_len} bytes; the maximum is {MAX_KEY_BYTES}")
+        raise HttpError(
+            413, "too_large", f"message {i} key is {key_len} bytes; the maximum is {MAX_KEY_BYTES}"
+        )
     if len(value) > limits.max_message_bytes:
-        raise HttpError(413, "too_large", f"message {i} value is {len(value)} bytes; the maximum is "
-                        f"{limits.max_message_bytes}")
+        raise HttpError(
+            413,
+            "too_large",
+            f"message {i} value is {len(value)} bytes; the maximum is {limits.max_message_bytes}",
+        )
     return NewMessage(value, key)
 
 

@@ -11,53 +11,138 @@ from vault_app.api import MAX_LIMIT, MAX_WAIT_SECONDS, VERSION
 
 
 def _param(name: str, where: str, kind: str, text: str, required: bool = False) -> dict[str, Any]:
-    return {"name": name, "in": where, "required": required or where == "path",
-            "schema": {"type": kind}, "description": text}
+    return {
+        "name": name,
+        "in": where,
+        "required": required or where == "path",
+        "schema": {"type": kind},
+        "description": text,
+    }
 
 
 def _errors(*codes: int) -> dict[str, Any]:
-    return {str(c): {"description": "error", "content": {"application/json": {
-        "schema": {"$ref": "#/components/schemas/Error"}}}} for c in codes}
+    return {
+        str(c): {
+            "description": "error",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+        for c in codes
+    }
 
 
 def _ok(status: int, schema: str, text: str = "ok") -> dict[str, Any]:
-    return {str(status): {"description": text, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{schema}"}}}}}
+    return {
+        str(status): {
+            "description": text,
+            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
+        }
+    }
 
 
-STREAM = _param("stream", "path", "string", "stream name: 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit")
+STREAM = _param(
+    "stream", "path", "string", "stream name: 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+)
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
 
 SCHEMAS: dict[str, Any] = {
-    "Error": {"type": "object", "required": ["error", "message"],
-              "properties": {"error": {"type": "string"}, "message": {"type": "string"}}},
-    "NewMessage": {"type": "object", "required": ["value"], "properties": {
-        "key": {"type": "string"}, "key_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
-        "value": {"type": "string"}, "encoding": {"type": "string", "enum": ["utf-8", "base64"]}}},
-    "Batch": {"type": "object", "required": ["messages"], "properties": {
-        "batch_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-        "messages": {"type": "array", "items": {"$ref": "#/components/schemas/NewMessage"}}}},
-    "BatchStatus": {"type": "object", "required": ["batch_id", "stream", "status", "count"], "properties": {
-        "batch_id": {"type": "string"}, "stream": {"type": "string"},
-        "status": {"type": "string", "enum": ["staged", "committed", "rejected"]}, "count": _int,
-        "first_offset": _int, "next_offset": _int, "timestamp": _int, "reason": {"type": "string"}}},
-    "Message": {"type": "object", "properties": {
-        "offset": _int, "timestamp": _int, "id": {"type": "string"}, "key": {"type": "string"},
-        "key_encoding": {"type": "string"}, "value": {"type": "string"}, "value_encoding": {"type": "string"}}},
-    "Messages": {"type": "object", "properties": {
-        "stream": {"type": "string"}, "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
-        "next_offset": _int, "committed": _int}},
-    "Stream": {"type": "object", "properties": {
-        "stream": {"type": "string"}, "committed": _int, "count": _int, "first_timestamp": _opt_int,
-        "last_timestamp": _opt_int, "created": _opt_int, "updated": _opt_int}},
-    "Streams": {"type": "object", "properties": {
-        "streams": {"type": "array", "items": {"$ref": "#/components/schemas/Stream"}},
-        "queues": {"type": "array", "items": {"type": "object", "properties": {
-            "account": _int, "queue": {"type": "string"}, "approximate_messages": _opt_int}}}}},
-    "Access": {"type": "object", "properties": {
-        "stream": {"type": "string"}, "blob_url": {"type": "string"}, "sas": {"type": "string"},
-        "expires": {"type": "string", "format": "date-time"}, "committed": _int}},
+    "Error": {
+        "type": "object",
+        "required": ["error", "message"],
+        "properties": {"error": {"type": "string"}, "message": {"type": "string"}},
+    },
+    "NewMessage": {
+        "type": "object",
+        "required": ["value"],
+        "properties": {
+            "key": {"type": "string"},
+            "key_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "value": {"type": "string"},
+            "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+        },
+    },
+    "Batch": {
+        "type": "object",
+        "required": ["messages"],
+        "properties": {
+            "batch_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
+            "messages": {"type": "array", "items": {"$ref": "#/components/schemas/NewMessage"}},
+        },
+    },
+    "BatchStatus": {
+        "type": "object",
+        "required": ["batch_id", "stream", "status", "count"],
+        "properties": {
+            "batch_id": {"type": "string"},
+            "stream": {"type": "string"},
+            "status": {"type": "string", "enum": ["staged", "committed", "rejected"]},
+            "count": _int,
+            "first_offset": _int,
+            "next_offset": _int,
+            "timestamp": _int,
+            "reason": {"type": "string"},
+        },
+    },
+    "Message": {
+        "type": "object",
+        "properties": {
+            "offset": _int,
+            "timestamp": _int,
+            "id": {"type": "string"},
+            "key": {"type": "string"},
+            "key_encoding": {"type": "string"},
+            "value": {"type": "string"},
+            "value_encoding": {"type": "string"},
+        },
+    },
+    "Messages": {
+        "type": "object",
+        "properties": {
+            "stream": {"type": "string"},
+            "messages": {"type": "array", "items": {"$ref": "#/components/schemas/Message"}},
+            "next_offset": _int,
+            "committed": _int,
+        },
+    },
+    "Stream": {
+        "type": "object",
+        "properties": {
+            "stream": {"type": "string"},
+            "committed": _int,
+            "count": _int,
+            "first_timestamp": _opt_int,
+            "last_timestamp": _opt_int,
+            "created": _opt_int,
+            "updated": _opt_int,
+        },
+    },
+    "Streams": {
+        "type": "object",
+        "properties": {
+            "streams": {"type": "array", "items": {"$ref": "#/components/schemas/Stream"}},
+            "queues": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "account": _int,
+                        "queue": {"type": "string"},
+                        "approximate_messages": _opt_int,
+                    },
+                },
+            },
+        },
+    },
+    "Access": {
+        "type": "object",
+        "properties": {
+            "stream": {"type": "string"},
+            "blob_url": {"type": "string"},
+            "sas": {"type": "string"},
+            "expires": {"type": "string", "format": "date-time"},
+            "committed": _int,
+        },
+    },
     "Health": {"type": "object", "properties": {"status": {"type": "string"}, "version": {"type": "string"}}},
 }
 
@@ -66,53 +151,109 @@ PATHS: dict[str, Any] = {
         "post": {
             "summary": "Stage a batch of messages (202 once durably staged)",
             "security": [{"functionKey": []}, {"functionKeyHeader": []}],
-            "parameters": [STREAM, _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
-                           _param("Idempotency-Key", "header", "string", "a retry with the same key stages once")],
-            "requestBody": {"required": True, "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/Batch"}},
-                "application/x-ndjson": {"schema": {"type": "string"}}}},
-            "responses": {**_ok(202, "BatchStatus", "staged"), **_ok(200, "BatchStatus", "committed within wait"),
-                          **_errors(400, 401, 409, 413, 503)},
+            "parameters": [
+                STREAM,
+                _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
+                _param("Idempotency-Key", "header", "string", "a retry with the same key stages once"),
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": "#/components/schemas/Batch"}},
+                    "application/x-ndjson": {"schema": {"type": "string"}},
+                },
+            },
+            "responses": {
+                **_ok(202, "BatchStatus", "staged"),
+                **_ok(200, "BatchStatus", "committed within wait"),
+                **_errors(400, 401, 409, 413, 503),
+            },
         },
         "get": {
             "summary": "Read messages from an offset or a time; long-poll at the tail",
-            "parameters": [STREAM, _param("from", "query", "integer", "record boundary to start at (default 0)"),
-                           _param("at", "query", "string", "time (ms or ISO 8601): first message at or after it"),
-                           _param("limit", "query", "integer", f"1-{MAX_LIMIT} (default 1000)"),
-                           _param("max_bytes", "query", "integer", "about this many bytes (default 1 MiB)"),
-                           _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for data at the tail"),
-                           _param("encoding", "query", "string", "base64: never return values as text")],
-            "responses": {"200": {"description": "messages", "content": {
-                "application/json": {"schema": {"$ref": "#/components/schemas/Messages"}},
-                "application/x-ndjson": {"schema": {"type": "string"}}}}, **_errors(400, 404, 416)},
+            "parameters": [
+                STREAM,
+                _param("from", "query", "integer", "record boundary to start at (default 0)"),
+                _param("at", "query", "string", "time (ms or ISO 8601): first message at or after it"),
+                _param("limit", "query", "integer", f"1-{MAX_LIMIT} (default 1000)"),
+                _param("max_bytes", "query", "integer", "about this many bytes (default 1 MiB)"),
+                _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for data at the tail"),
+                _param("encoding", "query", "string", "base64: never return values as text"),
+            ],
+            "responses": {
+                "200": {
+                    "description": "messages",
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/Messages"}},
+                        "application/x-ndjson": {"schema": {"type": "string"}},
+                    },
+                },
+                **_errors(400, 404, 416),
+            },
         },
     },
-    "/streams/{stream}/log": {"get": {
-        "summary": "Raw committed bytes of the log (docs/FORMAT.md), by HTTP Range",
-        "parameters": [STREAM, _param("Range", "header", "string", "bytes=a-b (one range, at most 16 MiB served)")],
-        "responses": {"206": {"description": "bytes", "content": {"application/octet-stream": {
-            "schema": {"type": "string", "format": "binary"}}}}, **_errors(400, 404, 416)}}},
-    "/streams/{stream}/access": {"get": {
-        "summary": "A short-lived read-only SAS for the stream's blob", "parameters": [STREAM],
-        "responses": {**_ok(200, "Access"), **_errors(400, 404)}}},
-    "/streams/{stream}": {"get": {
-        "summary": "One stream's catalog entry", "parameters": [STREAM],
-        "responses": {**_ok(200, "Stream"), **_errors(400, 404)}}},
-    "/streams": {"get": {"summary": "All streams and staging queue depths", "responses": _ok(200, "Streams")}},
-    "/batches/{id}": {"get": {
-        "summary": "A batch's status", "parameters": [_param("id", "path", "string", "batch id")],
-        "responses": {**_ok(200, "BatchStatus"), **_errors(404)}}},
+    "/streams/{stream}/log": {
+        "get": {
+            "summary": "Raw committed bytes of the log (docs/FORMAT.md), by HTTP Range",
+            "parameters": [
+                STREAM,
+                _param("Range", "header", "string", "bytes=a-b (one range, at most 16 MiB served)"),
+            ],
+            "responses": {
+                "206": {
+                    "description": "bytes",
+                    "content": {
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                    },
+                },
+                **_errors(400, 404, 416),
+            },
+        }
+    },
+    "/streams/{stream}/access": {
+        "get": {
+            "summary": "A short-lived read-only SAS for the stream's blob",
+            "parameters": [STREAM],
+            "responses": {**_ok(200, "Access"), **_errors(400, 404)},
+        }
+    },
+    "/streams/{stream}": {
+        "get": {
+            "summary": "One stream's catalog entry",
+            "parameters": [STREAM],
+            "responses": {**_ok(200, "Stream"), **_errors(400, 404)},
+        }
+    },
+    "/streams": {
+        "get": {"summary": "All streams and staging queue depths", "responses": _ok(200, "Streams")}
+    },
+    "/batches/{id}": {
+        "get": {
+            "summary": "A batch's status",
+            "parameters": [_param("id", "path", "string", "batch id")],
+            "responses": {**_ok(200, "BatchStatus"), **_errors(404)},
+        }
+    },
     "/health": {"get": {"summary": "Liveness", "responses": _ok(200, "Health")}},
-    "/openapi.json": {"get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3"}}}},
+    "/openapi.json": {
+        "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3"}}}
+    },
 }
 
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
-    "info": {"title": "Message Vault for Azure Functions", "version": VERSION,
-             "description": "Publish-subscribe with replay and batching on Azure page blobs. See docs/API.md."},
+    "info": {
+        "title": "Message Vault for Azure Functions",
+        "version": VERSION,
+        "description": "Publish-subscribe with replay and batching on Azure page blobs. See docs/API.md.",
+    },
     "servers": [{"url": "/api"}],
     "paths": PATHS,
-    "components": {"schemas": SCHEMAS, "securitySchemes": {
-        "functionKey": {"type": "apiKey", "in": "query", "name": "code"},
-        "functionKeyHeader": {"type": "apiKey", "in": "header", "name": "x-functions-key"}}},
+    "components": {
+        "schemas": SCHEMAS,
+        "securitySchemes": {
+            "functionKey": {"type": "apiKey", "in": "query", "name": "code"},
+            "functionKeyHeader": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
+        },
+    },
 }

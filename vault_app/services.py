@@ -39,8 +39,11 @@ class Services:
 
     @cached_property
     def vault(self) -> Vault:
-        return Vault(self.vault_account, container=self.settings.streams_container,
-                     table_prefix=self.settings.table_prefix)
+        return Vault(
+            self.vault_account,
+            container=self.settings.streams_container,
+            table_prefix=self.settings.table_prefix,
+        )
 
     @cached_property
     def claimcheck(self) -> ContainerClient:
@@ -60,8 +63,14 @@ class Services:
                 self.settings.env, config.staging_connection(account)
             ).queue_service()
             for name in self.settings.queue_names:
-                out.append(StagingQueue(account, name, service.get_queue_client(name),
-                                        service.get_queue_client(f"{name}-poison")))
+                out.append(
+                    StagingQueue(
+                        account,
+                        name,
+                        service.get_queue_client(name),
+                        service.get_queue_client(f"{name}-poison"),
+                    )
+                )
         return out
 
     def queue_for(self, stream: str) -> StagingQueue:

@@ -25,8 +25,8 @@ from azure.data.tables import UpdateMode
 
 from vault_app import envelope
 from vault_app.services import Services
-from vault_core.azure import translate_errors
 from vault_app.telemetry import event
+from vault_core.azure import translate_errors
 from vault_core.errors import StorageUnavailable, StreamNotFound, VaultError
 from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id
@@ -87,13 +87,27 @@ class Stager:
         stream = str(row["Stream"])
         committed = self.services.vault.index.committed_batches(stream, [batch_id]).get(batch_id)
         if committed:
-            return BatchStatus(batch_id, stream, COMMITTED, committed.count, committed.first_offset,
-                               committed.next_offset, committed.timestamp)
+            return BatchStatus(
+                batch_id,
+                stream,
+                COMMITTED,
+                committed.count,
+                committed.first_offset,
+                committed.next_offset,
+                committed.timestamp,
+            )
         state = str(row.get("State", STAGED))
-        return BatchStatus(batch_id, stream, REJECTED if state == REJECTED else STAGED,
-                           int(row.get("Count", 0)), reason=row.get("Reason"))
+        return BatchStatus(
+            batch_id,
+            stream,
+            REJECTED if state == REJECTED else STAGED,
+            int(row.get("Count", 0)),
+            reason=row.get("Reason"),
+        )
 
-    def stage(self, stream: str, batch_id: str, messages: list[NewMessage], *, check_existing: bool) -> BatchStatus:
+    def stage(
+        self, stream: str, batch_id: str, messages: list[NewMessage], *, check_existing: bool
+    ) -> BatchStatus:
         """Durably stage a batch; returns once it is in a queue (never before).
 
         ``check_existing`` (the producer named the batch) makes a retry stage it once: a status
@@ -105,19 +119,25 @@ class Stager:
                 if existing.get("Stream") != stream:
                     from vault_app.http import HttpError
 
-                    raise HttpError(409, "conflict", f"batch id {batch_id} was already used for stream "
-                                    f"{existing.get('Stream')!r}")
+                    raise HttpError(
+                        409,
+                        "conflict",
+                        f"batch id {batch_id} was already used for stream {existing.get('Stream')!r}",
+                    )
                 found = self.status(batch_id)
                 assert found is not None
                 return found
         started = time.monotonic()
         now = self.clock()
         size = sum(len(m.value) for m in messages)
-        text = envelope.encode_messages(batch_id, stream, now, messages)
-        claimed = len(text) > envelope.INLINE_LIMIT
+        claimed = size + 40 * len(messages) > envelope.INLINE_LIMIT  # cheap bound before encoding
+        if not claimed:
+            text = envelope.encode_messages(batch_id, stream, now, messages)
+            claimed = len(text) > envelope.INLINE_LIMIT
         if claimed:
-            blob = f"{batch_id}.json"
-            with_retries(lambda: self._upload_claim(blob, text))
+            blob = f"{batch_id}.records"
+            body = envelope.encode_claim_body(messages, now)
+            with_retries(lambda: self._upload_claim(blob, body))
             text = envelope.encode_claim(batch_id, stream, now, blob, len(messages))
         queue = self.services.queue_for(stream)
         with_retries(lambda: self._send(queue.client, text))
@@ -127,16 +147,32 @@ class Stager:
             self._put_row(batch_id, stream, STAGED, len(messages), now)
         except VaultError as exc:
             log.warning("batch %s staged, but its status row was not written: %s", batch_id, exc)
-        event(log, "staged", stream=stream, batch_id=batch_id, messages=len(messages), bytes=size,
-              queue=queue.name, account=queue.account, claim_check=claimed,
-              duration_ms=round((time.monotonic() - started) * 1000, 1))
+        event(
+            log,
+            "staged",
+            stream=stream,
+            batch_id=batch_id,
+            messages=len(messages),
+            bytes=size,
+            queue=queue.name,
+            account=queue.account,
+            claim_check=claimed,
+            duration_ms=round((time.monotonic() - started) * 1000, 1),
+        )
         return BatchStatus(batch_id, stream, STAGED, len(messages))
 
     def reject(self, batch_id: str, stream: str, reason: str) -> None:
         with translate_errors():
             self.services.batches.upsert_entity(
-                {"PartitionKey": batch_id, "RowKey": "", "Stream": stream, "State": REJECTED,
-                 "Reason": reason[:1000]}, mode=UpdateMode.MERGE)
+                {
+                    "PartitionKey": batch_id,
+                    "RowKey": "",
+                    "Stream": stream,
+                    "State": REJECTED,
+                    "Reason": reason[:1000],
+                },
+                mode=UpdateMode.MERGE,
+            )
 
     def _row(self, batch_id: str) -> dict[str, Any] | None:
         with translate_errors():
@@ -146,8 +182,14 @@ class Stager:
                 return None
 
     def _put_row(self, batch_id: str, stream: str, state: str, count: int, now: int) -> None:
-        row = {"PartitionKey": batch_id, "RowKey": "", "Stream": stream, "State": state, "Count": count,
-               "StagedMs": str(now)}
+        row = {
+            "PartitionKey": batch_id,
+            "RowKey": "",
+            "Stream": stream,
+            "State": state,
+            "Count": count,
+            "StagedMs": str(now),
+        }
 
         def put() -> None:
             with translate_errors(stream):
@@ -155,9 +197,9 @@ class Stager:
 
         with_retries(put)
 
-    def _upload_claim(self, blob: str, text: str) -> None:
+    def _upload_claim(self, blob: str, body: bytes) -> None:
         with translate_errors():
-            self.services.claimcheck.upload_blob(blob, text.encode(), overwrite=True)
+            self.services.claimcheck.upload_blob(blob, body, overwrite=True)
 
     @staticmethod
     def _send(client: Any, text: str) -> None:

@@ -178,8 +178,9 @@ open_writers = OpenWriters()
 
 def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
     started = time.monotonic()
-    results = open_writers.append(services, stream,
-                                  [Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work])
+    results = open_writers.append(
+        services, stream, [Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work]
+    )
     if fault_hook:
         fault_hook("after-commit")
     now_ms = time.time_ns() // 1_000_000
@@ -189,18 +190,27 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
         if w.drained:
             _delete(queue, w.drained)
     fresh = [r for r in results if not r.duplicate]
-    event(log, "appended", stream=stream, batch_ids=[r.batch_id for r in results],
-          duplicates=len(results) - len(fresh), messages=sum(r.count for r in fresh),
-          bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
-          duration_ms=round((time.monotonic() - started) * 1000, 1),
-          lag_ms=now_ms - min(w.envelope.staged_ms for w in work))
+    event(
+        log,
+        "appended",
+        stream=stream,
+        batch_ids=[r.batch_id for r in results],
+        duplicates=len(results) - len(fresh),
+        messages=sum(r.count for r in fresh),
+        bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+        lag_ms=now_ms - min(w.envelope.staged_ms for w in work),
+    )
 
 
 def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:
     while plan.bytes < DRAIN_BYTES:
         with translate_errors():
-            got = list(queue.client.receive_messages(max_messages=DRAIN_MESSAGES,
-                                                     visibility_timeout=DRAIN_VISIBILITY))
+            got = list(
+                queue.client.receive_messages(
+                    max_messages=DRAIN_MESSAGES, visibility_timeout=DRAIN_VISIBILITY
+                )
+            )
         for m in got:
             staged = Staged(m.id, m.content, m.dequeue_count or 1, m.pop_receipt)
             try:
@@ -231,9 +241,7 @@ def _load(services: Services, env: Envelope) -> Envelope:
             if services.vault.index.committed_batches(env.stream, [env.batch_id]):
                 raise _AlreadyCommitted(env.batch_id) from exc
             raise EnvelopeError(f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing") from exc
-    full = envelope.decode_claimed(env, body)
-    return Envelope(full.batch_id, full.stream, full.staged_ms, full.messages, claim=env.claim,
-                    count=len(full.messages or []))
+    return envelope.decode_claimed(env, body)
 
 
 def _reject(stager: Stager, body: str, reason: str) -> None:

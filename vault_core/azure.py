@@ -75,8 +75,9 @@ class StorageAccount:
                 f"storage connection {name!r} is not configured: set {name} to a connection string, "
                 f"or {name}__blobServiceUri / {name}__queueServiceUri / {name}__tableServiceUri"
             )
-        return cls(blob_url=blob, queue_url=queue, table_url=table,
-                   credential=_identity_credential(env, name))
+        return cls(
+            blob_url=blob, queue_url=queue, table_url=table, credential=_identity_credential(env, name)
+        )
 
     # The storage SDKs' default retry waits 15 s, then 18 s, ... before answering: far too long
     # for a request path that must say 503 promptly. Retry briefly here; callers that can wait
@@ -85,20 +86,26 @@ class StorageAccount:
         retry = BlobRetry(initial_backoff=1, increment_base=2, retry_total=3, random_jitter_range=1)
         if self.connection_string:
             return BlobServiceClient.from_connection_string(self.connection_string, retry_policy=retry)
-        return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, retry_policy=retry)
+        return BlobServiceClient(
+            self._url(self.blob_url, "blob"), credential=self.credential, retry_policy=retry
+        )
 
     def queue_service(self) -> QueueServiceClient:
         retry = QueueRetry(initial_backoff=1, increment_base=2, retry_total=2, random_jitter_range=1)
         if self.connection_string:
             return QueueServiceClient.from_connection_string(self.connection_string, retry_policy=retry)
-        return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential,
-                                  retry_policy=retry)
+        return QueueServiceClient(
+            self._url(self.queue_url, "queue"), credential=self.credential, retry_policy=retry
+        )
 
     def table_service(self) -> TableServiceClient:
-        options = {"retry_total": 3, "retry_backoff_factor": 0.5}
         if self.connection_string:
-            return TableServiceClient.from_connection_string(self.connection_string, **options)
-        return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential, **options)
+            return TableServiceClient.from_connection_string(
+                self.connection_string, retry_total=3, retry_backoff_factor=0.5
+            )
+        return TableServiceClient(
+            self._url(self.table_url, "table"), credential=self.credential, retry_total=3, retry_backoff_factor=0.5
+        )
 
     @staticmethod
     def _url(url: str | None, service: str) -> str:
@@ -114,7 +121,11 @@ def _identity_credential(env: Mapping[str, str], name: str) -> Any:
     client_id = env.get(f"{name}__clientId")
     if env.get(f"{name}__credential", "").lower() == "managedidentity":
         return ManagedIdentityCredential(client_id=client_id) if client_id else ManagedIdentityCredential()
-    return DefaultAzureCredential(managed_identity_client_id=client_id) if client_id else DefaultAzureCredential()
+    return (
+        DefaultAzureCredential(managed_identity_client_id=client_id)
+        if client_id
+        else DefaultAzureCredential()
+    )
 
 
 _LEASE_HELD = {"LeaseAlreadyPresent"}
@@ -159,7 +170,9 @@ def translate_http_error(exc: HttpResponseError, stream: str | None = None) -> V
     if code in _LEASE_HELD or (isinstance(exc, ResourceExistsError) and status == 409 and code is None):
         return StreamLeased(f"{what} is leased by another writer")
     if code in _LEASE_LOST or isinstance(exc, ResourceModifiedError) or status == 412:
-        return LeaseLost(f"this writer lost its lease on {what} (or the blob changed under it); it stopped writing")
+        return LeaseLost(
+            f"this writer lost its lease on {what} (or the blob changed under it); it stopped writing"
+        )
     if code in _NOT_FOUND or isinstance(exc, ResourceNotFoundError):
         return StreamNotFound(f"{what} does not exist" if stream else f"not found: {code}")
     if status is not None and (status >= 500 or status in (408, 429)):

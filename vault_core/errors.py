@@ -55,8 +55,10 @@ class FormatError(VaultError):
     """Bytes that are not a valid record of a format version this reader knows."""
 
     def __init__(self, message: str, *, stream: str | None = None, offset: int | None = None) -> None:
-        where = f" (stream {stream!r}, offset {offset})" if stream is not None else (
-            f" (offset {offset})" if offset is not None else ""
+        where = (
+            f" (stream {stream!r}, offset {offset})"
+            if stream is not None
+            else (f" (offset {offset})" if offset is not None else "")
         )
         super().__init__(message + where)
         self.stream = stream

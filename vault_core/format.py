@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
@@ -131,9 +131,7 @@ def check_limits(key: bytes, value: bytes | bytearray | memoryview) -> None:
         raise MessageTooLarge(f"value is {len(value)} bytes; the maximum is {MAX_VALUE_BYTES}")
 
 
-def encode_into(
-    out: bytearray, message: NewMessage, offset: int, timestamp: int
-) -> int:
+def encode_into(out: bytearray, message: NewMessage, offset: int, timestamp: int) -> int:
     """Append one record for ``message`` at stream ``offset`` to ``out``; returns its size."""
     key, flags = message.key_bytes()
     value = message.value
@@ -183,8 +181,9 @@ def decode(
     while pos < end and (max_count is None or len(out) < max_count):
         if pos + HEADER_SIZE > end:
             if complete:
-                raise CorruptRecord("a partial record header at the committed end", stream=stream,
-                                    offset=base_offset + pos)
+                raise CorruptRecord(
+                    "a partial record header at the committed end", stream=stream, offset=base_offset + pos
+                )
             break
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
         _check_header(magic, version, flags, klen, vlen, offset, base_offset + pos, stream)
@@ -192,39 +191,57 @@ def decode(
         if rec_end > end:
             if complete:
                 raise CorruptRecord(
-                    f"record of {rec_end - pos} bytes runs past the committed end", stream=stream, offset=offset
+                    f"record of {rec_end - pos} bytes runs past the committed end",
+                    stream=stream,
+                    offset=offset,
                 )
             break
         computed = crc32(view[pos + CRC_COVERAGE_START : rec_end])
         if computed != crc:
             raise CorruptRecord(
-                "record checksum mismatch", stream=stream, offset=offset,
-                stored_crc=crc, computed_crc=computed,
+                "record checksum mismatch",
+                stream=stream,
+                offset=offset,
+                stored_crc=crc,
+                computed_crc=computed,
             )
         key_start = pos + HEADER_SIZE
         out.append(
-            Message(offset, ts, bytes(view[key_start : key_start + klen]),
-                    bytes(view[key_start + klen : rec_end]), flags)
+            Message(
+                offset,
+                ts,
+                bytes(view[key_start : key_start + klen]),
+                bytes(view[key_start + klen : rec_end]),
+                flags,
+            )
         )
         pos = rec_end
     return out, pos
 
 
 def _check_header(
-    magic: bytes, version: int, flags: int, klen: int, vlen: int,
-    offset: int, position: int, stream: str | None,
+    magic: bytes,
+    version: int,
+    flags: int,
+    klen: int,
+    vlen: int,
+    offset: int,
+    position: int,
+    stream: str | None,
 ) -> None:
     if magic != MAGIC:
         raise CorruptRecord("no record starts here (bad sync marker)", stream=stream, offset=position)
     if version != FORMAT_VERSION:
         raise UnsupportedVersion(
             f"record format version {version} is not supported by this reader (it knows {FORMAT_VERSION})",
-            stream=stream, offset=position,
+            stream=stream,
+            offset=position,
         )
     if flags & ~KNOWN_FLAGS or (flags & FLAG_COMPRESSION_MASK) not in SUPPORTED_COMPRESSION:
         raise UnsupportedVersion(
             f"record flags {flags:#04x} use a feature this reader does not know",
-            stream=stream, offset=position,
+            stream=stream,
+            offset=position,
         )
     if klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
         raise CorruptRecord(
@@ -244,9 +261,7 @@ def record_length_at(buf: bytes | bytearray | memoryview, pos: int) -> int | Non
     return int(HEADER_SIZE + klen + vlen)
 
 
-def find_next_record(
-    buf: bytes | bytearray | memoryview, base_offset: int, start: int = 0
-) -> int | None:
+def find_next_record(buf: bytes | bytearray | memoryview, base_offset: int, start: int = 0) -> int | None:
     """Position of the first plausible record at or after ``buf[start]``, or None.
 
     This is how a reader that starts at an arbitrary byte (or skips a corrupt record)

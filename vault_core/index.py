@@ -109,8 +109,11 @@ class IndexTables:
         """Index rows and batch ids of a commit, then the catalog row."""
         self.record_index(stream, points, batches)
         entry: dict[str, Any] = {
-            "PartitionKey": CATALOG_PARTITION, "RowKey": stream, "Committed": _i64(state.committed),
-            "Count": _i64(state.count), "Updated": _i64(now_ms),
+            "PartitionKey": CATALOG_PARTITION,
+            "RowKey": stream,
+            "Committed": _i64(state.committed),
+            "Count": _i64(state.count),
+            "Updated": _i64(now_ms),
         }
         if state.first_ts is not None:
             entry["FirstTs"] = _i64(state.first_ts)
@@ -119,7 +122,9 @@ class IndexTables:
         with translate_errors(stream):
             self.catalog.upsert_entity(entry, mode=UpdateMode.MERGE)
 
-    def record_index(self, stream: str, points: Sequence[IndexPoint], batches: Iterable[CommittedBatch]) -> None:
+    def record_index(
+        self, stream: str, points: Sequence[IndexPoint], batches: Iterable[CommittedBatch]
+    ) -> None:
         """Upsert index points and committed batch ids, 100 rows per transaction."""
         rows: list[dict[str, Any]] = []
         for p in points:
@@ -127,23 +132,37 @@ class IndexTables:
             rows.append({"PartitionKey": stream, "RowKey": _offset_key(p.offset), **fields})
             rows.append({"PartitionKey": stream, "RowKey": _time_key(p.timestamp, p.offset), **fields})
         for b in batches:
-            rows.append({
-                "PartitionKey": stream, "RowKey": "b" + b.batch_id, "First": _i64(b.first_offset),
-                "Next": _i64(b.next_offset), "Count": _i64(b.count), "Ts": _i64(b.timestamp),
-            })
+            rows.append(
+                {
+                    "PartitionKey": stream,
+                    "RowKey": "b" + b.batch_id,
+                    "First": _i64(b.first_offset),
+                    "Next": _i64(b.next_offset),
+                    "Count": _i64(b.count),
+                    "Ts": _i64(b.timestamp),
+                }
+            )
         with translate_errors(stream):
             for i in range(0, len(rows), _TRANSACTION_LIMIT):
                 chunk = rows[i : i + _TRANSACTION_LIMIT]
-                self.index.submit_transaction([("upsert", row, {"mode": UpdateMode.REPLACE}) for row in chunk])
+                self.index.submit_transaction(
+                    [("upsert", row, {"mode": UpdateMode.REPLACE}) for row in chunk]
+                )
 
     def register_stream(self, stream: str, now_ms: int) -> None:
         """Create the catalog row with its creation time, if it is not there yet."""
         with translate_errors(stream):
             try:
-                self.catalog.create_entity({
-                    "PartitionKey": CATALOG_PARTITION, "RowKey": stream, "Created": _i64(now_ms),
-                    "Updated": _i64(now_ms), "Committed": _i64(0), "Count": _i64(0),
-                })
+                self.catalog.create_entity(
+                    {
+                        "PartitionKey": CATALOG_PARTITION,
+                        "RowKey": stream,
+                        "Created": _i64(now_ms),
+                        "Updated": _i64(now_ms),
+                        "Committed": _i64(0),
+                        "Count": _i64(0),
+                    }
+                )
             except ResourceExistsError:
                 pass
 
@@ -177,7 +196,8 @@ class IndexTables:
                 for j, bid in enumerate(chunk):
                     params[f"r{j}"] = "b" + bid
                     ors.append(f"RowKey eq @r{j}")
-                filt = f"PartitionKey eq @pk and ( {' or '.join(ors)} )"  # the SDK substitutes space-separated @names
+                # The SDK substitutes @names only when they stand between spaces.
+                filt = f"PartitionKey eq @pk and ( {' or '.join(ors)} )"
                 for e in self.index.query_entities(filt, parameters=params):
                     bid = str(e["RowKey"])[1:]
                     found[bid] = CommittedBatch(
@@ -187,9 +207,12 @@ class IndexTables:
 
     def catalog_entry(self, stream: str) -> CatalogEntry | None:
         with translate_errors(stream):
-            rows = list(self.catalog.query_entities(
-                "PartitionKey eq @pk and RowKey eq @rk", parameters={"pk": CATALOG_PARTITION, "rk": stream}
-            ))
+            rows = list(
+                self.catalog.query_entities(
+                    "PartitionKey eq @pk and RowKey eq @rk",
+                    parameters={"pk": CATALOG_PARTITION, "rk": stream},
+                )
+            )
         return _catalog(rows[0]) if rows else None
 
     def list_catalog(self) -> list[CatalogEntry]:
@@ -212,7 +235,11 @@ class IndexTables:
 
 def _catalog(e: dict[str, Any]) -> CatalogEntry:
     return CatalogEntry(
-        stream=str(e["RowKey"]), committed=_num(e.get("Committed", 0)), count=_num(e.get("Count", 0)),
-        first_ts=_opt(e.get("FirstTs")), last_ts=_opt(e.get("LastTs")),
-        created=_num(e.get("Created", 0)), updated=_num(e.get("Updated", 0)),
+        stream=str(e["RowKey"]),
+        committed=_num(e.get("Committed", 0)),
+        count=_num(e.get("Count", 0)),
+        first_ts=_opt(e.get("FirstTs")),
+        last_ts=_opt(e.get("LastTs")),
+        created=_num(e.get("Created", 0)),
+        updated=_num(e.get("Updated", 0)),
     )

@@ -127,8 +127,9 @@ class StreamBlob:
         """Create an empty page blob; a no-op if the stream already exists (idempotent)."""
         with translate_errors(self.stream):
             try:
-                self.client.create_page_blob(size=0, metadata=CommitState().to_metadata(),
-                                             match_condition=MatchConditions.IfMissing)
+                self.client.create_page_blob(
+                    size=0, metadata=CommitState().to_metadata(), match_condition=MatchConditions.IfMissing
+                )
             except ResourceExistsError:
                 pass
 
@@ -142,19 +143,27 @@ class StreamBlob:
     # -- conditional writes: lease + If-Match the writer's last known ETag ---------------
     def resize(self, size: int, lease: BlobLeaseClient, etag: str) -> str:
         with translate_errors(self.stream):
-            result = self.client.resize_blob(size, lease=lease, etag=etag,
-                                             match_condition=MatchConditions.IfNotModified)
+            result = self.client.resize_blob(
+                size, lease=lease, etag=etag, match_condition=MatchConditions.IfNotModified
+            )
         return str(result["etag"])
 
     def write_pages(self, offset: int, data: bytes | memoryview, lease: BlobLeaseClient, etag: str) -> str:
         assert offset % PAGE_SIZE == 0 and len(data) % PAGE_SIZE == 0 and len(data) <= MAX_PAGE_WRITE
         with translate_errors(self.stream):
-            result = self.client.upload_page(bytes(data), offset=offset, length=len(data), lease=lease,
-                                             etag=etag, match_condition=MatchConditions.IfNotModified)
+            result = self.client.upload_page(
+                bytes(data),
+                offset=offset,
+                length=len(data),
+                lease=lease,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
+            )
         return str(result["etag"])
 
     def commit(self, state: CommitState, lease: BlobLeaseClient, etag: str) -> str:
         with translate_errors(self.stream):
-            result = self.client.set_blob_metadata(state.to_metadata(), lease=lease, etag=etag,
-                                                   match_condition=MatchConditions.IfNotModified)
+            result = self.client.set_blob_metadata(
+                state.to_metadata(), lease=lease, etag=etag, match_condition=MatchConditions.IfNotModified
+            )
         return str(result["etag"])

@@ -105,7 +105,8 @@ def scan_blob(
         if carry:
             raise CorruptRecord(
                 f"{len(carry)} bytes before the committed end do not form a whole record",
-                stream=blob.stream, offset=base,
+                stream=blob.stream,
+                offset=base,
             )
     finally:
         for f in pending:
@@ -124,7 +125,9 @@ def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> l
 class StreamReader:
     """Reads any stream of one vault; safe to share between threads."""
 
-    def __init__(self, container: ContainerClient, index: IndexTables | None, *, clock: Clock | None = None) -> None:
+    def __init__(
+        self, container: ContainerClient, index: IndexTables | None, *, clock: Clock | None = None
+    ) -> None:
         self.container = container
         self.index = index
         self.clock = clock or SystemClock()
@@ -174,8 +177,15 @@ class StreamReader:
         if need is not None and need > limit and from_offset + need <= committed:
             data = blob.read(from_offset, need)  # one record larger than max_bytes
             limit = need
-        records, pos = decode(data, from_offset, 0, limit, max_count=max_count, stream=stream,
-                              complete=from_offset + limit == committed)
+        records, pos = decode(
+            data,
+            from_offset,
+            0,
+            limit,
+            max_count=max_count,
+            stream=stream,
+            complete=from_offset + limit == committed,
+        )
         return ReadResult(records, from_offset + pos, committed)
 
     def scan(
@@ -199,7 +209,9 @@ class StreamReader:
         if from_offset < end:
             head = blob.read(from_offset, min(HEADER_SIZE, end - from_offset))
             _check_boundary(head, from_offset, stream)
-        yield from scan_blob(blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt)
+        yield from scan_blob(
+            blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt
+        )
 
     def follow(
         self,

@@ -61,10 +61,13 @@ class Vault:
     def blob(self, stream: str) -> StreamBlob:
         return StreamBlob.in_container(self.container, validate_stream_name(stream))
 
-    def writer(self, stream: str, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, **options: int) -> StreamWriter:
+    def writer(
+        self, stream: str, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, **options: int
+    ) -> StreamWriter:
         """Open the single writer of ``stream`` (raises StreamLeased if another holds it)."""
-        return StreamWriter.open(self.blob(stream), self.index, clock=self.clock,
-                                 lease_seconds=lease_seconds, **options)
+        return StreamWriter.open(
+            self.blob(stream), self.index, clock=self.clock, lease_seconds=lease_seconds, **options
+        )
 
     def streams(self) -> list[CatalogEntry]:
         return self.index.list_catalog()

@@ -136,8 +136,16 @@ class StreamWriter:
         clock = clock or SystemClock()
         blob.create_if_missing()
         lease = blob.acquire_lease(lease_seconds)
-        writer = cls(blob, index, lease, CommitState(), clock=clock, lease_seconds=lease_seconds,
-                     index_spacing=index_spacing, max_write=max_write)
+        writer = cls(
+            blob,
+            index,
+            lease,
+            CommitState(),
+            clock=clock,
+            lease_seconds=lease_seconds,
+            index_spacing=index_spacing,
+            max_write=max_write,
+        )
         try:
             writer._recover()
         except BaseException:
@@ -163,7 +171,9 @@ class StreamWriter:
     def __enter__(self) -> StreamWriter:
         return self
 
-    def __exit__(self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.close()
 
     def _release(self) -> None:

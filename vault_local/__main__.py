@@ -14,6 +14,7 @@ from pathlib import Path
 from vault_local.azurite import ROOT, Azurite, free_port
 from vault_local.process import LOCAL_KEY, HostProcess
 
+
 def _show(cmd: list[str]) -> str:
     print("\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
     out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
@@ -28,28 +29,62 @@ def demo(args: argparse.Namespace) -> None:
     data.mkdir(exist_ok=True)
     azurite = Azurite(location=data, blob_port=free_port(), queue_port=free_port(), table_port=free_port())
     azurite.start()
-    print(f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, table {azurite.table_port} (data in .azurite/)")
+    print(
+        f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, "
+        f"table {azurite.table_port} (data in .azurite/)"
+    )
     host = HostProcess(azurite.connection_string, port=args.port, echo=True).start()
     api = host.url
     try:
         post = ["curl", "-s", "-H", "Content-Type: application/json"]
-        _show([*post, "-d", '{"messages":[{"key":"order-1","value":"{\\"total\\": 42}"},'
-               '{"key":"order-2","value":"{\\"total\\": 7}"}]}', f"{api}/streams/orders/messages?code={LOCAL_KEY}&wait=10"])
-        _show(["curl", "-s", "-H", "Content-Type: application/x-ndjson", "--data-binary",
-               '{"key":"u1","value":"click /home"}\n{"key":"u2","value":"click /cart"}\n',
-               f"{api}/streams/clicks/messages?code={LOCAL_KEY}&wait=10"])
+        _show(
+            [
+                *post,
+                "-d",
+                '{"messages":[{"key":"order-1","value":"{\\"total\\": 42}"},'
+                '{"key":"order-2","value":"{\\"total\\": 7}"}]}',
+                f"{api}/streams/orders/messages?code={LOCAL_KEY}&wait=10",
+            ]
+        )
+        _show(
+            [
+                "curl",
+                "-s",
+                "-H",
+                "Content-Type: application/x-ndjson",
+                "--data-binary",
+                '{"key":"u1","value":"click /home"}\n{"key":"u2","value":"click /cart"}\n',
+                f"{api}/streams/clicks/messages?code={LOCAL_KEY}&wait=10",
+            ]
+        )
         _show(["curl", "-s", f"{api}/streams/orders/messages?from=0"])
         _show(["curl", "-s", "-H", "Accept: application/x-ndjson", f"{api}/streams/clicks/messages?from=0"])
         _show(["curl", "-s", f"{api}/streams"])
-        tail = subprocess.run(["curl", "-s", "-D", "-", "-o", "/dev/null", f"{api}/streams/clicks/messages?from=0"],
-                              capture_output=True, text=True, check=False).stdout
-        nxt = next((ln.split(":")[1].strip() for ln in tail.splitlines() if ln.lower().startswith("x-next-offset")), "0")
+        tail = subprocess.run(
+            ["curl", "-s", "-D", "-", "-o", "/dev/null", f"{api}/streams/clicks/messages?from=0"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        nxt = next(
+            (ln.split(":")[1].strip() for ln in tail.splitlines() if ln.lower().startswith("x-next-offset")),
+            "0",
+        )
         print(f"\nTailing clicks from offset {nxt} (long poll, wait=10) while a producer posts...")
-        waiter = subprocess.Popen(["curl", "-s", f"{api}/streams/clicks/messages?from={nxt}&wait=10"],
-                                  stdout=subprocess.PIPE, text=True)
+        waiter = subprocess.Popen(
+            ["curl", "-s", f"{api}/streams/clicks/messages?from={nxt}&wait=10"],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(1)
-        _show([*post, "-d", '{"messages":[{"key":"u3","value":"click /checkout"}]}',
-               f"{api}/streams/clicks/messages?code={LOCAL_KEY}"])
+        _show(
+            [
+                *post,
+                "-d",
+                '{"messages":[{"key":"u3","value":"click /checkout"}]}',
+                f"{api}/streams/clicks/messages?code={LOCAL_KEY}",
+            ]
+        )
         print("tail got: " + (waiter.communicate(timeout=30)[0] or "").strip())
         print(f"\nThe vault is running at {api} (function key: {LOCAL_KEY}). OpenAPI: {api}/openapi.json")
         if args.exit:
@@ -66,10 +101,18 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     h = sub.add_parser("host", help="run function_app.py like `func start` (needs storage settings)")
     h.add_argument("--port", type=int, default=7071)
-    h.add_argument("--settings", type=Path, default=ROOT / "local.settings.json",
-                   help="local.settings.json whose Values become environment variables")
-    h.add_argument("--inflight-visibility", type=float, default=30.0,
-                   help="seconds a queue message stays invisible while its function runs (renewed)")
+    h.add_argument(
+        "--settings",
+        type=Path,
+        default=ROOT / "local.settings.json",
+        help="local.settings.json whose Values become environment variables",
+    )
+    h.add_argument(
+        "--inflight-visibility",
+        type=float,
+        default=30.0,
+        help="seconds a queue message stays invisible while its function runs (renewed)",
+    )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument("--fault", choices=["after-commit"], help="test seam: stop at this point to be killed")
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")

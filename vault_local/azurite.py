@@ -57,16 +57,31 @@ class Azurite:
     def start(self) -> Azurite:
         ensure_installed()
         args = [
-            "node", str(AZURITE_BIN), "--silent", "--disableTelemetry", "--skipApiVersionCheck",
-            "--loose", "--blobHost", "127.0.0.1", "--queueHost", "127.0.0.1", "--tableHost", "127.0.0.1",
-            "--blobPort", str(self.blob_port), "--queuePort", str(self.queue_port),
-            "--tablePort", str(self.table_port),
+            "node",
+            str(AZURITE_BIN),
+            "--silent",
+            "--disableTelemetry",
+            "--skipApiVersionCheck",
+            "--loose",
+            "--blobHost",
+            "127.0.0.1",
+            "--queueHost",
+            "127.0.0.1",
+            "--tableHost",
+            "127.0.0.1",
+            "--blobPort",
+            str(self.blob_port),
+            "--queuePort",
+            str(self.queue_port),
+            "--tablePort",
+            str(self.table_port),
         ]
         args += ["--inMemoryPersistence"] if self.in_memory else ["--location", str(self.location)]
         log = open(self.location / "azurite.log", "ab")  # noqa: SIM115 - owned by the process
         # node directly (not npx), so the PID we stop is the server itself.
-        self.process = subprocess.Popen(args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        self.process = subprocess.Popen(
+            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         for port in (self.blob_port, self.queue_port, self.table_port):
             wait_for_port(port)
         return self

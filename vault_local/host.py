@@ -116,14 +116,33 @@ def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunct
         kind = trigger["type"]
         if kind == "httpTrigger":
             route = trigger.get("route") or f.get_function_name()
-            methods = frozenset(str(getattr(m, "value", m)).upper() for m in trigger.get("methods") or
-                                ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])
+            methods = frozenset(
+                str(getattr(m, "value", m)).upper()
+                for m in trigger.get("methods")
+                or ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
+            )
             auth = str(getattr(trigger.get("authLevel"), "value", trigger.get("authLevel") or "function"))
-            http.append(HttpFunction(f.get_function_name(), route, _route_pattern(route), methods,
-                                     auth.lower(), trigger["name"], f.get_user_function()))
+            http.append(
+                HttpFunction(
+                    f.get_function_name(),
+                    route,
+                    _route_pattern(route),
+                    methods,
+                    auth.lower(),
+                    trigger["name"],
+                    f.get_user_function(),
+                )
+            )
         elif kind == "queueTrigger":
-            queues.append(QueueFunction(f.get_function_name(), trigger["queueName"], trigger["connection"],
-                                        trigger["name"], f.get_user_function()))
+            queues.append(
+                QueueFunction(
+                    f.get_function_name(),
+                    trigger["queueName"],
+                    trigger["connection"],
+                    trigger["name"],
+                    f.get_user_function(),
+                )
+            )
         else:
             raise ValueError(f"the local host does not run {kind} triggers ({f.get_function_name()})")
     # Literal routes before templated ones, longer before shorter, like the host's route ordering.
@@ -143,15 +162,24 @@ class LocalHost:
         inflight_visibility: float = 30.0,
     ) -> None:
         self.http, self.queues = discover(app)
-        self.prefix = "/" + str(host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")).strip("/")
+        self.prefix = "/" + str(
+            host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
+        ).strip("/")
         self.options = QueueOptions.from_host_json(host_json)
         self.env = env
         self.function_key = function_key
         self.port = port
         self.inflight_visibility = inflight_visibility
         self.stopping = threading.Event()
-        self.asgi = Starlette(routes=[Route("/{path:path}", self._dispatch, methods=[
-            "GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"])])
+        self.asgi = Starlette(
+            routes=[
+                Route(
+                    "/{path:path}",
+                    self._dispatch,
+                    methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"],
+                )
+            ]
+        )
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> Response:
@@ -168,23 +196,40 @@ class LocalHost:
                 allowed |= h.methods
                 continue
             if h.auth_level != "anonymous" and not self._authorised(request):
-                return JSONResponse({"error": "unauthorized", "message":
-                                     "this route needs a function key: ?code=KEY or x-functions-key"}, 401)
+                return JSONResponse(
+                    {
+                        "error": "unauthorized",
+                        "message": "this route needs a function key: ?code=KEY or x-functions-key",
+                    },
+                    401,
+                )
             body = await request.body()
             req = func.HttpRequest(
-                method=request.method, url=str(request.url),
-                headers=dict(request.headers), params=dict(request.query_params),
-                route_params=match.groupdict(), body=body,
+                method=request.method,
+                url=str(request.url),
+                headers=dict(request.headers),
+                params=dict(request.query_params),
+                route_params=match.groupdict(),
+                body=body,
             )
             resp: func.HttpResponse = await run_in_threadpool(h.fn, **{h.arg_name: req})
             headers = dict(resp.headers)
             media = resp.mimetype or "text/plain"
-            return Response(resp.get_body(), status_code=resp.status_code, headers=headers,
-                            media_type=f"{media}; charset={resp.charset}" if media.startswith("text/") else media)
+            return Response(
+                resp.get_body(),
+                status_code=resp.status_code,
+                headers=headers,
+                media_type=f"{media}; charset={resp.charset}" if media.startswith("text/") else media,
+            )
         if allowed:
-            return JSONResponse({"error": "method_not_allowed", "message":
-                                 f"{request.method} is not allowed here; use {', '.join(sorted(allowed))}"},
-                                405, headers={"Allow": ", ".join(sorted(allowed))})
+            return JSONResponse(
+                {
+                    "error": "method_not_allowed",
+                    "message": f"{request.method} is not allowed here; use {', '.join(sorted(allowed))}",
+                },
+                405,
+                headers={"Allow": ", ".join(sorted(allowed))},
+            )
         return JSONResponse({"error": "not_found", "message": f"no function at {path}"}, 404)
 
     def _authorised(self, request: Request) -> bool:
@@ -215,8 +260,11 @@ class LocalHost:
                         done.wait(0.5)
                     want = opts.batch_size - running
                 try:
-                    got = list(client.receive_messages(max_messages=want,
-                                                       visibility_timeout=int(self.inflight_visibility)))
+                    got = list(
+                        client.receive_messages(
+                            max_messages=want, visibility_timeout=int(self.inflight_visibility)
+                        )
+                    )
                 except Exception as exc:  # storage down: keep polling, like the host
                     log.warning("polling %s failed: %s", q.queue_name, exc)
                     got = []
@@ -250,7 +298,9 @@ class LocalHost:
         def renew() -> None:  # keep the message invisible while the function runs
             while not stop_renew.wait(self.inflight_visibility / 3):
                 try:
-                    r = client.update_message(m.id, receipt[0], visibility_timeout=int(self.inflight_visibility))
+                    r = client.update_message(
+                        m.id, receipt[0], visibility_timeout=int(self.inflight_visibility)
+                    )
                     receipt[0] = r.pop_receipt
                 except Exception:
                     return
@@ -262,9 +312,15 @@ class LocalHost:
             import base64
 
             content = base64.b64decode(content).decode()
-        msg = FuncQueueMessage(id=m.id, body=content.encode(), dequeue_count=m.dequeue_count,
-                               pop_receipt=receipt[0], insertion_time=m.inserted_on,
-                               expiration_time=m.expires_on, time_next_visible=m.next_visible_on)
+        msg = FuncQueueMessage(
+            id=m.id,
+            body=content.encode(),
+            dequeue_count=m.dequeue_count,
+            pop_receipt=receipt[0],
+            insertion_time=m.inserted_on,
+            expiration_time=m.expires_on,
+            time_next_visible=m.next_visible_on,
+        )
         try:
             q.fn(**{q.arg_name: msg})
             ok = True
@@ -280,7 +336,9 @@ class LocalHost:
             elif m.dequeue_count >= self.options.max_dequeue_count:
                 self._to_poison(client, poison, m, receipt[0], "failed maxDequeueCount times")
             else:
-                client.update_message(m.id, receipt[0], visibility_timeout=int(self.options.visibility_timeout))
+                client.update_message(
+                    m.id, receipt[0], visibility_timeout=int(self.options.visibility_timeout)
+                )
         except Exception as exc:
             log.warning("could not settle message %s: %s", m.id, exc)
 
@@ -293,8 +351,14 @@ class LocalHost:
     def serve(self, ready: Callable[[], None] | None = None) -> None:
         for q in self.queues:
             threading.Thread(target=self._poll, args=(q,), name=f"poll-{q.name}", daemon=True).start()
-        config = uvicorn.Config(self.asgi, host="127.0.0.1", port=self.port, log_level="warning",
-                                access_log=False, timeout_keep_alive=30)
+        config = uvicorn.Config(
+            self.asgi,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+        )
         server = uvicorn.Server(config)
         if ready:
             threading.Thread(target=lambda: (self._wait_started(server), ready()), daemon=True).start()
@@ -317,8 +381,13 @@ def load_local_settings(path: Path) -> dict[str, str]:
     return {k: str(v) for k, v in json.loads(text).get("Values", {}).items()}
 
 
-def run(port: int, settings_file: Path | None, inflight_visibility: float, fault: str | None,
-        host_json_file: Path | None = None) -> None:
+def run(
+    port: int,
+    settings_file: Path | None,
+    inflight_visibility: float,
+    fault: str | None,
+    host_json_file: Path | None = None,
+) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
@@ -334,8 +403,14 @@ def run(port: int, settings_file: Path | None, inflight_visibility: float, fault
 
     host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
     key = os.environ.get("LOCAL_FUNCTION_KEY") or "local-dev-key"
-    host = LocalHost(function_app.app, host_json, os.environ, function_key=key, port=port,
-                     inflight_visibility=inflight_visibility)
+    host = LocalHost(
+        function_app.app,
+        host_json,
+        os.environ,
+        function_key=key,
+        port=port,
+        inflight_visibility=inflight_visibility,
+    )
     names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
     host.serve(ready=lambda: print(f"READY http://127.0.0.1:{port}{host.prefix} ({names})", flush=True))
 

@@ -56,10 +56,23 @@ class HostProcess:
     def start(self, timeout: float = 60) -> HostProcess:
         self.lines = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "vault_local", "host", "--port", str(self.port), "--settings", "/dev/null",
-             *self.args],
-            cwd=ROOT, env={**os.environ, **self.env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "vault_local",
+                "host",
+                "--port",
+                str(self.port),
+                "--settings",
+                "/dev/null",
+                *self.args,
+            ],
+            cwd=ROOT,
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
         )
         threading.Thread(target=self._drain, daemon=True).start()
         self.wait_for("READY", timeout)
