@@ -84,7 +84,7 @@ def decode(text: str | bytes) -> Envelope:
         if "claim" in doc:
             return Envelope(batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]))
         return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]])
-    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+    except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
 

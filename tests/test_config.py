@@ -1,0 +1,86 @@
+"""Configuration, connections, sharding and the staging envelope: no storage needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from vault_app import config, envelope
+from vault_app.config import load_settings
+from vault_app.envelope import EnvelopeError
+from vault_app.services import Services
+from vault_core.azure import StorageAccount, azurite_connection_string
+from vault_core.format import NewMessage
+
+CONN = azurite_connection_string()
+
+
+def test_defaults_need_only_the_connections() -> None:
+    s = load_settings({})
+    assert (s.staging_accounts, s.queues_per_account, s.queue_names[0]) == (1, 4, "mv-staging-0")
+    assert s.limits.max_message_bytes == 1024 * 1024
+
+
+@pytest.mark.parametrize(("name", "raw"), [(config.STAGING_QUEUES_PER_ACCOUNT, "four"),
+                                           (config.MAX_BATCH_BYTES, "0")])
+def test_a_bad_setting_names_itself(name: str, raw: str) -> None:
+    with pytest.raises(ValueError, match=name):
+        load_settings({name: raw})
+
+
+def test_identity_based_connections_use_service_uris_and_the_managed_identity() -> None:
+    env = {
+        "VaultStorage__blobServiceUri": "https://acct.blob.core.windows.net",
+        "VaultStorage__tableServiceUri": "https://acct.table.core.windows.net",
+        "VaultStorage__credential": "managedidentity",
+        "VaultStorage__clientId": "00000000-0000-0000-0000-000000000001",
+    }
+    account = StorageAccount.from_settings(env, "VaultStorage")
+    assert account.connection_string is None
+    assert type(account.credential).__name__ == "ManagedIdentityCredential"
+    assert account.blob_service().url.startswith("https://acct.blob.core.windows.net")
+    assert account.table_service().url.startswith("https://acct.table.core.windows.net")
+    with pytest.raises(ValueError, match="queue service URI"):
+        account.queue_service()
+
+
+def test_a_missing_connection_says_which_settings_to_set() -> None:
+    with pytest.raises(ValueError, match=r"VaultStaging0__queueServiceUri"):
+        StorageAccount.from_settings({}, "VaultStaging0")
+
+
+def test_streams_spread_stably_over_every_queue_of_every_staging_account() -> None:
+    env = {"VaultStorage": CONN, "VaultStaging0": CONN, "VaultStaging1": CONN,
+           config.STAGING_ACCOUNTS: "2", config.STAGING_QUEUES_PER_ACCOUNT: "3"}
+    services = Services(load_settings(env))
+    assert [(q.account, q.name) for q in services.queues] == [
+        (a, f"mv-staging-{i}") for a in (0, 1) for i in range(3)]
+    chosen = {services.queue_for(f"stream-{i}") for i in range(200)}
+    assert len(chosen) == 6  # every shard gets streams
+    assert services.queue_for("orders") is services.queue_for("orders")
+
+
+def test_the_inline_envelope_round_trips_text_and_binary() -> None:
+    msgs = [NewMessage(b"\x00\xffbin", b"\x01"), NewMessage("tëxt".encode(), "key")]
+    env = envelope.decode(envelope.encode_messages("b1", "s", 5, msgs))
+    assert (env.batch_id, env.stream, env.staged_ms, env.messages) == ("b1", "s", 5, msgs)
+
+
+def test_a_claim_check_body_must_hold_the_announced_messages() -> None:
+    msgs = [NewMessage(b"v" * 100, "k")] * 3
+    ref = envelope.decode(envelope.encode_claim("b2", "s", 5, "b2.records", 3))
+    assert envelope.decode_claimed(ref, envelope.encode_claim_body(msgs, 5)).messages == msgs
+    with pytest.raises(EnvelopeError, match="holds 2 messages"):
+        envelope.decode_claimed(ref, envelope.encode_claim_body(msgs[:2], 5))
+    body = bytearray(envelope.encode_claim_body(msgs, 5))
+    body[-1] ^= 1
+    with pytest.raises(EnvelopeError, match="corrupt"):
+        envelope.decode_claimed(ref, bytes(body))
+
+
+@pytest.mark.parametrize("text", ["not json", "[1]", '{"v": 2, "id": "a", "stream": "s", "ts": 1, "m": []}',
+                                  '{"v": 1, "id": "a:b", "stream": "s", "ts": 1, "m": []}',
+                                  '{"v": 1, "id": "a", "stream": "../x", "ts": 1, "m": []}',
+                                  '{"v": 1, "id": "a", "stream": "s", "ts": 1, "m": [["k", false, "!!"]]}'])
+def test_invalid_envelopes_are_rejected_with_a_reason(text: str) -> None:
+    with pytest.raises(EnvelopeError, match=r"."):
+        envelope.decode(text)
