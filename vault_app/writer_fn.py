@@ -18,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from azure.core.exceptions import ResourceNotFoundError
@@ -174,6 +175,8 @@ class OpenWriters:
 
 
 open_writers = OpenWriters()
+_io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mv-writer-io")
+"""Independent storage calls of one invocation (claim-check downloads, deletes) run here."""
 
 
 def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
@@ -184,11 +187,12 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
     if fault_hook:
         fault_hook("after-commit")
     now_ms = time.time_ns() // 1_000_000
-    for w in work:
-        if w.envelope.claim:
-            _delete_claim(services, w.envelope.claim)
-        if w.drained:
-            _delete(queue, w.drained)
+    # Cleanup after the commit, side by side; anything left behind is harmless (a redelivery
+    # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
+    cleanup = [_io.submit(_delete_claim, services, w.envelope.claim) for w in work if w.envelope.claim]
+    cleanup += [_io.submit(_delete, queue, w.drained) for w in work if w.drained]
+    for done in cleanup:
+        done.result()
     fresh = [r for r in results if not r.duplicate]
     event(
         log,
@@ -211,18 +215,27 @@ def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:
                     max_messages=DRAIN_MESSAGES, visibility_timeout=DRAIN_VISIBILITY
                 )
             )
-        for m in got:
-            staged = Staged(m.id, m.content, m.dequeue_count or 1, m.pop_receipt)
-            try:
-                _add(plan, _Work(_load(services, envelope.decode(m.content)), staged))
-            except _AlreadyCommitted:
-                _delete(queue, staged)
-            except EnvelopeError:
+        staged = [Staged(m.id, m.content, m.dequeue_count or 1, m.pop_receipt) for m in got]
+        # Claim-check downloads are independent: fetch them side by side, keep queue order.
+        loaded = _io.map(lambda st: _try_load(services, st.body), staged)
+        for st, result in zip(staged, loaded, strict=True):
+            if isinstance(result, Envelope):
+                _add(plan, _Work(result, st))
+            elif isinstance(result, _AlreadyCommitted):
+                _delete(queue, st)
+            else:
                 # Not ours to judge here: let it come back as a trigger, so its dequeue count
                 # grows and the host's poison handling applies to it.
-                _release(queue, [staged])
+                _release(queue, [st])
         if len(got) < DRAIN_MESSAGES:
             return
+
+
+def _try_load(services: Services, body: str) -> Envelope | Exception:
+    try:
+        return _load(services, envelope.decode(body))
+    except (_AlreadyCommitted, EnvelopeError) as exc:
+        return exc
 
 
 def _add(plan: _Plan, work: _Work) -> None:

@@ -1,0 +1,298 @@
+"""docs/FORMAT.md and docs/ARCHITECTURE.md say what the code does: numbers, offsets, keys, examples.
+
+Pure and fast: no storage. Each test reads a marked example or a table from a document and
+compares it with the code, so a change on either side that the other does not follow fails here.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import json
+import re
+import struct
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vault_core import format as fmt
+from vault_core import pageblob
+from vault_core.format import NewMessage, encode, message_id
+from vault_core.index import _offset_key, _time_key
+from vault_core.pageblob import CommitState, CommittedBatch
+
+ROOT = Path(__file__).resolve().parent.parent
+FORMAT_MD = (ROOT / "docs" / "FORMAT.md").read_text(encoding="utf-8")
+ARCHITECTURE_MD = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+HOST_JSON = json.loads((ROOT / "host.json").read_text(encoding="utf-8"))
+GOLDEN = (ROOT / "tests" / "data" / "record-v1.bin").read_bytes()
+TS = 1_700_000_000_000
+
+Table = tuple[list[str], list[list[str]]]
+
+
+# -- reading Markdown ---------------------------------------------------------------------------
+def tables(text: str) -> list[Table]:
+    """Every pipe table: its header cells and its body rows (cells stripped)."""
+    found: list[Table] = []
+    block: list[str] = []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            block.append(line)
+            continue
+        if len(block) >= 2:
+            rows = [[c.strip() for c in row.strip().strip("|").split("|")] for row in block]
+            found.append((rows[0], [r for r in rows[2:]]))
+        block = []
+    return found
+
+
+def after(text: str, marker: str) -> str:
+    """The text after an HTML comment marker such as ``<!-- record-v1.bin -->``."""
+    tag = f"<!-- {marker} -->"
+    assert text.count(tag) == 1, f"marker {tag} must occur exactly once"
+    return text.split(tag, 1)[1]
+
+
+def first_code_block(text: str) -> str:
+    match = re.search(r"```[a-z]*\n(.*?)\n```", text, re.S)
+    assert match, "no fenced code block"
+    return match.group(1)
+
+
+def first_table(text: str) -> Table:
+    return tables(text)[0]
+
+
+def code(cell: str) -> str:
+    """The content of a cell's (first) backtick span."""
+    match = re.search(r"`([^`]*)`", cell)
+    assert match, f"no `code` in table cell {cell!r}"
+    return match.group(1)
+
+
+def column(header: list[str], name: str) -> int:
+    return header.index(name)
+
+
+def resolve(dotted: str) -> Any:
+    module, _, attr = dotted.rpartition(".")
+    return getattr(importlib.import_module(module), attr)
+
+
+def constant_rows(text: str) -> list[tuple[str, str]]:
+    """(value literal, code path) of every row of every table with a Value and a Code column."""
+    out = []
+    for header, rows in tables(text):
+        if "Value" in header and "Code" in header:
+            v, c = column(header, "Value"), column(header, "Code")
+            out += [(code(row[v]), code(row[c])) for row in rows]
+    return out
+
+
+# -- FORMAT.md: the record ----------------------------------------------------------------------
+def test_the_hex_dump_is_the_golden_record() -> None:
+    dump = first_code_block(after(FORMAT_MD, "record-v1.bin"))
+    assert bytes.fromhex(dump) == GOLDEN
+    assert dump == encode([NewMessage(b"hello", "k")], 100, TS).hex(" ")  # the documented command
+
+
+def test_the_annotated_fields_reassemble_the_golden_record() -> None:
+    header, rows = first_table(after(FORMAT_MD, "record-v1.bin"))
+    assert header == ["Offset", "Bytes", "Field", "Decoded"]
+    position = 0
+    for row in rows:
+        offset, data, field = int(row[0]), bytes.fromhex(code(row[1])), code(row[2])
+        assert offset == position, f"{field} documented at {offset}; the field before ends at {position}"
+        assert GOLDEN[offset : offset + len(data)] == data, field
+        if field not in ("key", "value"):
+            assert offset == getattr(fmt, f"{field.upper()}_OFFSET"), field
+        position += len(data)
+    assert position == len(GOLDEN)
+
+
+def test_the_record_field_table_matches_the_header_struct() -> None:
+    layout = ["Offset", "Size", "Type", "Field", "Meaning"]
+    [(_, rows)] = [t for t in tables(FORMAT_MD) if t[0] == layout]
+    type_of = {"4s": "byte[4]", "I": "u32", "B": "u8", "H": "u16", "Q": "u64", "q": "i64"}
+    struct_types = [type_of[t] for t in re.findall(r"\d*[A-Za-z]", fmt.HEADER.format.lstrip("<>=!@"))]
+    header_rows = [r for r in rows if r[1].isdigit()]
+    assert [r[2] for r in header_rows] == struct_types
+    end = 0  # where the previous field ends: each field must start there
+    derivation = None
+    for offset_cell, size_cell, type_cell, field_cell, _ in header_rows:
+        field, size = code(field_cell), int(size_cell)
+        m = re.fullmatch(r"(\d+)(?: = (\d+) \+ (\d+))?", offset_cell)
+        assert m, f"offset of {field} must read 'N' or 'N = previous + size': {offset_cell!r}"
+        offset = int(m.group(1))
+        assert offset == end, field
+        if derivation is None:
+            assert m.group(2) is None, field
+        else:
+            assert (int(m.group(2)), int(m.group(3))) == derivation, field
+        assert size == struct.calcsize("<" + {v: k for k, v in type_of.items()}[type_cell]), field
+        assert offset == getattr(fmt, f"{field.upper()}_OFFSET"), field
+        derivation, end = (offset, size), offset + size
+    assert derivation is not None
+    assert end == fmt.HEADER_SIZE == fmt.HEADER.size == 32
+    key_row, value_row = (r for r in rows if not r[1].isdigit())
+    assert (code(key_row[3]), code(value_row[3])) == ("key", "value")
+    assert key_row[0] == f"{fmt.KEY_OFFSET} = {derivation[0]} + {derivation[1]}"
+    assert value_row[0] == f"{fmt.HEADER_SIZE} + key_length"
+
+
+def test_every_constant_in_format_md_matches_the_code() -> None:
+    rows = constant_rows(FORMAT_MD)
+    for literal, path in rows:
+        assert ast.literal_eval(literal) == resolve(path), f"FORMAT.md says {path} = {literal}"
+    documented = {path.rsplit(".", 1)[1] for _, path in rows}
+    required = {
+        "HEADER_SIZE",
+        "MAX_KEY_BYTES",
+        "MAX_VALUE_BYTES",
+        "MAX_RECORD_BYTES",
+        "MAGIC",
+        "FORMAT_VERSION",
+        "FLAG_COMPRESSION_MASK",
+        "FLAG_KEY_IS_TEXT",
+        "KNOWN_FLAGS",
+        "PAGE_SIZE",
+        "MAX_PAGE_WRITE",
+    }
+    assert required <= documented, f"FORMAT.md's tables lack {sorted(required - documented)}"
+
+
+def test_the_magic_bytes_and_version_in_the_text_match_the_code() -> None:
+    assert fmt.MAGIC.hex(" ").upper() in FORMAT_MD  # "F5 4D 56 4C"
+    assert FORMAT_MD.splitlines()[0].endswith(f"Format version {fmt.FORMAT_VERSION}")
+    assert f"{fmt.MAX_KEY_BYTES:,}" in FORMAT_MD and f"{fmt.MAX_VALUE_BYTES:,}" in FORMAT_MD
+
+
+def test_the_sections_are_the_ones_the_code_and_brief_refer_to() -> None:
+    headings = re.findall(r"^## (\d+) (.+)$", FORMAT_MD, re.M)
+    assert [int(n) for n, _ in headings] == list(range(1, 11))
+    titles = dict((int(n), t) for n, t in headings)
+    assert titles[2] == "Record" and titles[6] == "Stream blob and commit record" and titles[7] == "Reading"
+
+
+def test_the_message_id_example() -> None:
+    assert first_code_block(after(FORMAT_MD, "message-id")) == message_id(TS, 100)
+
+
+def test_the_index_key_examples() -> None:
+    for key in (_offset_key(100), _time_key(TS, 100), _offset_key(0), _time_key(TS, 0)):
+        assert key in FORMAT_MD, key
+
+
+# -- FORMAT.md: the commit record ---------------------------------------------------------------
+def metadata_table(marker: str) -> dict[str, str]:
+    header, rows = first_table(after(FORMAT_MD, marker))
+    assert header == ["Key", "Value"]
+    return {code(k): code(v) for k, v in rows}
+
+
+def test_every_metadata_key_of_the_code_is_documented_and_no_other() -> None:
+    keys = {v for k, v in vars(pageblob).items() if k.startswith("META_")}
+    assert keys, "pageblob.py defines no META_ keys?"
+    for key in keys:
+        assert f"`{key}`" in FORMAT_MD, f"commit record key {key} is not documented"
+    assert set(re.findall(r"\bmv_[a-z_]+", FORMAT_MD)) <= keys
+
+
+def test_the_commit_example_is_what_the_code_computes() -> None:
+    before, after_ = metadata_table("commit:before"), metadata_table("commit:after")
+    for meta in (before, after_):  # both tables are commit records the code reads and writes back the same
+        assert CommitState.from_metadata(meta, None, 0).to_metadata() == meta
+    state = CommitState.from_metadata(before, None, 0)
+    batches = [
+        ("batch-B", [NewMessage(b"c" * 100, "user-1")]),
+        ("batch-C", [NewMessage(b"d" * 200, "user-2"), NewMessage(b"e" * 200, "user-2")]),
+    ]
+    ts = TS + 1500
+    offset, count, expected = state.committed, state.count, []
+    for batch_id, messages in batches:
+        size = len(encode(messages, offset, ts))
+        expected.append(CommittedBatch(batch_id, offset, offset + size, len(messages), ts))
+        offset, count = offset + size, count + len(messages)
+    new = CommitState(
+        committed=offset, count=count, first_ts=state.first_ts, last_ts=ts, batches=tuple(expected)
+    )
+    assert new.to_metadata() == after_
+    start = state.committed // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
+    end = (offset + pageblob.PAGE_SIZE - 1) // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
+    assert f"Put Page bytes {start}–{end - 1}" in FORMAT_MD
+
+
+# -- ARCHITECTURE.md ------------------------------------------------------------------------------
+def find(doc: Any, key: str) -> Any:
+    """The value of ``key`` anywhere in a JSON document (host.json keys are unique)."""
+    if isinstance(doc, dict):
+        if key in doc:
+            return doc[key]
+        for value in doc.values():
+            hit = find(value, key)
+            if hit is not None:
+                return hit
+    return None
+
+
+def test_the_quoted_host_json_matches_host_json() -> None:
+    blocks = re.findall(r"```json\n(.*?)\n```", ARCHITECTURE_MD, re.S)
+    [quoted] = [json.loads(b) for b in blocks if '"queues"' in b]
+    assert quoted["extensions"]["queues"] == HOST_JSON["extensions"]["queues"]
+    assert quoted["functionTimeout"] == HOST_JSON["functionTimeout"]
+
+
+def test_the_host_json_settings_table_matches_host_json() -> None:
+    [(_, rows)] = [t for t in tables(ARCHITECTURE_MD) if t[0][:2] == ["Setting", "Value"]]
+    for row in rows:
+        key, value = code(row[0]), json.loads(code(row[1]))
+        assert find(HOST_JSON, key) == value, f"ARCHITECTURE.md says {key} = {value!r}"
+    assert {code(r[0]) for r in rows} >= set(HOST_JSON["extensions"]["queues"])
+
+
+def test_every_constant_in_architecture_md_matches_the_code() -> None:
+    rows = constant_rows(ARCHITECTURE_MD)
+    assert len(rows) >= 10
+    for literal, path in rows:
+        assert ast.literal_eval(literal) == resolve(path), f"ARCHITECTURE.md says {path} = {literal}"
+
+
+def test_the_envelope_examples_are_what_the_code_writes_and_reads() -> None:
+    from vault_app import envelope
+
+    inline = first_code_block(after(ARCHITECTURE_MD, "envelope:inline"))
+    messages = [NewMessage(b'{"total": 42}', "order-1"), NewMessage(b"\x00\x01", b"\xff")]
+    assert inline == envelope.encode_messages("batch-B", "orders", TS + 1200, messages)
+    assert envelope.decode(inline).messages == messages
+    claim = first_code_block(after(ARCHITECTURE_MD, "envelope:claim"))
+    assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, "big-1.records", 5000)
+    assert envelope.decode(claim).claim == "big-1.records"
+
+
+@pytest.mark.parametrize(("accounts", "account", "queue"), [(1, 0, "mv-staging-2"), (2, 1, "mv-staging-2")])
+def test_the_sharding_example(accounts: int, account: int, queue: str) -> None:
+    from vault_app.config import load_settings
+    from vault_app.services import Services
+    from vault_core.azure import azurite_connection_string
+
+    env = {f"VaultStaging{i}": azurite_connection_string() for i in range(accounts)}
+    env["VAULT_STAGING_ACCOUNTS"] = str(accounts)
+    chosen = Services(load_settings(env)).queue_for("orders")  # builds clients only; no request is sent
+    assert (chosen.account, chosen.name) == (account, queue)
+    assert f"{zlib.crc32(b'orders'):,}" in ARCHITECTURE_MD
+
+
+def test_claim_check_blobs_are_records_from_offset_zero_as_format_md_says() -> None:
+    from vault_app import envelope
+
+    assert "### 6.8 Claim-check blobs" in FORMAT_MD
+    messages = [NewMessage(b"v" * 70_000, "k"), NewMessage(b"\x00", b"\x01")]
+    body = envelope.encode_claim_body(messages, TS)
+    records, end = fmt.decode(body, 0, complete=True)
+    assert end == len(body) and records[0].offset == 0
+    assert [(r.value, r.timestamp) for r in records] == [(m.value, TS) for m in messages]
+    pointer = envelope.decode(envelope.encode_claim("big-1", "orders", TS, "big-1.records", len(messages)))
+    assert envelope.decode_claimed(pointer, body).messages == messages
