@@ -9,6 +9,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,10 @@ from vault_core.errors import (
     InvalidStreamName,
     LeaseLost,
     MessageTooLarge,
+    StorageUnavailable,
     StreamLeased,
     StreamNotFound,
+    UnsupportedVersion,
 )
 from vault_core.format import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
@@ -342,3 +345,67 @@ def test_follow_yields_new_records_as_they_are_committed(vault: Vault, stream: s
             w.append([Batch(msgs(2, tag=f"f{i}"))])
     t.join(10)
     assert not t.is_alive() and [v.split(b"-")[0] for v in seen] == [b"f0"] * 2 + [b"f1"] * 2 + [b"f2"] * 2
+
+
+def test_skipping_a_corrupt_record_reports_where_and_how_much(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(5))])
+    records = list(vault.reader.scan(stream))
+    blob = vault.blob(stream)
+    for victim in (records[2], records[-1]):  # one in the middle, then the very last record
+        page_at = (victim.offset + 40) // PAGE_SIZE * PAGE_SIZE
+        page = bytearray(blob.read(page_at, PAGE_SIZE))
+        page[victim.offset + 40 - page_at] ^= 0x01
+        blob.client.upload_page(bytes(page), offset=page_at, length=PAGE_SIZE)
+    skips: list[tuple[int, int]] = []
+    from vault_core.reader import scan_blob
+
+    survivors = list(
+        scan_blob(
+            blob, 0, blob.state().committed, skip_corrupt=True, on_skip=lambda off, n: skips.append((off, n))
+        )
+    )
+    assert [m.offset for m in survivors] == [r.offset for r in records if r not in (records[2], records[-1])]
+    assert skips == [(records[2].offset, records[2].size), (records[-1].offset, records[-1].size)]
+
+
+def test_a_batch_id_repeated_far_apart_in_one_call_is_appended_once(vault: Vault, stream: str) -> None:
+    batches = [Batch(msgs(1), "dup")] + [Batch(msgs(1), f"b{i}") for i in range(60)] + [Batch(msgs(1), "dup")]
+    with vault.writer(stream) as w:
+        results = w.append(batches)
+    assert results[-1].duplicate and results[-1].first_offset == results[0].first_offset
+    assert len(read_all(vault, stream)) == 61
+
+
+def test_a_failed_index_write_is_redone_before_the_next_commit(vault: Vault, stream: str) -> None:
+    w = Vault(vault.account).writer(stream)  # its own IndexTables: the patch below stays local
+    failures = {"left": 1}
+
+    def flaky(real: Callable[..., None]) -> Callable[..., None]:
+        def call(*args: object, **kwargs: object) -> None:
+            if failures["left"]:
+                failures["left"] -= 1
+                raise StorageUnavailable("injected: table write failed")
+            real(*args, **kwargs)
+
+        return call
+
+    w.index.record_commit = flaky(w.index.record_commit)  # type: ignore[method-assign]
+    w.index.record_index = flaky(w.index.record_index)  # type: ignore[method-assign]
+    w.append([Batch(msgs(2), "first")])  # committed; its batch-id row write fails in the background
+    with pytest.raises(StorageUnavailable):
+        w.append([Batch(msgs(2), "second")])
+    w.append([Batch(msgs(2), "second")])  # recovers (re-records "first"), then appends
+    w.close()
+    with vault.writer(stream) as again:
+        assert again.append([Batch(msgs(2), "first")])[0].duplicate
+    assert len(read_all(vault, stream)) == 4
+
+
+def test_a_commit_record_of_an_unknown_format_is_rejected(vault: Vault, stream: str) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(1))])
+    client = vault.blob(stream).client
+    client.set_blob_metadata({**client.get_blob_properties().metadata, "mv_format": "2"})
+    with pytest.raises(UnsupportedVersion, match="format '2'"):
+        vault.reader.read(stream, 0)

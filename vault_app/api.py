@@ -91,15 +91,15 @@ def post_messages(req: Request) -> Response:
     named = key is not None or producer_id is not None
     status = stager.stage(stream, batch_id_for(stream, key, producer_id), messages, check_existing=named)
     if wait > 0:
-        status = _wait_for_commit(stager, status.batch_id, wait) or status
+        status = _wait_for_commit(stager, stream, status.batch_id, wait) or status
     return json_response(200 if status.status == COMMITTED else 202, status.to_json())
 
 
-def _wait_for_commit(stager: Stager, batch_id: str, wait: float) -> Any:
+def _wait_for_commit(stager: Stager, stream: str, batch_id: str, wait: float) -> Any:
     deadline = time.monotonic() + wait
     delay = 0.05
     while True:
-        status = stager.status(batch_id)
+        status = stager.committed_status(stream, batch_id)
         if status is not None and status.status == COMMITTED:
             return status
         if time.monotonic() + delay > deadline:

@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from vault_core.format import MAX_VALUE_BYTES
+
 # Connection names (the Functions "connection" property of bindings).
 VAULT_CONNECTION = "VaultStorage"
 """The vault account: stream page blobs, catalog/index tables, claim-check blobs."""
@@ -104,6 +106,13 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
     return value
 
 
+def _capped(env: Mapping[str, str], name: str, default: int, cap: int) -> int:
+    value = _int(env, name, default)
+    if value > cap:
+        raise ValueError(f"setting {name} is {value}; the record format allows at most {cap}")
+    return value
+
+
 def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
     """Read every setting from ``env`` (default: the process environment)."""
     env = dict(os.environ if env is None else env)
@@ -117,7 +126,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
         claimcheck_container=env.get(CLAIMCHECK_CONTAINER) or "mv-claimcheck",
         table_prefix=env.get(TABLE_PREFIX) or "mv",
         limits=Limits(
-            max_message_bytes=_int(env, MAX_MESSAGE_BYTES, defaults.max_message_bytes),
+            max_message_bytes=_capped(env, MAX_MESSAGE_BYTES, defaults.max_message_bytes, MAX_VALUE_BYTES),
             max_batch_messages=_int(env, MAX_BATCH_MESSAGES, defaults.max_batch_messages),
             max_batch_bytes=_int(env, MAX_BATCH_BYTES, defaults.max_batch_bytes),
         ),

@@ -78,6 +78,21 @@ class Stager:
         self.services = services
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
 
+    def committed_status(self, stream: str, batch_id: str) -> BatchStatus | None:
+        """The batch's offsets if it is committed to ``stream`` (needs no status row)."""
+        committed = self.services.vault.index.committed_batches(stream, [batch_id]).get(batch_id)
+        if committed is None:
+            return None
+        return BatchStatus(
+            batch_id,
+            stream,
+            COMMITTED,
+            committed.count,
+            committed.first_offset,
+            committed.next_offset,
+            committed.timestamp,
+        )
+
     def status(self, batch_id: str) -> BatchStatus | None:
         with translate_errors():
             try:
@@ -205,6 +220,7 @@ class Stager:
     def _send(client: Any, text: str) -> None:
         try:
             with translate_errors():
-                client.send_message(text)
+                # Never expire (the service default is 7 days): a staged batch waits for its writer.
+                client.send_message(text, time_to_live=-1)
         except StreamNotFound as exc:  # infrastructure missing: the service is unavailable
             raise StorageUnavailable(f"staging queue {client.queue_name!r} does not exist") from exc

@@ -30,6 +30,7 @@ from vault_app.staging import Stager
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
 from vault_core.errors import LeaseLost, StreamLeased, VaultError
+from vault_core.pageblob import CommittedBatch
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
@@ -251,10 +252,21 @@ def _load(services: Services, env: Envelope) -> Envelope:
         try:
             body = services.claimcheck.download_blob(env.claim).readall()
         except ResourceNotFoundError as exc:
-            if services.vault.index.committed_batches(env.stream, [env.batch_id]):
+            # Deleted after its commit? The batch id is in the Tables index, or (if the writer
+            # died before writing that row) still in the stream's commit record.
+            if services.vault.index.committed_batches(env.stream, [env.batch_id]) or any(
+                b.batch_id == env.batch_id for b in _commit_record_batches(services, env.stream)
+            ):
                 raise _AlreadyCommitted(env.batch_id) from exc
             raise EnvelopeError(f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing") from exc
     return envelope.decode_claimed(env, body)
+
+
+def _commit_record_batches(services: Services, stream: str) -> tuple[CommittedBatch, ...]:
+    try:
+        return services.vault.blob(stream).state().batches
+    except VaultError:
+        return ()
 
 
 def _reject(stager: Stager, body: str, reason: str) -> None:

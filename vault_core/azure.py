@@ -104,7 +104,10 @@ class StorageAccount:
                 self.connection_string, retry_total=3, retry_backoff_factor=0.5
             )
         return TableServiceClient(
-            self._url(self.table_url, "table"), credential=self.credential, retry_total=3, retry_backoff_factor=0.5
+            self._url(self.table_url, "table"),
+            credential=self.credential,
+            retry_total=3,
+            retry_backoff_factor=0.5,
         )
 
     @staticmethod

@@ -69,8 +69,12 @@ def _num(value: Any) -> int:
 def _checkpoint(entity: Any) -> Checkpoint:
     meta = entity.metadata
     return Checkpoint(
-        group=str(entity["PartitionKey"]), stream=str(entity["RowKey"]), offset=_num(entity["Offset"]),
-        etag=str(meta["etag"]), updated=_num(entity.get("Updated", 0)), member=entity.get("Member") or None,
+        group=str(entity["PartitionKey"]),
+        stream=str(entity["RowKey"]),
+        offset=_num(entity["Offset"]),
+        etag=str(meta["etag"]),
+        updated=_num(entity.get("Updated", 0)),
+        member=entity.get("Member") or None,
     )
 
 
@@ -118,8 +122,11 @@ class CheckpointStore:
                 if group is None:
                     rows = list(self.table.list_entities())
                 else:
-                    rows = list(self.table.query_entities(
-                        "PartitionKey eq @pk", parameters={"pk": validate_group_name(group)}))
+                    rows = list(
+                        self.table.query_entities(
+                            "PartitionKey eq @pk", parameters={"pk": validate_group_name(group)}
+                        )
+                    )
             except ResourceNotFoundError:
                 return []
         return sorted((_checkpoint(r) for r in rows), key=lambda c: (c.group, c.stream))
@@ -146,9 +153,11 @@ class CheckpointStore:
         if not self._ensured:
             self.ensure()
         entity = {
-            "PartitionKey": group, "RowKey": stream,
+            "PartitionKey": group,
+            "RowKey": stream,
             # Offsets and epoch milliseconds exceed Int32, which the SDK would otherwise pick.
-            "Offset": EntityProperty(offset, EdmType.INT64), "Updated": EntityProperty(now_ms, EdmType.INT64),
+            "Offset": EntityProperty(offset, EdmType.INT64),
+            "Updated": EntityProperty(now_ms, EdmType.INT64),
             "Member": member or "",
         }
         with translate_errors(stream):
@@ -156,8 +165,12 @@ class CheckpointStore:
                 if etag is None:
                     result = self.table.create_entity(entity)
                 else:
-                    result = self.table.update_entity(entity, mode=UpdateMode.REPLACE, etag=etag,
-                                                      match_condition=MatchConditions.IfNotModified)
+                    result = self.table.update_entity(
+                        entity,
+                        mode=UpdateMode.REPLACE,
+                        etag=etag,
+                        match_condition=MatchConditions.IfNotModified,
+                    )
             except ResourceExistsError as exc:
                 raise CheckpointConflict(group, stream, "it was created after this member looked") from exc
             except ResourceNotFoundError as exc:

@@ -266,8 +266,9 @@ def find_next_record(buf: bytes | bytearray | memoryview, base_offset: int, star
 
     This is how a reader that starts at an arbitrary byte (or skips a corrupt record)
     resynchronises. A candidate must carry the sync marker, a known version and flags,
-    in-range lengths and its own position as ``offset``; if the whole record is in ``buf``
-    its checksum must match too (otherwise :func:`decode` checks it once the rest arrives).
+    in-range lengths and its own position as ``offset``, and if the whole record is in ``buf``
+    its checksum must match. A candidate cut off by the end of ``buf`` (even mid-header) is
+    returned unchecked: :func:`decode` checks it once the rest of its bytes arrive.
     """
     data = buf if isinstance(buf, bytes) else bytes(buf)
     pos = data.find(MAGIC, start)

@@ -15,7 +15,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.azure import translate_errors
-from vault_core.errors import StreamNotFound
+from vault_core.errors import StreamNotFound, UnsupportedVersion
 
 PAGE_SIZE = 512
 MAX_PAGE_WRITE = 4 * 1024 * 1024
@@ -23,7 +23,7 @@ MAX_PAGE_WRITE = 4 * 1024 * 1024
 MAX_PAGE_BLOB_SIZE = 8 * 1024**4
 """Azure's page blob maximum (8 TiB)."""
 
-# Commit-record metadata keys (the metadata is the commit record; see docs/FORMAT.md §4).
+# Commit-record metadata keys (the metadata is the commit record; see docs/FORMAT.md §6).
 META_FORMAT = "mv_format"
 META_COMMITTED = "mv_committed"
 META_COUNT = "mv_count"
@@ -78,6 +78,10 @@ class CommitState:
         def opt(key: str) -> int | None:
             return int(meta[key]) if meta.get(key) else None
 
+        if meta.get(META_FORMAT, "1") != "1":
+            raise UnsupportedVersion(
+                f"stream blob has commit-record format {meta[META_FORMAT]!r}; this reader knows format 1"
+            )
         batches = tuple(CommittedBatch.decode(t) for t in meta.get(META_BATCHES, "").split(",") if t)
         return cls(
             committed=int(meta.get(META_COMMITTED, "0")),

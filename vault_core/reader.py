@@ -21,7 +21,6 @@ from vault_core.format import (
     HEADER,
     HEADER_SIZE,
     MAGIC,
-    MAX_RECORD_BYTES,
     Message,
     decode,
     find_next_record,
@@ -88,15 +87,16 @@ def scan_blob(
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
-                    bad = exc.offset - base if exc.offset is not None else pos
-                    found = find_next_record(buf, base, max(bad, pos) + 1)
-                    new_pos = found if found is not None else max(pos, len(buf) - MAX_RECORD_BYTES)
-                    if on_skip:
-                        on_skip(base + pos, new_pos - pos)
+                    bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield from _records_before(buf, base, pos, bad, blob.stream)
-                    pos = new_pos
+                    found = find_next_record(buf, base, bad + 1)
                     if found is None:
-                        break
+                        # No sync marker after the bad record in this buffer: skip to its end,
+                        # keeping the last 3 bytes in case a marker straddles into the next chunk.
+                        found = len(buf) if last else max(bad + 1, len(buf) - (len(MAGIC) - 1))
+                    if on_skip:
+                        on_skip(base + bad, found - bad)
+                    pos = found
                     continue
                 yield from records
                 break

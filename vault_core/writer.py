@@ -1,6 +1,6 @@
 """The stream writer: appends batches to one stream's page blob while holding its lease.
 
-Protocol of one append (see docs/FORMAT.md §4 for the commit record):
+Protocol of one append (see docs/FORMAT.md §6 for the commit record):
 
 1. Records are laid out from the committed length ``C``. Writing starts at the page that
    holds ``C`` (``C`` rounded down to 512), re-sending the committed bytes of that partial
@@ -29,7 +29,7 @@ from azure.storage.blob import BlobLeaseClient
 from vault_core.azure import translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
-from vault_core.format import NewMessage, check_limits, encode_into
+from vault_core.format import MAX_TIMESTAMP_MS, NewMessage, check_limits, encode_into
 from vault_core.index import IndexPoint, IndexTables
 from vault_core.names import validate_batch_id
 from vault_core.pageblob import (
@@ -215,14 +215,14 @@ class StreamWriter:
         return points
 
     def _refresh(self) -> None:
-        """After a failed call: re-read the commit record (we still hold the lease)."""
+        """After a failed call: recover as a new writer would (we still hold the lease).
+
+        Always the full recovery: a failed background index write must be redone from the
+        commit record before the next commit replaces the batch ids it carries.
+        """
         self._keep_lease(force=True)
-        state = self.blob.state()
-        if state.committed != self.state.committed:
-            self._recover()
-        else:
-            self.state = replace(self.state, etag=state.etag, blob_size=state.blob_size)
-            self._stale = False
+        self._recording = None
+        self._recover()
 
     # -- appending ---------------------------------------------------------------------
     def append(self, batches: Iterable[Batch]) -> list[AppendResult]:
@@ -256,14 +256,17 @@ class StreamWriter:
         known = {b.batch_id: b for b in self.state.batches}
         if ids:
             known.update(self.index.committed_batches(self.stream, ids))
+        in_call: set[str] = set()  # ids appended earlier in this same call, in any group
         group = _Group()
         for i, batch in enumerate(batches):
             if batch.batch_id and batch.batch_id in known:
                 results[i] = _duplicate(known[batch.batch_id])
                 continue
-            if batch.batch_id and any(b.batch_id == batch.batch_id for _, b in group.batches):
+            if batch.batch_id and batch.batch_id in in_call:
                 results[i] = AppendResult(batch.batch_id, -1, -1, 0, 0, duplicate=True)  # filled below
                 continue
+            if batch.batch_id:
+                in_call.add(batch.batch_id)
             group.batches.append((i, batch))
             if len(group.batches) >= MAX_BATCHES_PER_COMMIT:
                 results.update(self._commit_group(group))
@@ -280,6 +283,8 @@ class StreamWriter:
         state = self.state
         assert state.etag is not None
         ts = max(self.clock.now_ms(), state.last_ts or 0)
+        if ts > MAX_TIMESTAMP_MS:
+            raise ValueError(f"timestamp {ts} does not fit the format's 48 bits")
         write_pos = state.committed // PAGE_SIZE * PAGE_SIZE
         buf = bytearray(self._tail)
         offset = state.committed
@@ -358,7 +363,7 @@ class StreamWriter:
     def _wait_recorded(self) -> None:
         if self._recording is not None:
             pending, self._recording = self._recording, None
-            pending.result()  # re-raises a failed write: the append fails and the writer recovers
+            pending.result()  # re-raises a failed write: the append fails; the next one recovers first
 
     def _write(self, pos: int, data: bytes, etag: str) -> str:
         end = pos + len(data)
