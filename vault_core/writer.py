@@ -29,7 +29,14 @@ from azure.storage.blob import BlobLeaseClient
 from vault_core.azure import translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
-from vault_core.format import MAX_TIMESTAMP_MS, NewMessage, check_limits, encode_into
+from vault_core.format import (
+    MAX_KEY_BYTES,
+    MAX_TIMESTAMP_MS,
+    MAX_VALUE_BYTES,
+    NewMessage,
+    check_limits,
+    encode_into,
+)
 from vault_core.index import IndexPoint, IndexTables
 from vault_core.names import validate_batch_id
 from vault_core.pageblob import (
@@ -238,7 +245,10 @@ class StreamWriter:
             if batch.batch_id is not None:
                 validate_batch_id(batch.batch_id)
             for m in batch.messages:
-                check_limits(m.key_bytes()[0], m.value)
+                # Lengths only (a str key is at most 4 bytes per character): refuse a bad batch
+                # before writing anything, without encoding every key twice on the hot path.
+                if len(m.value) > MAX_VALUE_BYTES or len(m.key) * 4 > MAX_KEY_BYTES:
+                    check_limits(m.key_bytes()[0], m.value)
         try:
             if self._stale:
                 self._refresh()
@@ -304,7 +314,7 @@ class StreamWriter:
                     offset += encode_into(buf, message, offset, ts)
                     count += 1
                     if len(buf) >= self.max_write:
-                        pages.send(write_pos, bytes(buf[: self.max_write]))
+                        pages.send(write_pos, bytes(memoryview(buf)[: self.max_write]))
                         write_pos += self.max_write
                         del buf[: self.max_write]
                 result = AppendResult(batch.batch_id, first, offset, len(batch.messages), ts)
