@@ -144,6 +144,7 @@ var tableNames = [
   '${tablePrefix}catalog'
   '${tablePrefix}index'
   '${tablePrefix}batches'
+  '${tablePrefix}checkpoints' // consumer-group offsets (vault_core/checkpoints.py)
 ]
 // Storage account names: 3-24 lowercase letters and digits; the token is 13 characters.
 var vaultAccountName = 'stmvault${resourceToken}'

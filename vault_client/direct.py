@@ -1,0 +1,168 @@
+"""Reading a stream straight from its page blob with a read-only SAS: no server on the read path.
+
+The SAS comes from an *access provider*, normally ``GET /streams/{s}/access``
+(:meth:`ApiClient.access`). It is renewed shortly before it expires, and once more when
+storage refuses a read with 401/403 (a SAS revoked, or a clock that disagrees with ours).
+
+Reads reuse :class:`vault_core.reader.StreamReader` unchanged: it bounds every read by the
+commit record (``mv_committed`` in the blob's metadata) and verifies every checksum.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import TypeVar
+
+from azure.storage.blob import BlobClient, ContainerClient
+
+from vault_client.api import Access
+from vault_core.errors import InvalidInput, StorageFailure
+from vault_core.format import Message
+from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
+
+T = TypeVar("T")
+AccessProvider = Callable[[], Access]
+
+
+class AccessDenied(StorageFailure):
+    """Storage refused the SAS even after it was renewed."""
+
+
+def _blob_client(access: Access) -> BlobClient:
+    return BlobClient.from_blob_url(f"{access.blob_url}?{access.sas.lstrip('?')}")
+
+
+class SasBlob(StreamBlob):
+    """A stream's page blob reached through a SAS that renews itself. Safe to share between threads."""
+
+    def __init__(
+        self,
+        stream: str,
+        access: AccessProvider,
+        *,
+        margin: timedelta = timedelta(seconds=60),
+        now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    ) -> None:
+        self._provider = access
+        self._margin = margin
+        self._now = now
+        self._lock = threading.Lock()
+        self._access = access()
+        self.refreshes = 0
+        """How often the SAS was renewed (on expiry or on a refused read)."""
+        super().__init__(_blob_client(self._access), stream)
+
+    @property
+    def access(self) -> Access:
+        return self._access
+
+    def _renew(self, stale: Access) -> None:
+        with self._lock:
+            if self._access is stale:  # another thread may have renewed it already
+                self._access = self._provider()
+                self.client = _blob_client(self._access)
+                self.refreshes += 1
+
+    def _call(self, op: Callable[[], T]) -> T:
+        current = self._access
+        if current.expires - self._margin <= self._now():
+            self._renew(current)
+        used = self._access
+        try:
+            return op()
+        except StorageFailure as exc:
+            if exc.status not in (401, 403):
+                raise
+        self._renew(used)
+        try:
+            return op()
+        except StorageFailure as exc:
+            if exc.status not in (401, 403):
+                raise
+            raise AccessDenied(f"storage refused the SAS for stream {self.stream!r} even after renewing it",
+                               status=exc.status, code=exc.code) from exc
+
+    def state(self) -> CommitState:
+        return self._call(super().state)
+
+    def read(self, start: int, length: int) -> bytes:
+        return self._call(lambda: super(SasBlob, self).read(start, length))
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self._call(lambda: super(SasBlob, self).read_with_state(start, length))
+
+
+class _OneBlobReader(StreamReader):
+    """StreamReader's bounded reads, scans and time seeks, on one SAS blob instead of a container."""
+
+    def __init__(self, blob: SasBlob) -> None:
+        url = blob.access.blob_url
+        # StreamReader wants a container; it is never used because blob() is overridden.
+        super().__init__(ContainerClient.from_container_url(url[: url.rindex("/")]), index=None)
+        self._blob = blob
+
+    def blob(self, stream: str) -> StreamBlob:
+        if stream != self._blob.stream:
+            raise InvalidInput(f"this reader reads stream {self._blob.stream!r}, not {stream!r}")
+        return self._blob
+
+
+class DirectSource:
+    """Pages read from the blob; ``wait`` is emulated by polling the commit record with back-off."""
+
+    def __init__(
+        self,
+        stream: str,
+        access: AccessProvider,
+        *,
+        seek: Callable[[int], int] | None = None,
+        page_size: int = 10_000,
+        max_bytes: int = 4 * 1024 * 1024,
+        chunk: int = SCAN_CHUNK,
+        prefetch: int = SCAN_PREFETCH,
+        poll_min: float = 0.02,
+        poll_max: float = 1.0,
+        margin: timedelta = timedelta(seconds=60),
+    ) -> None:
+        """``seek`` finds the offset for a time (the API's index does it in one request);
+        without it a time seek scans the blob from the start."""
+        self.stream = stream
+        self.blob = SasBlob(stream, access, margin=margin)
+        self.reader = _OneBlobReader(self.blob)
+        self._seek = seek
+        self.page_size = page_size
+        self.max_bytes = max_bytes
+        self.chunk = chunk
+        self.prefetch = prefetch
+        self.poll_min = poll_min
+        self.poll_max = poll_max
+
+    def read(self, offset: int, wait: float = 0.0) -> ReadResult:
+        deadline = time.monotonic() + wait
+        delay = self.poll_min
+        while True:
+            result = self.reader.read(self.stream, offset, max_bytes=self.max_bytes, max_count=self.page_size)
+            if result.messages or time.monotonic() + delay > deadline:
+                return result
+            time.sleep(delay)
+            delay = min(delay * 2, self.poll_max)
+
+    def committed(self) -> int:
+        return self.blob.state().committed
+
+    def seek_time(self, at_ms: int) -> int:
+        if self._seek is not None:
+            return self._seek(at_ms)
+        return self.reader.seek_time(self.stream, at_ms)
+
+    def scan(self, start: int, end: int) -> Iterator[Message]:
+        """Every record in ``[start, end)``, with ``prefetch`` ranged GETs of ``chunk`` bytes in flight."""
+        return self.reader.scan(self.stream, start, end, chunk=self.chunk, prefetch=self.prefetch)
+
+    def close(self) -> None:
+        pass
+

@@ -1,0 +1,68 @@
+"""The raw log (the bytes of docs/FORMAT.md) of a stream, decoded and verified on this machine.
+
+``vault verify`` and ``vault export`` read raw bytes rather than decoded messages, so every
+checksum is checked here, end to end, whichever way the bytes came: through
+``GET /streams/{s}/log`` or straight from the blob with a SAS. Both are offered as a
+:class:`vault_core.pageblob.StreamBlob`, so :func:`vault_core.reader.scan_blob` (prefetching
+ranged reads, resynchronising after a corrupt record) reads them unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+from azure.storage.blob import BlobClient
+
+from vault_client.api import ApiClient
+from vault_client.direct import SasBlob
+from vault_core.errors import InvalidOffset
+from vault_core.format import HEADER, HEADER_SIZE, MAGIC
+from vault_core.pageblob import CommitState, StreamBlob
+
+
+class ApiLogBlob(StreamBlob):
+    """A stream's committed log through the HTTP API, shaped as a StreamBlob (read-only)."""
+
+    def __init__(self, api: ApiClient, stream: str) -> None:
+        # There is no BlobClient on this path: every method the readers call is overridden below.
+        super().__init__(cast(BlobClient, None), stream)
+        self.api = api
+
+    def state(self) -> CommitState:
+        doc = self.api.stream(self.stream)
+        return CommitState(committed=int(doc["committed"]), count=int(doc.get("count") or 0),
+                           first_ts=doc.get("first_timestamp"), last_ts=doc.get("last_timestamp"))
+
+    def read(self, start: int, length: int) -> bytes:
+        return self.read_with_state(start, length)[0]
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        parts: list[bytes] = []
+        got = 0
+        committed = 0
+        while got < length:  # the API answers at most 16 MiB per request
+            data, committed = self.api.log(self.stream, start + got, length - got)
+            if not data:
+                break
+            parts.append(data)
+            got += len(data)
+        return b"".join(parts), CommitState(committed=committed)
+
+
+def open_log(api: ApiClient, stream: str, *, direct: bool) -> StreamBlob:
+    """The stream's log through the API, or (``direct``) from the blob with the SAS the API hands out."""
+    if direct:
+        return SasBlob(stream, lambda: api.access(stream))
+    return ApiLogBlob(api, stream)
+
+
+def check_boundary(blob: StreamBlob, offset: int, committed: int) -> None:
+    """Raise InvalidOffset unless ``offset`` is where a record starts (or the committed end)."""
+    if offset < 0 or offset > committed:
+        raise InvalidOffset(f"offset {offset} is outside the committed part of {blob.stream!r} "
+                            f"(0-{committed})")
+    if offset in (0, committed):
+        return
+    head = blob.read(offset, min(HEADER_SIZE, committed - offset))
+    if len(head) < HEADER_SIZE or head[:4] != MAGIC or HEADER.unpack_from(head, 0)[6] != offset:
+        raise InvalidOffset(f"offset {offset} is not the start of a record in stream {blob.stream!r}")

@@ -1,0 +1,140 @@
+"""What ``Producer.send`` returns: a future-like handle on one message's fate.
+
+Results of one batch share one :class:`BatchOutcome` (one event per batch, not per message).
+A message's offset is its batch's first offset plus the record sizes of the messages before
+it in the batch: the client knows those sizes (header + key + value), so every message gets
+its exact offset from the one batch answer.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+COMMITTED = "committed"
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A message's fate as far as the server has told us."""
+
+    stream: str
+    batch_id: str
+    status: str
+    """``staged`` (durable in a staging queue) or ``committed`` (in the log, with an offset)."""
+    offset: int | None = None
+    timestamp: int | None = None
+
+
+class BatchOutcome:
+    """The server's answer for one batch (or the error that ended it), shared by its messages."""
+
+    def __init__(self, stream: str, status: Callable[[str], dict[str, Any]]) -> None:
+        self.stream = stream
+        self.status = status
+        """Looks up a batch's current status (``GET /batches/{id}``), for wait_committed."""
+        self.ack: dict[str, Any] | None = None
+        self.error: BaseException | None = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def resolve(self, ack: dict[str, Any]) -> None:
+        self.ack = ack
+        self._finish()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self._finish()
+
+    def _finish(self) -> None:
+        with self._lock:
+            self._done.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+
+    def on_done(self, cb: Callable[[], None]) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(cb)
+                return
+        cb()
+
+    def wait(self, timeout: float | None) -> bool:
+        return self._done.wait(timeout)
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def update(self, ack: dict[str, Any]) -> None:
+        """A later status (``committed`` after polling) replaces the first answer."""
+        with self._lock:
+            self.ack = ack
+
+
+class SendResult:
+    """Future-like result of :meth:`Producer.send`."""
+
+    # One of these per message: two slots and no per-message event keep send() cheap.
+    __slots__ = ("_delta", "_outcome")
+
+    def __init__(self, outcome: BatchOutcome, delta: int) -> None:
+        self._outcome = outcome
+        self._delta = delta  # bytes of the records before this message in its batch
+
+    def done(self) -> bool:
+        return self._outcome.done
+
+    @property
+    def batch_id(self) -> str | None:
+        """The server's id of this message's batch, once it answered."""
+        ack = self._outcome.ack
+        return str(ack["batch_id"]) if ack else None
+
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        if not self._outcome.wait(timeout):
+            raise TimeoutError("the message's batch was not answered in time")
+        return self._outcome.error
+
+    def result(self, timeout: float | None = None) -> Delivery:
+        """Wait for the batch's answer; raise the error that failed it, if one did."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return self._delivery()
+
+    def wait_committed(self, timeout: float = 30.0, poll: float = 0.05) -> Delivery:
+        """Wait until the message is in the log and return it with its offset.
+
+        Polls ``GET /batches/{id}`` (once per batch, whichever of its messages asks first).
+        """
+        deadline = time.monotonic() + timeout
+        delivery = self.result(timeout)
+        while delivery.status != COMMITTED:
+            if delivery.status == "rejected":
+                raise RuntimeError(f"batch {delivery.batch_id} was rejected by the writer: "
+                                   f"{(self._outcome.ack or {}).get('reason', 'no reason given')}")
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"batch {delivery.batch_id} was not committed within {timeout}s")
+            time.sleep(min(poll, left))
+            poll = min(poll * 2, 1.0)
+            self._outcome.update(self._outcome.status(delivery.batch_id))
+            delivery = self._delivery()
+        return delivery
+
+    def add_done_callback(self, fn: Callable[[SendResult], None]) -> None:
+        self._outcome.on_done(lambda: fn(self))
+
+    def _delivery(self) -> Delivery:
+        ack = self._outcome.ack or {}
+        first = ack.get("first_offset")
+        return Delivery(
+            stream=self._outcome.stream, batch_id=str(ack.get("batch_id")), status=str(ack.get("status")),
+            offset=None if first is None else int(first) + self._delta, timestamp=ack.get("timestamp"),
+        )
