@@ -151,7 +151,9 @@ def get_stream(req: Request) -> Response:
     stream = _stream(req)
     state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
     entry = svc.vault.index.catalog_entry(stream)
-    doc = _catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
+    doc: dict[str, Any] = (
+        _catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
+    )
     doc.update(
         committed=state.committed,
         count=state.count,

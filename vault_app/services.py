@@ -6,14 +6,13 @@ import zlib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import TableClient
 from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueClient
 
 from vault_app import config
 from vault_app.config import VaultSettings, load_settings
-from vault_core.azure import StorageAccount, translate_errors
+from vault_core.azure import StorageAccount, create_if_missing
 from vault_core.vault import Vault
 
 
@@ -87,18 +86,11 @@ class Services:
     def ensure(self) -> None:
         """Create containers, tables and queues if missing (local runs; Bicep does it in Azure)."""
         self.vault.ensure()
-        with translate_errors():
-            for create in (self.claimcheck.create_container, self.batches.create_table):
-                try:
-                    create()
-                except ResourceExistsError:
-                    pass
-            for q in self.queues:
-                for client in (q.client, q.poison):
-                    try:
-                        client.create_queue()
-                    except ResourceExistsError:
-                        pass
+        create_if_missing(
+            self.claimcheck.create_container,
+            self.batches.create_table,
+            *(client.create_queue for q in self.queues for client in (q.client, q.poison)),
+        )
 
 
 @lru_cache(maxsize=1)

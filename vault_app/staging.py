@@ -100,17 +100,9 @@ class Stager:
             except ResourceNotFoundError:
                 return None
         stream = str(row["Stream"])
-        committed = self.services.vault.index.committed_batches(stream, [batch_id]).get(batch_id)
+        committed = self.committed_status(stream, batch_id)
         if committed:
-            return BatchStatus(
-                batch_id,
-                stream,
-                COMMITTED,
-                committed.count,
-                committed.first_offset,
-                committed.next_offset,
-                committed.timestamp,
-            )
+            return committed
         state = str(row.get("State", STAGED))
         return BatchStatus(
             batch_id,

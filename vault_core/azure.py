@@ -6,7 +6,7 @@ so nothing above this module catches ``azure.core`` exceptions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -143,6 +143,16 @@ _LEASE_LOST = {
     "ConditionNotMet",
 }
 _NOT_FOUND = {"BlobNotFound", "ContainerNotFound", "ResourceNotFound", "TableNotFound"}
+
+
+def create_if_missing(*creates: Callable[[], object]) -> None:
+    """Run each ``create`` call (a container, table or queue), treating "already exists" as done."""
+    with translate_errors():
+        for create in creates:
+            try:
+                create()
+            except ResourceExistsError:
+                pass
 
 
 def error_code(exc: BaseException) -> str | None:

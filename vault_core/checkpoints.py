@@ -20,7 +20,7 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
 
-from vault_core.azure import StorageAccount, translate_errors
+from vault_core.azure import StorageAccount, create_if_missing, translate_errors
 from vault_core.errors import InvalidInput, InvalidOffset, VaultError
 from vault_core.names import validate_stream_name
 
@@ -96,11 +96,7 @@ class CheckpointStore:
 
     def ensure(self) -> CheckpointStore:
         """Create the table if it is missing (idempotent)."""
-        with translate_errors():
-            try:
-                self.table.create_table()
-            except ResourceExistsError:
-                pass
+        create_if_missing(self.table.create_table)
         self._ensured = True
         return self
 

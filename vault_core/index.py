@@ -27,7 +27,7 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
 
-from vault_core.azure import translate_errors
+from vault_core.azure import create_if_missing, translate_errors
 from vault_core.pageblob import CommitState, CommittedBatch
 
 _MAX48 = (1 << 48) - 1
@@ -90,12 +90,7 @@ class IndexTables:
         self.index: TableClient = service.get_table_client(f"{prefix}index")
 
     def ensure_tables(self) -> None:
-        for table in (self.catalog, self.index):
-            with translate_errors():
-                try:
-                    table.create_table()
-                except ResourceExistsError:
-                    pass
+        create_if_missing(self.catalog.create_table, self.index.create_table)
 
     # -- writes (idempotent upserts; safe to repeat after a crash) ----------------------
     def record_commit(

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from vault_core.azure import StorageAccount, translate_errors
+from vault_core.azure import StorageAccount, create_if_missing
 from vault_core.clock import Clock, SystemClock
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
@@ -50,11 +49,7 @@ class Vault:
 
     def ensure(self) -> Vault:
         """Create the container and tables if they are missing (idempotent)."""
-        with translate_errors():
-            try:
-                self.container.create_container()
-            except ResourceExistsError:
-                pass
+        create_if_missing(self.container.create_container)
         self.index.ensure_tables()
         return self
 

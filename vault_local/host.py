@@ -31,7 +31,6 @@ from typing import Any
 
 import azure.functions as func
 import uvicorn
-from azure.core.exceptions import ResourceExistsError
 from azure.functions.queue import QueueMessage as FuncQueueMessage
 from azure.storage.queue import QueueClient
 from starlette.applications import Starlette
@@ -40,7 +39,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from vault_core.azure import StorageAccount
+from vault_core.azure import StorageAccount, create_if_missing
 
 log = logging.getLogger("vault_local.host")
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,10 +111,14 @@ def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunct
     http: list[HttpFunction] = []
     queues: list[QueueFunction] = []
     for f in app.get_functions():
-        trigger = f.get_trigger().get_dict_repr()
+        name = str(f.get_function_name())
+        found = f.get_trigger()
+        if found is None:
+            raise ValueError(f"function {name} has no trigger")
+        trigger: dict[str, Any] = found.get_dict_repr()
         kind = trigger["type"]
         if kind == "httpTrigger":
-            route = trigger.get("route") or f.get_function_name()
+            route = str(trigger.get("route") or name)
             methods = frozenset(
                 str(getattr(m, "value", m)).upper()
                 for m in trigger.get("methods")
@@ -124,7 +127,7 @@ def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunct
             auth = str(getattr(trigger.get("authLevel"), "value", trigger.get("authLevel") or "function"))
             http.append(
                 HttpFunction(
-                    f.get_function_name(),
+                    name,
                     route,
                     _route_pattern(route),
                     methods,
@@ -136,7 +139,7 @@ def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunct
         elif kind == "queueTrigger":
             queues.append(
                 QueueFunction(
-                    f.get_function_name(),
+                    name,
                     trigger["queueName"],
                     trigger["connection"],
                     trigger["name"],
@@ -144,7 +147,7 @@ def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunct
                 )
             )
         else:
-            raise ValueError(f"the local host does not run {kind} triggers ({f.get_function_name()})")
+            raise ValueError(f"the local host does not run {kind} triggers ({name})")
     # Literal routes before templated ones, longer before shorter, like the host's route ordering.
     http.sort(key=lambda h: (h.route.count("{"), -len(h.route)))
     return http, queues
@@ -243,11 +246,7 @@ class LocalHost:
     def _poll(self, q: QueueFunction) -> None:
         client = self._queue_client(q, q.queue_name)
         poison = self._queue_client(q, f"{q.queue_name}-poison")
-        for c in (client, poison):
-            try:
-                c.create_queue()
-            except ResourceExistsError:
-                pass
+        create_if_missing(client.create_queue, poison.create_queue)
         opts = self.options
         running = 0
         lock = threading.Lock()
