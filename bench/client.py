@@ -39,10 +39,18 @@ def hand_loop(url: str, key: str, stream: str, count: int, size: int, batch: int
     with httpx.Client(base_url=url, timeout=120, headers={"x-functions-key": key}) as client:
         start = time.perf_counter()
         for first in range(0, count, batch):
-            body = json.dumps({"messages": [{"key": f"k{i % 50}", "value": value}
-                                            for i in range(first, min(count, first + batch))]})
-            r = client.post(f"/streams/{stream}/messages", content=body,
-                            headers={"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex})
+            body = json.dumps(
+                {
+                    "messages": [
+                        {"key": f"k{i % 50}", "value": value} for i in range(first, min(count, first + batch))
+                    ]
+                }
+            )
+            r = client.post(
+                f"/streams/{stream}/messages",
+                content=body,
+                headers={"Content-Type": "application/json", "Idempotency-Key": uuid.uuid4().hex},
+            )
             assert r.status_code == 202, r.text
         return count / (time.perf_counter() - start)
 
@@ -134,8 +142,12 @@ def main() -> None:
                 stream = stream_name(run.__name__.replace("_", "-"))
                 rates.append(run(url, key, stream, args.messages, args.size, args.batch))
                 wait_committed(api, stream, args.messages)
-        print("producer runs, msgs/s: hand loop", [round(r) for r in loop_rates],
-              "Producer", [round(r) for r in client_rates])
+        print(
+            "producer runs, msgs/s: hand loop",
+            [round(r) for r in loop_rates],
+            "Producer",
+            [round(r) for r in client_rates],
+        )
         figures: dict[str, float | int | str] = {}
         loop, client = statistics.median(loop_rates), statistics.median(client_rates)
         # The ratio is the median of the paired runs' ratios: each pair ran back to back, so on a

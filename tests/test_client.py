@@ -67,8 +67,11 @@ def sas(vault: Vault) -> Sas:
     settings = str(vault.account.connection_string).split(";")
     account_key = next(p.split("=", 1)[1] for p in settings if p.startswith("AccountKey="))
 
-    def factory(stream: str, expires_in: list[timedelta] | timedelta = timedelta(minutes=10),
-                claims: list[timedelta] | None = None) -> Callable[[], Access]:
+    def factory(
+        stream: str,
+        expires_in: list[timedelta] | timedelta = timedelta(minutes=10),
+        claims: list[timedelta] | None = None,
+    ) -> Callable[[], Access]:
         lifetimes = list(expires_in) if isinstance(expires_in, list) else [expires_in]
         calls: list[int] = []
 
@@ -77,9 +80,15 @@ def sas(vault: Vault) -> Sas:
             calls.append(i)
             now = datetime.now(timezone.utc)
             client = vault.blob(stream).client
-            token = generate_blob_sas(str(client.account_name), client.container_name, client.blob_name,
-                                      account_key=account_key, permission=BlobSasPermissions(read=True),
-                                      expiry=now + lifetimes[i], start=now - timedelta(minutes=5))
+            token = generate_blob_sas(
+                str(client.account_name),
+                client.container_name,
+                client.blob_name,
+                account_key=account_key,
+                permission=BlobSasPermissions(read=True),
+                expiry=now + lifetimes[i],
+                start=now - timedelta(minutes=5),
+            )
             claimed = now + (claims[min(i, len(claims) - 1)] if claims else lifetimes[i])
             return Access(stream, client.url, token, claimed)
 
@@ -163,8 +172,10 @@ def test_lag_of_a_vanished_stream_is_unknown(store: CheckpointStore, stream: str
 def test_direct_consumer_reads_every_message_with_keys(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, [NewMessage(b"text", "key"), NewMessage(b"\x00\xff", b"\x01")], texts(3))
     got = list(Consumer.direct(stream, sas(stream)))
-    assert [(m.key, m.value, m.key_is_text) for m in got[:2]] == [(b"key", b"text", True),
-                                                                 (b"\x01", b"\x00\xff", False)]
+    assert [(m.key, m.value, m.key_is_text) for m in got[:2]] == [
+        (b"key", b"text", True),
+        (b"\x01", b"\x00\xff", False),
+    ]
     assert [m.value for m in got[2:]] == [b"m-0", b"m-1", b"m-2"]
 
 
@@ -175,8 +186,7 @@ def test_direct_consumer_starts_at_a_record_offset(vault: Vault, stream: str, sa
     assert [m.value for m in got] == [b"m-2", b"m-3", b"m-4"]
 
 
-def test_direct_consumer_refuses_an_offset_inside_a_record(vault: Vault, stream: str,
-                                                           sas: Sas) -> None:
+def test_direct_consumer_refuses_an_offset_inside_a_record(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(3))
     with pytest.raises(InvalidOffset):
         list(Consumer.direct(stream, sas(stream), start=5))
@@ -199,8 +209,7 @@ def test_direct_consumer_seeks_to_a_time(account: StorageAccount, stream: str, s
     assert [m.value for m in got] == [b"late-0", b"late-1"]
 
 
-def test_direct_follow_delivers_messages_committed_later(vault: Vault, stream: str,
-                                                         sas: Sas) -> None:
+def test_direct_follow_delivers_messages_committed_later(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(1, "before"))
     consumer = Consumer.direct(stream, sas(stream), start="end", follow=True, wait=1)
     got: list[bytes] = []
@@ -219,8 +228,9 @@ def test_direct_follow_delivers_messages_committed_later(vault: Vault, stream: s
     assert got == [b"after-0", b"after-1"]
 
 
-def test_direct_group_consumer_resumes_from_its_checkpoint(vault: Vault, store: CheckpointStore, stream: str,
-                                                           sas: Sas) -> None:
+def test_direct_group_consumer_resumes_from_its_checkpoint(
+    vault: Vault, store: CheckpointStore, stream: str, sas: Sas
+) -> None:
     write(vault, stream, texts(6))
     with Consumer.direct(stream, sas(stream), group="g-resume", checkpoints=store) as first:
         for i, _ in enumerate(first):
@@ -230,18 +240,20 @@ def test_direct_group_consumer_resumes_from_its_checkpoint(vault: Vault, store: 
         assert [m.value for m in second] == [b"m-4", b"m-5"]
 
 
-def test_group_consumer_does_not_commit_when_processing_failed(vault: Vault, store: CheckpointStore,
-                                                               stream: str, sas: Sas) -> None:
+def test_group_consumer_does_not_commit_when_processing_failed(
+    vault: Vault, store: CheckpointStore, stream: str, sas: Sas
+) -> None:
     write(vault, stream, texts(3))
-    with pytest.raises(RuntimeError), Consumer.direct(stream, sas(stream), group="g-fail",
-                                                      checkpoints=store) as consumer:
+    with (
+        pytest.raises(RuntimeError),
+        Consumer.direct(stream, sas(stream), group="g-fail", checkpoints=store) as consumer,
+    ):
         for _ in consumer:
             raise RuntimeError("handler failed")
     assert store.get("g-fail", stream) is None
 
 
-def test_sas_reported_as_expired_is_renewed_before_reading(vault: Vault, stream: str,
-                                                            sas: Sas) -> None:
+def test_sas_reported_as_expired_is_renewed_before_reading(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(2))
     provider = sas(stream, claims=[timedelta(seconds=-1), timedelta(minutes=10)])
     blob = SasBlob(stream, provider)
@@ -252,15 +264,15 @@ def test_sas_reported_as_expired_is_renewed_before_reading(vault: Vault, stream:
 def test_refused_sas_is_refreshed_through_the_callback(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(2))
     # The first SAS is already expired but claims ten minutes: only storage's 403 tells.
-    provider = sas(stream, expires_in=[timedelta(minutes=-1), timedelta(minutes=10)],
-                       claims=[timedelta(minutes=10)])
+    provider = sas(
+        stream, expires_in=[timedelta(minutes=-1), timedelta(minutes=10)], claims=[timedelta(minutes=10)]
+    )
     got = list(Consumer.direct(stream, provider))
     assert [m.value for m in got] == [b"m-0", b"m-1"]
     assert len(provider.calls) == 2  # type: ignore[attr-defined]
 
 
-def test_sas_refused_again_after_renewal_is_access_denied(vault: Vault, stream: str,
-                                                          sas: Sas) -> None:
+def test_sas_refused_again_after_renewal_is_access_denied(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(1))
     provider = sas(stream, expires_in=timedelta(minutes=-1), claims=[timedelta(minutes=10)])
     with pytest.raises(AccessDenied, match="even after renewing"):
@@ -282,16 +294,14 @@ def test_direct_consumer_raises_on_a_corrupt_record(vault: Vault, stream: str, s
 
 
 # -- verify ---------------------------------------------------------------------------------------
-def test_verify_counts_every_record_of_a_healthy_stream(vault: Vault, stream: str,
-                                                        sas: Sas) -> None:
+def test_verify_counts_every_record_of_a_healthy_stream(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, texts(7), texts(5))
     report = verify_log(SasBlob(stream, sas(stream)))
     assert report.ok and report.records == report.expected_count == 12
     assert report.record_bytes == report.committed
 
 
-def test_verify_reports_a_corrupt_record_and_reads_past_it(vault: Vault, stream: str,
-                                                           sas: Sas) -> None:
+def test_verify_reports_a_corrupt_record_and_reads_past_it(vault: Vault, stream: str, sas: Sas) -> None:
     write(vault, stream, [NewMessage(b"a-long-enough-value", "k"), *texts(4)])
     _corrupt_first_value(vault, stream)
     report = verify_log(SasBlob(stream, sas(stream)))
@@ -321,8 +331,9 @@ class FakeVault:
             key = request.headers["idempotency-key"]
             messages = json.loads(request.content)["messages"]
             self.staged.setdefault(key, messages)
-        return httpx.Response(202, json={"batch_id": key[:32], "stream": "s", "status": "staged",
-                                         "count": len(messages)})
+        return httpx.Response(
+            202, json={"batch_id": key[:32], "stream": "s", "status": "staged", "count": len(messages)}
+        )
 
     def api(self, retry: RetryPolicy = FAST_RETRY) -> ApiClient:
         return ApiClient("http://vault.test", "k", transport=httpx.MockTransport(self), retry=retry)
@@ -400,14 +411,23 @@ def test_bad_request_is_not_retried(fake: FakeVault) -> None:
 
 
 def test_message_offsets_follow_record_sizes_in_the_batch() -> None:
-    answer = {"batch_id": "b", "stream": "s", "status": "committed", "count": 3, "first_offset": 1000,
-              "next_offset": 0, "timestamp": 1}
+    answer = {
+        "batch_id": "b",
+        "stream": "s",
+        "status": "committed",
+        "count": 3,
+        "first_offset": 1000,
+        "next_offset": 0,
+        "timestamp": 1,
+    }
     committed = httpx.MockTransport(lambda r: httpx.Response(200, json=answer))
     api = ApiClient("http://vault.test", transport=committed)
     with Producer(api=api, wait=5) as producer:
         results = [producer.send("s", v, key=k) for v, k in (("a", "k1"), ("bb", None), (b"\xff", b"\x00"))]
-    sizes = [len(encode([m], 0, 0)) for m in (NewMessage(b"a", "k1"), NewMessage(b"bb", ""),
-                                               NewMessage(b"\xff", b"\x00"))]
+    sizes = [
+        len(encode([m], 0, 0))
+        for m in (NewMessage(b"a", "k1"), NewMessage(b"bb", ""), NewMessage(b"\xff", b"\x00"))
+    ]
     assert [r.result().offset for r in results] == [1000, 1000 + sizes[0], 1000 + sizes[0] + sizes[1]]
 
 
@@ -509,7 +529,9 @@ def test_ndjson_input_is_detected_from_the_first_line() -> None:
 
 def test_plain_lines_are_messages_with_the_given_key() -> None:
     assert [(m.key, m.value) for m in read_messages([b"a\n", b"\n", b"b\r\n"], key="K")] == [
-        ("K", b"a"), ("K", b"b")]
+        ("K", b"a"),
+        ("K", b"b"),
+    ]
 
 
 # -- CLI argument handling -------------------------------------------------------------------------
@@ -518,8 +540,9 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-def run(runner: CliRunner, *args: str, env: dict[str, str] | None = None, input: str | None = None
-        ) -> tuple[int, str, str]:
+def run(
+    runner: CliRunner, *args: str, env: dict[str, str] | None = None, input: str | None = None
+) -> tuple[int, str, str]:
     # The caller's environment must not leak in: unset the vault's variables unless a test sets them.
     clean: dict[str, str | None] = {"VAULT_URL": None, "VAULT_KEY": None, "VAULT_STORAGE_CONNECTION": None}
     result = runner.invoke(cli, list(args), env={**clean, **(env or {})}, input=input, prog_name="vault")
@@ -535,19 +558,22 @@ def test_every_command_has_help(runner: CliRunner, command: str) -> None:
     assert code == 0 and "Usage: " in out
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (["consume"], "Missing argument 'STREAM'"),
-    (["consume", "bad/name", "--url", "http://x"], "invalid stream name"),
-    (["consume", "s", "--from", "-3", "--url", "http://x"], "is not an offset"),
-    (["consume", "s", "--at", "yesterday", "--url", "http://x"], "nor ISO 8601"),
-    (["consume", "s", "--from", "1", "--at", "5", "--url", "http://x"], "--from or --at, not both"),
-    (["consume", "s", "--format", "xml", "--url", "http://x"], "Invalid value for '--format'"),
-    (["consume", "s"], "no vault URL"),
-    (["consume", "s", "--group", "g", "--url", "http://x"], "need the checkpoint storage"),
-    (["streams", "--url", "ftp://x"], "invalid vault URL"),
-    (["export", "s", "--to", "out.csv", "--url", "http://x"], "cannot tell the export format"),
-    (["frobnicate"], "No such command"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["consume"], "Missing argument 'STREAM'"),
+        (["consume", "bad/name", "--url", "http://x"], "invalid stream name"),
+        (["consume", "s", "--from", "-3", "--url", "http://x"], "is not an offset"),
+        (["consume", "s", "--at", "yesterday", "--url", "http://x"], "nor ISO 8601"),
+        (["consume", "s", "--from", "1", "--at", "5", "--url", "http://x"], "--from or --at, not both"),
+        (["consume", "s", "--format", "xml", "--url", "http://x"], "Invalid value for '--format'"),
+        (["consume", "s"], "no vault URL"),
+        (["consume", "s", "--group", "g", "--url", "http://x"], "need the checkpoint storage"),
+        (["streams", "--url", "ftp://x"], "invalid vault URL"),
+        (["export", "s", "--to", "out.csv", "--url", "http://x"], "cannot tell the export format"),
+        (["frobnicate"], "No such command"),
+    ],
+)
 def test_bad_arguments_are_one_line_and_exit_2(runner: CliRunner, args: list[str], fragment: str) -> None:
     code, out, err = run(runner, *args)
     assert code == 2 and out == ""
@@ -569,8 +595,9 @@ def test_url_comes_from_the_environment(runner: CliRunner) -> None:
     assert code == 1 and f"127.0.0.1:{port}/api" in err
 
 
-def test_groups_lists_lag_from_checkpoint_storage(runner: CliRunner, azurite: object, store: CheckpointStore,
-                                                  stream: str) -> None:
+def test_groups_lists_lag_from_checkpoint_storage(
+    runner: CliRunner, azurite: object, store: CheckpointStore, stream: str
+) -> None:
     store.save("g-cli", stream, 10, etag=None, now_ms=0)
     answer = httpx.Response(200, json={"stream": stream, "committed": 110, "count": 3})
     ApiClient_init = ApiClient.__init__
@@ -581,7 +608,14 @@ def test_groups_lists_lag_from_checkpoint_storage(runner: CliRunner, azurite: ob
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(ApiClient, "__init__", with_mock)
-        code, out, _ = run(runner, "groups", "g-cli", "--json", "--url", "http://vault.test",
-                           env={"VAULT_STORAGE_CONNECTION": azurite.connection_string})  # type: ignore[attr-defined]
+        code, out, _ = run(
+            runner,
+            "groups",
+            "g-cli",
+            "--json",
+            "--url",
+            "http://vault.test",
+            env={"VAULT_STORAGE_CONNECTION": azurite.connection_string},
+        )  # type: ignore[attr-defined]
     [row] = json.loads(out)
     assert code == 0 and (row["checkpoint"], row["committed"], row["lag"]) == (10, 110, 100)

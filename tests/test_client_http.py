@@ -95,7 +95,7 @@ class FlakyProxy:
         n = self.requests
         if n <= self.reject:
             return self.answer(req, 503, b'{"error":"unavailable","message":"injected"}')
-        path = req.path[len("/api"):]
+        path = req.path[len("/api") :]
         headers = {k: v for k, v in req.headers.items() if k.lower() not in ("host", "content-length")}
         resp = self.client.request(method, self.upstream + path, headers=headers, content=body)
         if n <= self.reject + self.lose:
@@ -160,8 +160,9 @@ def test_committed_results_carry_the_offsets_consumers_see(api: ApiClient, strea
     assert offsets == [m.offset for m in Consumer.connect(None, stream, api=api)]
 
 
-def test_injected_503s_are_retried_until_the_batch_is_staged(api: ApiClient, proxy_factory: Any,
-                                                              stream: str) -> None:
+def test_injected_503s_are_retried_until_the_batch_is_staged(
+    api: ApiClient, proxy_factory: Any, stream: str
+) -> None:
     proxy = proxy_factory(reject=3)
     with Producer(proxy.url, api.key, retry=FAST_RETRY) as producer:
         result = producer.send(stream, "through")
@@ -169,8 +170,9 @@ def test_injected_503s_are_retried_until_the_batch_is_staged(api: ApiClient, pro
     assert proxy.requests >= 4 and read_all(api, stream) == ["through"]
 
 
-def test_a_retry_after_a_lost_answer_appends_nothing_twice(api: ApiClient, proxy_factory: Any,
-                                                           stream: str) -> None:
+def test_a_retry_after_a_lost_answer_appends_nothing_twice(
+    api: ApiClient, proxy_factory: Any, stream: str
+) -> None:
     proxy = proxy_factory(lose=2)  # the host staged the batch twice over; the producer saw two 503s
     with Producer(proxy.url, api.key, retry=FAST_RETRY) as producer:
         results = [producer.send(stream, f"once-{i}") for i in range(5)]
@@ -238,8 +240,9 @@ def test_direct_path_seeks_a_time_through_the_api_index(api: ApiClient, stream: 
     assert values(list(Consumer.connect(None, stream, api=api, direct=True, at=between))) == ["new"]
 
 
-def test_two_members_of_a_group_cannot_overwrite_each_other(api: ApiClient, store: CheckpointStore,
-                                                            stream: str) -> None:
+def test_two_members_of_a_group_cannot_overwrite_each_other(
+    api: ApiClient, store: CheckpointStore, stream: str
+) -> None:
     produce(api, stream, ["a", "b", "c"])
     first = Consumer.connect(None, stream, api=api, group="g-two", checkpoints=store, member="first")
     second = Consumer.connect(None, stream, api=api, group="g-two", checkpoints=store, member="second")
@@ -249,8 +252,9 @@ def test_two_members_of_a_group_cannot_overwrite_each_other(api: ApiClient, stor
         second.commit()
 
 
-def test_group_member_resumes_where_the_group_committed(api: ApiClient, store: CheckpointStore,
-                                                         stream: str) -> None:
+def test_group_member_resumes_where_the_group_committed(
+    api: ApiClient, store: CheckpointStore, stream: str
+) -> None:
     produce(api, stream, ["a", "b", "c"])
     with Consumer.connect(None, stream, api=api, group="g-resume", checkpoints=store) as c:
         assert next(iter(c)).value == b"a"
@@ -273,8 +277,11 @@ def test_stopped_host_makes_sends_fail_with_unreachable(vault_host: HostProcess,
 @pytest.fixture
 def vault_cli(vault_host: HostProcess) -> Any:
     runner = CliRunner()
-    env = {"VAULT_URL": vault_host.url, "VAULT_KEY": vault_host.key,
-           "VAULT_STORAGE_CONNECTION": vault_host.connection_string}
+    env = {
+        "VAULT_URL": vault_host.url,
+        "VAULT_KEY": vault_host.key,
+        "VAULT_STORAGE_CONNECTION": vault_host.connection_string,
+    }
 
     def invoke(*args: str, input: str | bytes | None = None) -> Any:
         return runner.invoke(cli, list(args), env=env, input=input, prog_name="vault")
@@ -282,8 +289,9 @@ def vault_cli(vault_host: HostProcess) -> Any:
     return invoke
 
 
-def test_cli_produce_reads_ndjson_from_stdin_and_summarises(vault_cli: Any, api: ApiClient,
-                                                            stream: str) -> None:
+def test_cli_produce_reads_ndjson_from_stdin_and_summarises(
+    vault_cli: Any, api: ApiClient, stream: str
+) -> None:
     lines = "".join(json.dumps({"key": f"k{i}", "value": f"v{i}"}) + "\n" for i in range(50))
     result = vault_cli("produce", stream, "-", "--wait", "30", input=lines)
     assert result.exit_code == 0, result.stderr
@@ -291,8 +299,9 @@ def test_cli_produce_reads_ndjson_from_stdin_and_summarises(vault_cli: Any, api:
     assert read_all(api, stream) == [f"v{i}" for i in range(50)]
 
 
-def test_cli_produce_reads_plain_lines_from_a_file(vault_cli: Any, api: ApiClient, stream: str,
-                                                   tmp_path: Path) -> None:
+def test_cli_produce_reads_plain_lines_from_a_file(
+    vault_cli: Any, api: ApiClient, stream: str, tmp_path: Path
+) -> None:
     source = tmp_path / "lines.txt"
     source.write_text("alpha\nbeta\n\ngamma\n")
     result = vault_cli("produce", stream, str(source), "--message-key", "K", "--wait", "30")
@@ -305,8 +314,10 @@ def test_cli_consume_prints_ndjson_from_an_offset(vault_cli: Any, api: ApiClient
     offsets = produce(api, stream, ["a", "b", "c"])
     result = vault_cli("consume", stream, "--from", str(offsets[1]))
     rows = [json.loads(line) for line in result.stdout.splitlines()]
-    assert result.exit_code == 0 and [(r["offset"], r["value"]) for r in rows] == [(offsets[1], "b"),
-                                                                                   (offsets[2], "c")]
+    assert result.exit_code == 0 and [(r["offset"], r["value"]) for r in rows] == [
+        (offsets[1], "b"),
+        (offsets[2], "c"),
+    ]
 
 
 def test_cli_consume_text_with_a_limit(vault_cli: Any, api: ApiClient, stream: str) -> None:
@@ -378,8 +389,9 @@ def test_cli_groups_shows_lag(vault_cli: Any, api: ApiClient, stream: str) -> No
     assert row["lag"] == api.committed(stream) - row["checkpoint"] > 0
 
 
-def test_cli_export_parquet_holds_every_message(vault_cli: Any, api: ApiClient, stream: str,
-                                                tmp_path: Path) -> None:
+def test_cli_export_parquet_holds_every_message(
+    vault_cli: Any, api: ApiClient, stream: str, tmp_path: Path
+) -> None:
     import pyarrow.parquet as pq
 
     produce(api, stream, [f"m{i}" for i in range(30)])
@@ -404,8 +416,9 @@ def test_cli_verify_passes_a_healthy_stream(vault_cli: Any, api: ApiClient, stre
     assert result.exit_code == 0 and "10 verified" in result.stdout and "OK" in result.stdout
 
 
-def test_cli_verify_fails_a_corrupt_stream(vault_cli: Any, api: ApiClient, vault_host: HostProcess,
-                                           stream: str) -> None:
+def test_cli_verify_fails_a_corrupt_stream(
+    vault_cli: Any, api: ApiClient, vault_host: HostProcess, stream: str
+) -> None:
     from azure.storage.blob import BlobLeaseClient
 
     from vault_core.azure import StorageAccount

@@ -20,8 +20,9 @@ def test_defaults_need_only_the_connections() -> None:
     assert s.limits.max_message_bytes == 1024 * 1024
 
 
-@pytest.mark.parametrize(("name", "raw"), [(config.STAGING_QUEUES_PER_ACCOUNT, "four"),
-                                           (config.MAX_BATCH_BYTES, "0")])
+@pytest.mark.parametrize(
+    ("name", "raw"), [(config.STAGING_QUEUES_PER_ACCOUNT, "four"), (config.MAX_BATCH_BYTES, "0")]
+)
 def test_a_bad_setting_names_itself(name: str, raw: str) -> None:
     with pytest.raises(ValueError, match=name):
         load_settings({name: raw})
@@ -49,11 +50,17 @@ def test_a_missing_connection_says_which_settings_to_set() -> None:
 
 
 def test_streams_spread_stably_over_every_queue_of_every_staging_account() -> None:
-    env = {"VaultStorage": CONN, "VaultStaging0": CONN, "VaultStaging1": CONN,
-           config.STAGING_ACCOUNTS: "2", config.STAGING_QUEUES_PER_ACCOUNT: "3"}
+    env = {
+        "VaultStorage": CONN,
+        "VaultStaging0": CONN,
+        "VaultStaging1": CONN,
+        config.STAGING_ACCOUNTS: "2",
+        config.STAGING_QUEUES_PER_ACCOUNT: "3",
+    }
     services = Services(load_settings(env))
     assert [(q.account, q.name) for q in services.queues] == [
-        (a, f"mv-staging-{i}") for a in (0, 1) for i in range(3)]
+        (a, f"mv-staging-{i}") for a in (0, 1) for i in range(3)
+    ]
     chosen = {services.queue_for(f"stream-{i}") for i in range(200)}
     assert len(chosen) == 6  # every shard gets streams
     assert services.queue_for("orders") is services.queue_for("orders")
@@ -77,10 +84,17 @@ def test_a_claim_check_body_must_hold_the_announced_messages() -> None:
         envelope.decode_claimed(ref, bytes(body))
 
 
-@pytest.mark.parametrize("text", ["not json", "[1]", '{"v": 2, "id": "a", "stream": "s", "ts": 1, "m": []}',
-                                  '{"v": 1, "id": "a:b", "stream": "s", "ts": 1, "m": []}',
-                                  '{"v": 1, "id": "a", "stream": "../x", "ts": 1, "m": []}',
-                                  '{"v": 1, "id": "a", "stream": "s", "ts": 1, "m": [["k", false, "!!"]]}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "[1]",
+        '{"v": 2, "id": "a", "stream": "s", "ts": 1, "m": []}',
+        '{"v": 1, "id": "a:b", "stream": "s", "ts": 1, "m": []}',
+        '{"v": 1, "id": "a", "stream": "../x", "ts": 1, "m": []}',
+        '{"v": 1, "id": "a", "stream": "s", "ts": 1, "m": [["k", false, "!!"]]}',
+    ],
+)
 def test_invalid_envelopes_are_rejected_with_a_reason(text: str) -> None:
     with pytest.raises(EnvelopeError, match=r"."):
         envelope.decode(text)

@@ -655,7 +655,8 @@ def test_staging_queue_names_are_the_ones_the_app_uses(prefix: str, count: int) 
 
 def test_tables_use_the_app_prefix() -> None:
     tables = doc(MAIN)["variables"]["tableNames"]["value"]
-    assert {_render(t, tablePrefix="mv") for t in tables} == {"mvcatalog", "mvindex", "mvbatches", "mvcheckpoints"}
+    expected = {"mvcatalog", "mvindex", "mvbatches", "mvcheckpoints"}
+    assert {_render(t, tablePrefix="mv") for t in tables} == expected
 
 
 def test_resource_token_is_derived_from_subscription_environment_and_location() -> None:

@@ -75,7 +75,10 @@ class ApiClient:
         """Requests tried again so far (throttling, unavailability, connection errors)."""
         headers = {"x-functions-key": key} if key else {}
         self._http = httpx.Client(
-            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout), transport=transport,
+            base_url=self.url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout),
+            transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
         )
 
@@ -103,11 +106,13 @@ class ApiClient:
         while True:
             retry_after: float | None = None
             try:
-                resp = self._http.request(method, path, params=params, headers=headers, content=content,
-                                          timeout=timeout)
+                resp = self._http.request(
+                    method, path, params=params, headers=headers, content=content, timeout=timeout
+                )
             except httpx.TransportError as exc:
                 error: Exception = EndpointUnreachable(
-                    f"cannot reach the vault at {self.url}: {_describe(exc)}")
+                    f"cannot reach the vault at {self.url}: {_describe(exc)}"
+                )
             else:
                 if resp.status_code < 400:
                     return resp
@@ -130,8 +135,9 @@ class ApiClient:
             code, message = doc.get("error"), doc.get("message", "")
         except (ValueError, AttributeError):
             message = resp.text.strip().splitlines()[0][:200] if resp.text.strip() else ""
-        return api_error(resp.status_code, code,
-                         message or f"HTTP {resp.status_code} from {resp.request.url}")
+        return api_error(
+            resp.status_code, code, message or f"HTTP {resp.status_code} from {resp.request.url}"
+        )
 
     def get_json(self, path: str, **kwargs: Any) -> Any:
         return self.request("GET", path, **kwargs).json()
@@ -171,14 +177,24 @@ class ApiClient:
         return Access(doc["stream"], doc["blob_url"], doc["sas"], expires, int(doc.get("committed", 0)))
 
     def produce(
-        self, stream: str, body: bytes, *, idempotency_key: str, wait: float = 0.0,
+        self,
+        stream: str,
+        body: bytes,
+        *,
+        idempotency_key: str,
+        wait: float = 0.0,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
         """POST one batch; retries reuse ``idempotency_key``, so the batch is staged once."""
         params = {"wait": f"{wait:g}"} if wait > 0 else None
-        resp = self.request("POST", f"/streams/{validate_stream_name(stream)}/messages", params=params,
-                            headers={"Idempotency-Key": idempotency_key, "Content-Type": content_type},
-                            content=body, wait=wait)
+        resp = self.request(
+            "POST",
+            f"/streams/{validate_stream_name(stream)}/messages",
+            params=params,
+            headers={"Idempotency-Key": idempotency_key, "Content-Type": content_type},
+            content=body,
+            wait=wait,
+        )
         return dict(resp.json())
 
     def read(
@@ -200,13 +216,17 @@ class ApiClient:
         if wait > 0:
             params["wait"] = f"{wait:g}"
         doc = self.get_json(f"/streams/{validate_stream_name(stream)}/messages", params=params, wait=wait)
-        return ReadResult([decode_message(m) for m in doc["messages"]], int(doc["next_offset"]),
-                          int(doc["committed"]))
+        return ReadResult(
+            [decode_message(m) for m in doc["messages"]], int(doc["next_offset"]), int(doc["committed"])
+        )
 
     def log(self, stream: str, start: int, length: int) -> tuple[bytes, int]:
         """Committed raw log bytes ``[start, start+length)`` (possibly fewer) and the committed length."""
-        resp = self.request("GET", f"/streams/{validate_stream_name(stream)}/log",
-                            headers={"Range": f"bytes={start}-{start + length - 1}"})
+        resp = self.request(
+            "GET",
+            f"/streams/{validate_stream_name(stream)}/log",
+            headers={"Range": f"bytes={start}-{start + length - 1}"},
+        )
         total = resp.headers.get("content-range", "").rpartition("/")[2]
         committed = int(total) if total.isdigit() else int(resp.headers.get("x-committed", "0"))
         return resp.content, committed

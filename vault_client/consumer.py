@@ -74,8 +74,11 @@ class Consumer:
         self.at_ms = None if at is None else to_millis(at)
         self.follow = follow
         self.wait = wait
-        self.member = (GroupMember(checkpoints, group, source.stream, member)
-                       if group is not None and checkpoints is not None else None)
+        self.member = (
+            GroupMember(checkpoints, group, source.stream, member)
+            if group is not None and checkpoints is not None
+            else None
+        )
         self.auto_commit = auto_commit
         self.commit_interval = commit_interval
         self._position: int | None = None
@@ -108,8 +111,13 @@ class Consumer:
         source: Source
         if direct:
             access_api = api
-            source = DirectSource(stream, lambda: access_api.access(stream), seek=seeker.seek_time,
-                                  page_size=page_size or 10_000, max_bytes=max_bytes or 4 * 1024 * 1024)
+            source = DirectSource(
+                stream,
+                lambda: access_api.access(stream),
+                seek=seeker.seek_time,
+                page_size=page_size or 10_000,
+                max_bytes=max_bytes or 4 * 1024 * 1024,
+            )
         else:
             source = ApiSource(api, stream, page_size=page_size or 1000, max_bytes=max_bytes or 1024 * 1024)
         consumer = cls(source, **options)
@@ -225,17 +233,25 @@ class Consumer:
         return checkpoint
 
     def _maybe_commit(self) -> None:
-        if (self.member is not None and self.auto_commit and self._position is not None
-                and self._position != self._committed_position
-                and time.monotonic() - self._last_commit >= self.commit_interval):
+        if (
+            self.member is not None
+            and self.auto_commit
+            and self._position is not None
+            and self._position != self._committed_position
+            and time.monotonic() - self._last_commit >= self.commit_interval
+        ):
             self.commit()
 
     def close(self, commit: bool | None = None) -> None:
         """Commit the position (when auto-committing, or if ``commit``) and release connections."""
         try:
             wanted = self.auto_commit if commit is None else commit
-            if (wanted and self.member is not None and self._position is not None
-                    and self._position != self._committed_position):
+            if (
+                wanted
+                and self.member is not None
+                and self._position is not None
+                and self._position != self._committed_position
+            ):
                 self.commit()
         finally:
             self.source.close()

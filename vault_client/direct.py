@@ -83,8 +83,11 @@ class SasBlob(StreamBlob):
         except StorageFailure as exc:
             if exc.status not in (401, 403):
                 raise
-            raise AccessDenied(f"storage refused the SAS for stream {self.stream!r} even after renewing it",
-                               status=exc.status, code=exc.code) from exc
+            raise AccessDenied(
+                f"storage refused the SAS for stream {self.stream!r} even after renewing it",
+                status=exc.status,
+                code=exc.code,
+            ) from exc
 
     def state(self) -> CommitState:
         return self._call(super().state)
@@ -165,4 +168,3 @@ class DirectSource:
 
     def close(self) -> None:
         pass
-

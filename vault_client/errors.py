@@ -93,8 +93,16 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "unavailable": ApiUnavailable,
 }
 _BY_STATUS: dict[int, type[ApiError]] = {
-    400: ApiBadRequest, 401: Unauthorized, 403: Unauthorized, 404: ApiNotFound, 413: ApiTooLarge,
-    416: ApiInvalidOffset, 429: ApiUnavailable, 502: ApiUnavailable, 503: ApiUnavailable, 504: ApiUnavailable,
+    400: ApiBadRequest,
+    401: Unauthorized,
+    403: Unauthorized,
+    404: ApiNotFound,
+    413: ApiTooLarge,
+    416: ApiInvalidOffset,
+    429: ApiUnavailable,
+    502: ApiUnavailable,
+    503: ApiUnavailable,
+    504: ApiUnavailable,
 }
 
 

@@ -71,10 +71,15 @@ class ParquetExporter:
             raise InvalidInput("Parquet export needs pyarrow: pip install pyarrow") from None
         self._pa = pa
         self._file = _AtomicFile(path)
-        self.schema = pa.schema([
-            ("offset", pa.int64()), ("timestamp", pa.timestamp("ms", tz="UTC")), ("id", pa.string()),
-            ("key", pa.binary()), ("value", pa.binary()),
-        ])
+        self.schema = pa.schema(
+            [
+                ("offset", pa.int64()),
+                ("timestamp", pa.timestamp("ms", tz="UTC")),
+                ("id", pa.string()),
+                ("key", pa.binary()),
+                ("value", pa.binary()),
+            ]
+        )
         self._writer: Any = pq.ParquetWriter(str(self._file.partial), self.schema, compression="zstd")
         self._row_group = row_group
         self._columns: list[list[Any]] = [[], [], [], [], []]
@@ -91,9 +96,12 @@ class ParquetExporter:
 
     def _flush(self) -> None:
         if self._columns[0]:
-            self._writer.write_table(self._pa.Table.from_arrays(
-                [self._pa.array(c, type=f.type) for c, f in zip(self._columns, self.schema, strict=True)],
-                schema=self.schema))
+            self._writer.write_table(
+                self._pa.Table.from_arrays(
+                    [self._pa.array(c, type=f.type) for c, f in zip(self._columns, self.schema, strict=True)],
+                    schema=self.schema,
+                )
+            )
             self._columns = [[], [], [], [], []]
 
     def commit(self) -> None:
@@ -110,8 +118,9 @@ def export_format(path: Path, fmt: str | None = None) -> str:
     """``fmt`` if given, else the format the file's suffix names; raises InvalidInput if it names none."""
     kind = fmt or {".parquet": "parquet", ".ndjson": "ndjson", ".jsonl": "ndjson"}.get(path.suffix.lower())
     if kind not in ("parquet", "ndjson"):
-        raise InvalidInput(f"cannot tell the export format of {str(path)!r}: name it .parquet or .ndjson, "
-                           "or pass --format")
+        raise InvalidInput(
+            f"cannot tell the export format of {str(path)!r}: name it .parquet or .ndjson, or pass --format"
+        )
     return kind
 
 

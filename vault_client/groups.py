@@ -47,8 +47,9 @@ class GroupMember:
         if not self._loaded:
             self.load()
         etag = self.checkpoint.etag if self.checkpoint else None
-        self.checkpoint = self.store.save(self.group, self.stream, offset, etag=etag,
-                                          now_ms=time.time_ns() // 1_000_000, member=self.member)
+        self.checkpoint = self.store.save(
+            self.group, self.stream, offset, etag=etag, now_ms=time.time_ns() // 1_000_000, member=self.member
+        )
         return self.checkpoint
 
 

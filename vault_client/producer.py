@@ -111,8 +111,10 @@ class Producer:
         self._sent_messages = self._sent_batches = self._sent_bytes = self._failed = 0
         self.last_error: BaseException | None = None
         """The error that failed the most recent failed batch (each result carries its own)."""
-        self._threads = [threading.Thread(target=self._run, name=f"vault-producer-{i}", daemon=True)
-                         for i in range(max(1, max_in_flight))]
+        self._threads = [
+            threading.Thread(target=self._run, name=f"vault-producer-{i}", daemon=True)
+            for i in range(max(1, max_in_flight))
+        ]
         for t in self._threads:
             t.start()
 
@@ -132,8 +134,9 @@ class Producer:
                 raise ProducerClosed("the producer is closed")
             if self._acc.buffered_bytes + len(fragment) > self.max_buffer_bytes:
                 self._make_room(len(fragment))
-            batch, delta, cut = self._acc.add(stream, fragment, HEADER_SIZE + key_len + value_len,
-                                              time.monotonic())
+            batch, delta, cut = self._acc.add(
+                stream, fragment, HEADER_SIZE + key_len + value_len, time.monotonic()
+            )
             if cut or batch.count == 1:  # a sender may have a batch to take, or a new linger deadline
                 self._cv.notify()
             self._sent_since_yield += 1
@@ -151,12 +154,18 @@ class Producer:
         if acc.buffered_bytes == 0 or acc.buffered_bytes + size <= self.max_buffer_bytes:
             return
         if self.on_full == "raise":
-            raise BufferFull(f"the producer buffer holds {acc.buffered_bytes} bytes (max_buffer_bytes "
-                             f"{self.max_buffer_bytes}); wait for results or flush()")
+            raise BufferFull(
+                f"the producer buffer holds {acc.buffered_bytes} bytes (max_buffer_bytes "
+                f"{self.max_buffer_bytes}); wait for results or flush()"
+            )
         acc.cut_due(time.monotonic(), force=True)  # lingering makes no sense with a full buffer
         self._cv.notify_all()
-        if not self._cv.wait_for(lambda: self._closing or acc.buffered_bytes == 0
-                                 or acc.buffered_bytes + size <= self.max_buffer_bytes, self.block_timeout):
+        if not self._cv.wait_for(
+            lambda: (
+                self._closing or acc.buffered_bytes == 0 or acc.buffered_bytes + size <= self.max_buffer_bytes
+            ),
+            self.block_timeout,
+        ):
             raise BufferFull(f"the producer buffer stayed full for {self.block_timeout}s")
         if self._closing:
             raise ProducerClosed("the producer was closed while send() waited for buffer space")
@@ -198,8 +207,14 @@ class Producer:
 
     def stats(self) -> ProducerStats:
         with self._cv:
-            return ProducerStats(self._sent_messages, self._sent_batches, self._sent_bytes, self._failed,
-                                 self.api.retries, self._acc.buffered_bytes)
+            return ProducerStats(
+                self._sent_messages,
+                self._sent_batches,
+                self._sent_bytes,
+                self._failed,
+                self.api.retries,
+                self._acc.buffered_bytes,
+            )
 
     def __enter__(self) -> Producer:
         return self
@@ -243,8 +258,9 @@ class Producer:
         body = batch_body(batch.fragments)
         batch.fragments = []  # the body holds the bytes now; do not keep them twice
         try:
-            ack: dict[str, Any] = self.api.produce(batch.stream, body, idempotency_key=batch.idempotency_key,
-                                                   wait=self.wait)
+            ack: dict[str, Any] = self.api.produce(
+                batch.stream, body, idempotency_key=batch.idempotency_key, wait=self.wait
+            )
         except Exception as exc:  # every failure must reach the messages' results, never kill the sender
             with self._cv:
                 self._failed += batch.count
@@ -256,4 +272,3 @@ class Producer:
             self._sent_batches += 1
             self._sent_bytes += len(body)
         batch.outcome.resolve(ack)
-

@@ -30,8 +30,12 @@ class ApiLogBlob(StreamBlob):
 
     def state(self) -> CommitState:
         doc = self.api.stream(self.stream)
-        return CommitState(committed=int(doc["committed"]), count=int(doc.get("count") or 0),
-                           first_ts=doc.get("first_timestamp"), last_ts=doc.get("last_timestamp"))
+        return CommitState(
+            committed=int(doc["committed"]),
+            count=int(doc.get("count") or 0),
+            first_ts=doc.get("first_timestamp"),
+            last_ts=doc.get("last_timestamp"),
+        )
 
     def read(self, start: int, length: int) -> bytes:
         return self.read_with_state(start, length)[0]
@@ -59,8 +63,9 @@ def open_log(api: ApiClient, stream: str, *, direct: bool) -> StreamBlob:
 def check_boundary(blob: StreamBlob, offset: int, committed: int) -> None:
     """Raise InvalidOffset unless ``offset`` is where a record starts (or the committed end)."""
     if offset < 0 or offset > committed:
-        raise InvalidOffset(f"offset {offset} is outside the committed part of {blob.stream!r} "
-                            f"(0-{committed})")
+        raise InvalidOffset(
+            f"offset {offset} is outside the committed part of {blob.stream!r} (0-{committed})"
+        )
     if offset in (0, committed):
         return
     head = blob.read(offset, min(HEADER_SIZE, committed - offset))

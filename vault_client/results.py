@@ -117,8 +117,10 @@ class SendResult:
         delivery = self.result(timeout)
         while delivery.status != COMMITTED:
             if delivery.status == "rejected":
-                raise RuntimeError(f"batch {delivery.batch_id} was rejected by the writer: "
-                                   f"{(self._outcome.ack or {}).get('reason', 'no reason given')}")
+                raise RuntimeError(
+                    f"batch {delivery.batch_id} was rejected by the writer: "
+                    f"{(self._outcome.ack or {}).get('reason', 'no reason given')}"
+                )
             left = deadline - time.monotonic()
             if left <= 0:
                 raise TimeoutError(f"batch {delivery.batch_id} was not committed within {timeout}s")
@@ -135,6 +137,9 @@ class SendResult:
         ack = self._outcome.ack or {}
         first = ack.get("first_offset")
         return Delivery(
-            stream=self._outcome.stream, batch_id=str(ack.get("batch_id")), status=str(ack.get("status")),
-            offset=None if first is None else int(first) + self._delta, timestamp=ack.get("timestamp"),
+            stream=self._outcome.stream,
+            batch_id=str(ack.get("batch_id")),
+            status=str(ack.get("status")),
+            offset=None if first is None else int(first) + self._delta,
+            timestamp=ack.get("timestamp"),
         )

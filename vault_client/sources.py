@@ -41,7 +41,12 @@ class ApiSource:
     """Pages from ``GET /streams/{s}/messages``; ``wait`` becomes the server's long poll."""
 
     def __init__(
-        self, api: ApiClient, stream: str, *, page_size: int = 1000, max_bytes: int = 1024 * 1024,
+        self,
+        api: ApiClient,
+        stream: str,
+        *,
+        page_size: int = 1000,
+        max_bytes: int = 1024 * 1024,
         owns_api: bool = False,
     ) -> None:
         self.api = api

@@ -70,11 +70,18 @@ def verify_log(blob: StreamBlob, progress: Callable[[int, int], None] | None = N
         report.problems.append(Problem(at, str(exc)))
         expected = state.committed  # the scan cannot go on past this; the error says why
     if expected != state.committed:
-        report.problems.append(Problem(
-            expected, f"bytes {expected}-{state.committed - 1} before the committed end are not a record"))
+        report.problems.append(
+            Problem(
+                expected, f"bytes {expected}-{state.committed - 1} before the committed end are not a record"
+            )
+        )
     if report.ok and report.records != state.count:
-        report.problems.append(Problem(state.committed, f"the commit record counts {state.count} messages, "
-                                       f"the log holds {report.records}"))
+        report.problems.append(
+            Problem(
+                state.committed,
+                f"the commit record counts {state.count} messages, the log holds {report.records}",
+            )
+        )
     if progress is not None:
         progress(state.committed, report.records)
     return report

@@ -70,17 +70,24 @@ def decode_message(doc: dict[str, Any]) -> Message:
     key = doc.get("key") or ""
     key_b64 = doc.get("key_encoding") == "base64"
     key_bytes = base64.b64decode(key) if key_b64 else key.encode("utf-8")
-    return Message(int(doc["offset"]), int(doc["timestamp"]), key_bytes, value_bytes,
-                   0 if key_b64 else FLAG_KEY_IS_TEXT)
+    return Message(
+        int(doc["offset"]), int(doc["timestamp"]), key_bytes, value_bytes, 0 if key_b64 else FLAG_KEY_IS_TEXT
+    )
 
 
 def message_json(m: Message) -> dict[str, Any]:
     """A message as the API's JSON object (the CLI's NDJSON output and the export use this too)."""
     value, value_b64 = _text_or_base64(m.value)
     key, key_b64 = _text_or_base64(m.key)
-    return {"offset": m.offset, "timestamp": m.timestamp, "id": m.id, "key": key,
-            "key_encoding": "base64" if key_b64 else "utf-8", "value": value,
-            "value_encoding": "base64" if value_b64 else "utf-8"}
+    return {
+        "offset": m.offset,
+        "timestamp": m.timestamp,
+        "id": m.id,
+        "key": key,
+        "key_encoding": "base64" if key_b64 else "utf-8",
+        "value": value,
+        "value_encoding": "base64" if value_b64 else "utf-8",
+    }
 
 
 def to_millis(when: int | str | datetime) -> int:
@@ -108,5 +115,8 @@ def iso(ms: int | None) -> str:
     """Epoch milliseconds as ISO 8601 UTC (for people); empty for None."""
     if ms is None:
         return ""
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+        .isoformat(timespec="milliseconds")
+        .replace("+00:00", "Z")
+    )

@@ -25,8 +25,9 @@ def start_offset(ctx: click.Context, param: click.Parameter, value: str | None) 
         return text
     if text.isdigit():
         return int(text)
-    raise click.BadParameter(f"{value!r} is not an offset (a whole number >= 0), 'beginning' or 'end'",
-                             ctx, param)
+    raise click.BadParameter(
+        f"{value!r} is not an offset (a whole number >= 0), 'beginning' or 'end'", ctx, param
+    )
 
 
 def time_value(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:

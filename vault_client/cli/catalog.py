@@ -43,8 +43,14 @@ def streams(as_json: bool) -> None:
         return
     table = Table("stream", "messages", "bytes", "first message", "last message", "updated", box=None)
     for r in sorted(rows, key=lambda r: r["stream"]):
-        table.add_row(r["stream"], _num(r.get("count")), _num(r.get("committed")),
-                      iso(r.get("first_timestamp")), iso(r.get("last_timestamp")), iso(r.get("updated")))
+        table.add_row(
+            r["stream"],
+            _num(r.get("count")),
+            _num(r.get("committed")),
+            iso(r.get("first_timestamp")),
+            iso(r.get("last_timestamp")),
+            iso(r.get("updated")),
+        )
     _console().print(table)
 
 
@@ -87,8 +93,20 @@ def groups(group: str | None, as_json: bool) -> None:
     api = s.api()
     rows = group_lag(s.checkpoints(), api.committed, group)
     if as_json:
-        _json([{"group": r.group, "stream": r.stream, "checkpoint": r.offset, "committed": r.committed,
-                "lag": r.lag, "member": r.member, "updated": r.updated} for r in rows])
+        _json(
+            [
+                {
+                    "group": r.group,
+                    "stream": r.stream,
+                    "checkpoint": r.offset,
+                    "committed": r.committed,
+                    "lag": r.lag,
+                    "member": r.member,
+                    "updated": r.updated,
+                }
+                for r in rows
+            ]
+        )
         return
     if not rows:
         click.echo("no consumer group has committed a checkpoint" + (f" in group {group!r}" if group else ""))
@@ -96,6 +114,7 @@ def groups(group: str | None, as_json: bool) -> None:
     table = Table("group", "stream", "checkpoint", "committed", "lag", "member", "updated", box=None)
     for r in rows:
         committed = _num(r.committed) if r.committed is not None else "(stream gone)"
-        table.add_row(r.group, r.stream, _num(r.offset), committed, _num(r.lag), r.member or "",
-                      iso(r.updated))
+        table.add_row(
+            r.group, r.stream, _num(r.offset), committed, _num(r.lag), r.member or "", iso(r.updated)
+        )
     _console().print(table)

@@ -15,28 +15,70 @@ from vault_client.consumer import Consumer
 
 @click.command()
 @click.argument("stream", callback=stream_name)
-@click.option("--from", "start", metavar="OFFSET|beginning|end", callback=start_offset,
-              help="Where to start (default: beginning; with --group: the group's checkpoint).")
-@click.option("--at", metavar="TIME", callback=time_value,
-              help="Start at the first message at or after TIME (epoch ms or ISO 8601: 2026-11-22T06:00Z).")
-@click.option("--group", metavar="NAME",
-              help="Consumer group: resume from its checkpoint and commit the position (needs --storage).")
+@click.option(
+    "--from",
+    "start",
+    metavar="OFFSET|beginning|end",
+    callback=start_offset,
+    help="Where to start (default: beginning; with --group: the group's checkpoint).",
+)
+@click.option(
+    "--at",
+    metavar="TIME",
+    callback=time_value,
+    help="Start at the first message at or after TIME (epoch ms or ISO 8601: 2026-11-22T06:00Z).",
+)
+@click.option(
+    "--group",
+    metavar="NAME",
+    help="Consumer group: resume from its checkpoint and commit the position (needs --storage).",
+)
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C to stop).")
 @click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N messages.")
-@click.option("--format", "fmt", type=click.Choice(["ndjson", "text", "raw"]), default="ndjson",
-              show_default=True,
-              help="ndjson: API message objects; text: each value as a line; raw: the values' bytes.")
-@click.option("--direct", is_flag=True,
-              help="Read the blob directly with a SAS from the API (the server is off the read path).")
-@click.option("--wait", type=click.FloatRange(0, 60), default=20, show_default=True, metavar="SECONDS",
-              help="Long-poll time of each request when following.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["ndjson", "text", "raw"]),
+    default="ndjson",
+    show_default=True,
+    help="ndjson: API message objects; text: each value as a line; raw: the values' bytes.",
+)
+@click.option(
+    "--direct",
+    is_flag=True,
+    help="Read the blob directly with a SAS from the API (the server is off the read path).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 60),
+    default=20,
+    show_default=True,
+    metavar="SECONDS",
+    help="Long-poll time of each request when following.",
+)
 @click.option("--no-commit", is_flag=True, help="With --group: start from the checkpoint but do not move it.")
-@click.option("--commit-interval", type=click.FloatRange(0), default=5, show_default=True, metavar="SECONDS",
-              help="With --group: how often the checkpoint is committed while reading.")
+@click.option(
+    "--commit-interval",
+    type=click.FloatRange(0),
+    default=5,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --group: how often the checkpoint is committed while reading.",
+)
 @connection_options()
-def consume(stream: str, start: int | str | None, at: int | None, group: str | None, follow: bool,
-            limit: int | None, fmt: OutputFormat, direct: bool, wait: float, no_commit: bool,
-            commit_interval: float) -> None:
+def consume(
+    stream: str,
+    start: int | str | None,
+    at: int | None,
+    group: str | None,
+    follow: bool,
+    limit: int | None,
+    fmt: OutputFormat,
+    direct: bool,
+    wait: float,
+    no_commit: bool,
+    commit_interval: float,
+) -> None:
     """Write the messages of STREAM to stdout.
 
     Without --follow it stops at the committed end. With --group the checkpoint is committed
@@ -48,9 +90,19 @@ def consume(stream: str, start: int | str | None, at: int | None, group: str | N
     s = settings()
     api = s.api()
     store = s.checkpoints() if group else None
-    consumer = Consumer.connect(None, stream, api=api, direct=direct, at=at, follow=follow, wait=wait,
-                                start="beginning" if start is None else start, group=group,
-                                checkpoints=store, auto_commit=False)
+    consumer = Consumer.connect(
+        None,
+        stream,
+        api=api,
+        direct=direct,
+        at=at,
+        follow=follow,
+        wait=wait,
+        start="beginning" if start is None else start,
+        group=group,
+        checkpoints=store,
+        auto_commit=False,
+    )
     out = sys.stdout.buffer
     render = FORMATTERS[fmt]
     commit = group is not None and not no_commit

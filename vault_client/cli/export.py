@@ -20,12 +20,25 @@ PROGRESS_EVERY = 4096
 
 @click.command()
 @click.argument("stream", callback=stream_name)
-@click.option("--to", "path", required=True, metavar="PATH.parquet|PATH.ndjson",
-              type=click.Path(dir_okay=False, writable=True, path_type=Path), help="The file to write.")
-@click.option("--format", "fmt", type=click.Choice(["parquet", "ndjson"]),
-              help="Default: from the file's suffix.")
-@click.option("--from", "start", type=click.IntRange(min=0), default=0, metavar="OFFSET",
-              help="First offset to export (a record boundary).")
+@click.option(
+    "--to",
+    "path",
+    required=True,
+    metavar="PATH.parquet|PATH.ndjson",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    help="The file to write.",
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["parquet", "ndjson"]), help="Default: from the file's suffix."
+)
+@click.option(
+    "--from",
+    "start",
+    type=click.IntRange(min=0),
+    default=0,
+    metavar="OFFSET",
+    help="First offset to export (a record boundary).",
+)
 @click.option("--direct", is_flag=True, help="Read the blob directly with a SAS from the API.")
 @connection_options()
 def export(stream: str, path: Path, fmt: str | None, start: int, direct: bool) -> None:
@@ -63,5 +76,7 @@ def export(stream: str, path: Path, fmt: str | None, start: int, direct: bool) -
     seconds = time.monotonic() - started
     if not s.quiet:
         size = committed - start
-        click.echo(f"exported {count:,} messages ({human_bytes(size)} of log) from {stream!r} to {path} "
-                   f"in {seconds:.2f} s: {rate(count, seconds):,.0f} msg/s")
+        click.echo(
+            f"exported {count:,} messages ({human_bytes(size)} of log) from {stream!r} to {path} "
+            f"in {seconds:.2f} s: {rate(count, seconds):,.0f} msg/s"
+        )

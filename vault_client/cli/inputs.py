@@ -60,8 +60,11 @@ def _ndjson_message(line: bytes, number: int) -> tuple[bytes | str, bytes | str 
     if not isinstance(doc, dict) or "value" not in doc:
         raise InvalidInput(f'input line {number}: expected a JSON object with a "value"')
     value = _field(doc["value"], doc.get("encoding"), f"input line {number} value", text_only=False)
-    key = None if doc.get("key") is None else _field(doc["key"], doc.get("key_encoding"),
-                                                      f"input line {number} key", text_only=True)
+    key = (
+        None
+        if doc.get("key") is None
+        else _field(doc["key"], doc.get("key_encoding"), f"input line {number} key", text_only=True)
+    )
     return value, key
 
 

@@ -31,8 +31,14 @@ def fail(message: str, code: int = EXIT_ERROR) -> NoReturn:
 class VaultGroup(click.Group):
     """A click group whose errors are one line each, never a usage dump or a stack trace."""
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,  # type: ignore[override]
-             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> NoReturn:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,  # type: ignore[override]
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> NoReturn:
         try:
             code = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         except click.UsageError as exc:
@@ -53,8 +59,9 @@ class VaultGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-@click.group(cls=VaultGroup,
-             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=VaultGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100}
+)
 @connection_options(top=True)
 @click.version_option(package_name="message-vault", prog_name="vault")
 @click.pass_context
@@ -72,8 +79,15 @@ def _register() -> None:
     # Imported here so each command lives in its own module and this one stays the entry point.
     from vault_client.cli import catalog, consume, export, produce, verify
 
-    for command in (produce.produce, consume.consume, catalog.streams, catalog.info, catalog.groups,
-                    export.export, verify.verify):
+    for command in (
+        produce.produce,
+        consume.consume,
+        catalog.streams,
+        catalog.info,
+        catalog.groups,
+        export.export,
+        verify.verify,
+    ):
         cli.add_command(command)
 
 

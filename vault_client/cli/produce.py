@@ -28,23 +28,63 @@ def _size(file: BinaryIO) -> int | None:
 @click.command()
 @click.argument("stream", callback=stream_name)
 @click.argument("file", type=click.File("rb"), default="-", required=False)
-@click.option("--format", "fmt", type=click.Choice(["auto", "ndjson", "lines"]), default="auto",
-              show_default=True,
-              help='NDJSON objects {"key", "value", "encoding"?, "key_encoding"?}, or one message per line.')
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "ndjson", "lines"]),
+    default="auto",
+    show_default=True,
+    help='NDJSON objects {"key", "value", "encoding"?, "key_encoding"?}, or one message per line.',
+)
 @click.option("--message-key", metavar="TEXT", help="Key of every message read as a plain line.")
-@click.option("--batch-messages", type=click.IntRange(1, 10_000), default=1000, show_default=True,
-              help="Most messages per batch.")
-@click.option("--batch-bytes", type=click.IntRange(1024, 16 * 1024 * 1024), default=1024 * 1024,
-              show_default=True, help="Most bytes per batch request.")
-@click.option("--linger", type=click.FloatRange(0, 60), default=0.05, show_default=True, metavar="SECONDS",
-              help="How long a batch waits for more messages.")
-@click.option("--in-flight", type=click.IntRange(1, 64), default=1, show_default=True,
-              help="Batches sent concurrently (more than 1 may reorder batches).")
-@click.option("--wait", type=click.FloatRange(0, 60), default=0, metavar="SECONDS",
-              help="Wait up to this long for each batch to be committed (slower; default: staged is enough).")
+@click.option(
+    "--batch-messages",
+    type=click.IntRange(1, 10_000),
+    default=1000,
+    show_default=True,
+    help="Most messages per batch.",
+)
+@click.option(
+    "--batch-bytes",
+    type=click.IntRange(1024, 16 * 1024 * 1024),
+    default=1024 * 1024,
+    show_default=True,
+    help="Most bytes per batch request.",
+)
+@click.option(
+    "--linger",
+    type=click.FloatRange(0, 60),
+    default=0.05,
+    show_default=True,
+    metavar="SECONDS",
+    help="How long a batch waits for more messages.",
+)
+@click.option(
+    "--in-flight",
+    type=click.IntRange(1, 64),
+    default=1,
+    show_default=True,
+    help="Batches sent concurrently (more than 1 may reorder batches).",
+)
+@click.option(
+    "--wait",
+    type=click.FloatRange(0, 60),
+    default=0,
+    metavar="SECONDS",
+    help="Wait up to this long for each batch to be committed (slower; default: staged is enough).",
+)
 @connection_options()
-def produce(stream: str, file: BinaryIO, fmt: Format, message_key: str | None, batch_messages: int,
-            batch_bytes: int, linger: float, in_flight: int, wait: float) -> None:
+def produce(
+    stream: str,
+    file: BinaryIO,
+    fmt: Format,
+    message_key: str | None,
+    batch_messages: int,
+    batch_bytes: int,
+    linger: float,
+    in_flight: int,
+    wait: float,
+) -> None:
     """Send messages from FILE (default: stdin) to STREAM.
 
     Each line is a message: an NDJSON object with "value" (and optional "key", "encoding":
@@ -52,8 +92,15 @@ def produce(stream: str, file: BinaryIO, fmt: Format, message_key: str | None, b
     Blank lines are skipped. Ends with a summary: messages, bytes and rate.
     """
     s = settings()
-    producer = Producer(api=s.api(), batch_max_messages=batch_messages, batch_max_bytes=batch_bytes,
-                        linger=linger, max_in_flight=in_flight, ordered=in_flight == 1, wait=wait)
+    producer = Producer(
+        api=s.api(),
+        batch_max_messages=batch_messages,
+        batch_max_bytes=batch_bytes,
+        linger=linger,
+        max_in_flight=in_flight,
+        ordered=in_flight == 1,
+        wait=wait,
+    )
     started = time.monotonic()
     count = read = 0
     try:
@@ -86,8 +133,10 @@ def produce(stream: str, file: BinaryIO, fmt: Format, message_key: str | None, b
     _stop_on_failure(producer)
     seconds = time.monotonic() - started
     if not s.quiet:
-        click.echo(f"produced {count:,} messages ({human_bytes(read)}) to {stream!r} in {seconds:.2f} s: "
-                   f"{rate(count, seconds):,.0f} msg/s, {human_bytes(rate(read, seconds))}/s")
+        click.echo(
+            f"produced {count:,} messages ({human_bytes(read)}) to {stream!r} in {seconds:.2f} s: "
+            f"{rate(count, seconds):,.0f} msg/s, {human_bytes(rate(read, seconds))}/s"
+        )
 
 
 def _stop_on_failure(producer: Producer) -> None:

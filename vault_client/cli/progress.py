@@ -22,9 +22,16 @@ def progress_bar(quiet: bool) -> Progress:
     """
     console = Console(stderr=True)
     return Progress(
-        TextColumn("[bold]{task.description}"), BarColumn(), TaskProgressColumn(), DownloadColumn(),
-        TransferSpeedColumn(), TextColumn("{task.fields[messages]:,} msgs"), TimeElapsedColumn(),
-        console=console, disable=quiet or not console.is_terminal, transient=False,
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        TaskProgressColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        TextColumn("{task.fields[messages]:,} msgs"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet or not console.is_terminal,
+        transient=False,
     )
 
 

@@ -55,7 +55,8 @@ class CliSettings:
         if self._store is None:
             if not self.storage:
                 raise click.UsageError(
-                    f"consumer groups need the checkpoint storage: pass --storage or set {ENV_STORAGE}")
+                    f"consumer groups need the checkpoint storage: pass --storage or set {ENV_STORAGE}"
+                )
             if self.storage.startswith(("http://", "https://")):
                 # Imported lazily: azure-identity is only needed for keyless access.
                 from azure.identity import DefaultAzureCredential
@@ -88,23 +89,67 @@ def connection_options(*, top: bool = False) -> Callable[[F], F]:
         return name if top else None
 
     options = [
-        click.option("--url", metavar="URL", envvar=env(ENV_URL), show_envvar=top, expose_value=False,
-                     callback=_setter("url"), help="The vault API, e.g. https://APP.azurewebsites.net/api."),
-        click.option("--key", metavar="KEY", envvar=env(ENV_KEY), show_envvar=top, expose_value=False,
-                     callback=_setter("key"), help="Function key, for producing."),
-        click.option("--storage", metavar="CONN", envvar=env(ENV_STORAGE), show_envvar=top,
-                     expose_value=False, callback=_setter("storage"),
-                     help="Consumer-group checkpoints: a storage connection string or Table service URL."),
-        click.option("--checkpoint-table", metavar="NAME", envvar=env(ENV_TABLE), show_envvar=top,
-                     expose_value=False, callback=_setter("table"),
-                     help=f"Checkpoint table (default {DEFAULT_TABLE})."),
-        click.option("--timeout", type=click.FloatRange(min=0.1), metavar="SECONDS", expose_value=False,
-                     callback=_setter("timeout"), help="Seconds to wait for an answer (default 30)."),
-        click.option("--retries", type=click.IntRange(min=0), metavar="N", expose_value=False,
-                     callback=_setter("retries"),
-                     help="Retries of throttled or failed requests (default 3)."),
-        click.option("-q", "--quiet", is_flag=True, default=None, expose_value=False,
-                     callback=_setter("quiet"), help="No progress bars or summaries."),
+        click.option(
+            "--url",
+            metavar="URL",
+            envvar=env(ENV_URL),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("url"),
+            help="The vault API, e.g. https://APP.azurewebsites.net/api.",
+        ),
+        click.option(
+            "--key",
+            metavar="KEY",
+            envvar=env(ENV_KEY),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("key"),
+            help="Function key, for producing.",
+        ),
+        click.option(
+            "--storage",
+            metavar="CONN",
+            envvar=env(ENV_STORAGE),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("storage"),
+            help="Consumer-group checkpoints: a storage connection string or Table service URL.",
+        ),
+        click.option(
+            "--checkpoint-table",
+            metavar="NAME",
+            envvar=env(ENV_TABLE),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("table"),
+            help=f"Checkpoint table (default {DEFAULT_TABLE}).",
+        ),
+        click.option(
+            "--timeout",
+            type=click.FloatRange(min=0.1),
+            metavar="SECONDS",
+            expose_value=False,
+            callback=_setter("timeout"),
+            help="Seconds to wait for an answer (default 30).",
+        ),
+        click.option(
+            "--retries",
+            type=click.IntRange(min=0),
+            metavar="N",
+            expose_value=False,
+            callback=_setter("retries"),
+            help="Retries of throttled or failed requests (default 3).",
+        ),
+        click.option(
+            "-q",
+            "--quiet",
+            is_flag=True,
+            default=None,
+            expose_value=False,
+            callback=_setter("quiet"),
+            help="No progress bars or summaries.",
+        ),
     ]
 
     def decorate(f: F) -> F:

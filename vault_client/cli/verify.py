@@ -36,18 +36,23 @@ def verify(stream: str, direct: bool) -> None:
         report = verify_log(blob, progress)
     click.echo(f"stream         {report.stream}")
     click.echo(f"committed      {report.committed:,} bytes")
-    click.echo(f"records        {report.records:,} verified ({report.record_bytes:,} bytes); "
-               f"the commit record counts {report.expected_count:,}")
+    click.echo(
+        f"records        {report.records:,} verified ({report.record_bytes:,} bytes); "
+        f"the commit record counts {report.expected_count:,}"
+    )
     if report.records:
         click.echo(f"timestamps     {iso(report.first_ts)} .. {iso(report.last_ts)}")
     if report.time_regressions:
-        click.echo(f"warning        {report.time_regressions:,} records are stamped earlier than "
-                   "the record before them")
+        click.echo(
+            f"warning        {report.time_regressions:,} records are stamped earlier than "
+            "the record before them"
+        )
     for problem in report.problems[:MAX_LISTED]:
         click.echo(f"problem        at offset {problem.offset}: {problem.what}")
     if len(report.problems) > MAX_LISTED:
         click.echo(f"problem        ... and {len(report.problems) - MAX_LISTED} more")
     if not report.ok:
         raise click.ClickException(
-            f"stream {stream!r} failed verification: {len(report.problems)} problem(s)")
+            f"stream {stream!r} failed verification: {len(report.problems)} problem(s)"
+        )
     click.echo("result         OK")

@@ -51,8 +51,9 @@ def per_key_per_hour(df: DataFrame) -> DataFrame:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m vault_core.spark.analysis",
-                                description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m vault_core.spark.analysis", description=(__doc__ or "").split("\n")[0]
+    )
     p.add_argument("--parquet", help="a capture directory (else read the vault directly)")
     add_connection_args(p)
     p.add_argument("--streams", help="comma-separated stream names (when reading the vault)")
@@ -71,9 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         if not args.streams:
             raise SystemExit("give --parquet, or --streams with a connection")
-        options = ReadOptions.parse({**connection_options(args),
-                                     **to_option_map(streams=args.streams, fromTime=args.from_time,
-                                                     toTime=args.to_time)})
+        options = ReadOptions.parse(
+            {
+                **connection_options(args),
+                **to_option_map(streams=args.streams, fromTime=args.from_time, toTime=args.to_time),
+            }
+        )
         df = partitions_dataframe(spark, plan_read(options))
     per_key_per_hour(df).show(args.limit, truncate=False)
     return 0

@@ -73,8 +73,10 @@ def capture(
         _discard_unpublished(fs, out, stream, done)
         committed = planner.committed(stream, missing_ok=True)
         if committed < done:
-            raise RuntimeError(f"stream {stream!r} has {committed} committed bytes but {done} were "
-                               "captured: was it recreated? Capture it into a new --out.")
+            raise RuntimeError(
+                f"stream {stream!r} has {committed} committed bytes but {done} were "
+                "captured: was it recreated? Capture it into a new --out."
+            )
         if committed > done:
             ranges.append(StreamRange(stream, done, committed))
     if not ranges:
@@ -91,8 +93,12 @@ def capture(
 
 
 def _write_staging(df: DataFrame, staging: str) -> None:
-    (df.withColumn("date", utc_date("timestamp"))
-       .write.mode("overwrite").partitionBy("stream", "date").parquet(staging))
+    (
+        df.withColumn("date", utc_date("timestamp"))
+        .write.mode("overwrite")
+        .partitionBy("stream", "date")
+        .parquet(staging)
+    )
 
 
 def _publish(fs: Files, staging: str, out: str, ranges: dict[str, StreamRange]) -> dict[str, int]:
@@ -105,8 +111,10 @@ def _publish(fs: Files, staging: str, out: str, ranges: dict[str, StreamRange]) 
             continue  # _SUCCESS, .crc checksums
         parts = dict(seg.split("=", 1) for seg in path.split("/")[-3:-1] if "=" in seg)
         r = ranges[parts["stream"]]
-        dst = (f"{out}/stream={r.stream}/date={parts['date']}/"
-               f"mv-{r.start:016x}-{r.end:016x}-{int(m.group(1)):05d}-{m.group(2)}.parquet")
+        dst = (
+            f"{out}/stream={r.stream}/date={parts['date']}/"
+            f"mv-{r.start:016x}-{r.end:016x}-{int(m.group(1)):05d}-{m.group(2)}.parquet"
+        )
         fs.move(path, dst)
         moved[r.stream] = moved.get(r.stream, 0) + 1
     return moved
@@ -121,11 +129,14 @@ def _discard_unpublished(fs: Files, out: str, stream: str, done: int) -> None:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m vault_core.spark.capture",
-                                description=(__doc__ or "").split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m vault_core.spark.capture", description=(__doc__ or "").split("\n")[0]
+    )
     add_connection_args(p)
     p.add_argument("--streams", required=True, help="comma-separated stream names")
-    p.add_argument("--out", required=True, help="output directory: a local path or a Hadoop URI (abfss://...)")
+    p.add_argument(
+        "--out", required=True, help="output directory: a local path or a Hadoop URI (abfss://...)"
+    )
     p.add_argument("--max-partition-bytes", type=int, help="bytes of log per Spark task (default 32 MiB)")
     p.add_argument("--skip-corrupt", action="store_true", help="skip records that fail their checksum")
     p.add_argument("--corrupt-report", help="directory for per-partition JSON reports of skipped records")
@@ -135,8 +146,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def add_connection_args(p: argparse.ArgumentParser) -> None:
     env = os.environ.get
-    p.add_argument("--connection-string", default=env("MESSAGEVAULT_CONNECTION_STRING"),
-                   help="storage connection string (default: $MESSAGEVAULT_CONNECTION_STRING)")
+    p.add_argument(
+        "--connection-string",
+        default=env("MESSAGEVAULT_CONNECTION_STRING"),
+        help="storage connection string (default: $MESSAGEVAULT_CONNECTION_STRING)",
+    )
     p.add_argument("--blob-url", help="blob endpoint, with --sas or DefaultAzureCredential")
     p.add_argument("--table-url", help="table endpoint (the index)")
     p.add_argument("--sas", default=env("MESSAGEVAULT_SAS"), help="SAS token (default: $MESSAGEVAULT_SAS)")
@@ -145,9 +159,14 @@ def add_connection_args(p: argparse.ArgumentParser) -> None:
 
 
 def connection_options(args: argparse.Namespace) -> dict[str, str]:
-    return to_option_map(connectionString=args.connection_string, blobUrl=args.blob_url,
-                         tableUrl=args.table_url, sas=args.sas, container=args.container,
-                         tablePrefix=args.table_prefix)
+    return to_option_map(
+        connectionString=args.connection_string,
+        blobUrl=args.blob_url,
+        tableUrl=args.table_url,
+        sas=args.sas,
+        container=args.container,
+        tablePrefix=args.table_prefix,
+    )
 
 
 def session(app: str, master: str | None) -> SparkSession:
@@ -159,11 +178,17 @@ def session(app: str, master: str | None) -> SparkSession:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    options = ReadOptions.parse({
-        **connection_options(args),
-        **to_option_map(streams=args.streams, maxPartitionBytes=args.max_partition_bytes,
-                        skipCorrupt=args.skip_corrupt or None, corruptReportPath=args.corrupt_report),
-    })
+    options = ReadOptions.parse(
+        {
+            **connection_options(args),
+            **to_option_map(
+                streams=args.streams,
+                maxPartitionBytes=args.max_partition_bytes,
+                skipCorrupt=args.skip_corrupt or None,
+                corruptReportPath=args.corrupt_report,
+            ),
+        }
+    )
     spark = session("messagevault-capture", args.master)
     results = capture(spark, options, args.out)
     for r in results:

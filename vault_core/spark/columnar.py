@@ -75,7 +75,12 @@ class Columns:
 
 
 def decode_columns(
-    buf: bytes, base: int, start: int = 0, end: int | None = None, *, last: bool = False,
+    buf: bytes,
+    base: int,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    last: bool = False,
     stream: str | None = None,
 ) -> Columns:
     """Decode whole records in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``.
@@ -175,8 +180,10 @@ def _assemble(
         pc.equal(pc.bit_wise_and(vf_klen, _VERSION_FLAGS_MASK), FORMAT_VERSION),
         pc.less_equal(klen, MAX_KEY_BYTES),
         pc.less_equal(vlen, MAX_VALUE_BYTES),
-        pc.equal(pc.add(pc.add(klen.cast(pa.int64()), vlen.cast(pa.int64())), _BODY_HEADER),
-                 lengths.cast(pa.int64())),
+        pc.equal(
+            pc.add(pc.add(klen.cast(pa.int64()), vlen.cast(pa.int64())), _BODY_HEADER),
+            lengths.cast(pa.int64()),
+        ),
         pc.equal(offset, position),
     ]
     if crcs is not None:

@@ -19,8 +19,15 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import StructType
+
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+except ImportError as exc:  # pragma: no cover - depends on the installed Spark
+    raise ImportError(
+        "format('messagevault') needs Spark 4 (pyspark.sql.datasource); "
+        "on Spark 3.x use vault_core.spark.read_streams"
+    ) from exc
 
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_partition

@@ -84,9 +84,7 @@ class HadoopFiles:
     def __init__(self, spark: SparkSession, root: str) -> None:
         jvm: Any = spark._jvm  # the usual way to reach Hadoop's FileSystem from PySpark
         self._jvm = jvm
-        self._fs = jvm.org.apache.hadoop.fs.Path(root).getFileSystem(
-            spark._jsc.hadoopConfiguration()
-        )
+        self._fs = jvm.org.apache.hadoop.fs.Path(root).getFileSystem(spark._jsc.hadoopConfiguration())
 
     def _path(self, path: str) -> Any:
         return self._jvm.org.apache.hadoop.fs.Path(path)
@@ -137,6 +135,10 @@ class HadoopFiles:
     @staticmethod
     def _name(given: str, qualified: str) -> str:
         # Hadoop qualifies paths (file:/x for file:///x); keep the caller's spelling of the root.
-        if given.startswith("file:///") and qualified.startswith("file:/") and not qualified.startswith("file:///"):
-            return "file://" + qualified[len("file:"):]
+        if (
+            given.startswith("file:///")
+            and qualified.startswith("file:/")
+            and not qualified.startswith("file:///")
+        ):
+            return "file://" + qualified[len("file:") :]
         return qualified

@@ -61,14 +61,26 @@ def read_streams(
     ``arrow`` picks the transfer: ``mapInArrow`` (True), pickled rows (False) or, by default,
     ``mapInArrow`` when pandas is importable.
     """
-    options = ReadOptions.parse(to_option_map(
-        connectionString=connection_string, blobUrl=blob_url, tableUrl=table_url, sas=sas,
-        tableSas=table_sas, accessToken=access_token, container=container, tablePrefix=table_prefix,
-        streams=[streams] if isinstance(streams, str) else list(streams),
-        fromOffset=from_offset, toOffset=to_offset, fromTime=from_time, toTime=to_time,
-        maxPartitionBytes=max_partition_bytes, skipCorrupt=skip_corrupt or None,
-        corruptReportPath=corrupt_report_path,
-    ))
+    options = ReadOptions.parse(
+        to_option_map(
+            connectionString=connection_string,
+            blobUrl=blob_url,
+            tableUrl=table_url,
+            sas=sas,
+            tableSas=table_sas,
+            accessToken=access_token,
+            container=container,
+            tablePrefix=table_prefix,
+            streams=[streams] if isinstance(streams, str) else list(streams),
+            fromOffset=from_offset,
+            toOffset=to_offset,
+            fromTime=from_time,
+            toTime=to_time,
+            maxPartitionBytes=max_partition_bytes,
+            skipCorrupt=skip_corrupt or None,
+            corruptReportPath=corrupt_report_path,
+        )
+    )
     return partitions_dataframe(spark, plan_read(options), arrow=arrow)
 
 

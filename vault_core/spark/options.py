@@ -82,13 +82,15 @@ class ReadOptions:
             container=opts.get("container", "streams"),
             table_prefix=opts.get("tableprefix", "mv"),
         )
-        streams = tuple(s.strip() for s in opts.get("streams", "").split(",") if s.strip())
+        # load("a,b") sets "path": accept it as the stream list when "streams" is not given
+        listed = opts.get("streams") or opts.get("path", "")
+        streams = tuple(s.strip() for s in listed.split(",") if s.strip())
         if not streams:
             raise ValueError("option 'streams' is required: a comma-separated list of stream names")
         for s in streams:
             validate_stream_name(s)
         if len(set(streams)) != len(streams):
-            raise ValueError(f"option 'streams' names a stream twice: {opts['streams']!r}")
+            raise ValueError(f"option 'streams' names a stream twice: {listed!r}")
         return cls(
             connection=connection,
             streams=streams,
@@ -103,10 +105,25 @@ class ReadOptions:
 
 
 _KNOWN = {
-    "connectionstring", "bloburl", "tableurl", "sas", "tablesas", "accesstoken", "container", "tableprefix",
-    "streams", "fromoffset", "tooffset", "fromtime", "totime", "maxpartitionbytes", "skipcorrupt",
-    "corruptreportpath", "readchunkbytes", "readprefetch",
-    "path",  # Spark adds it when load() is given an argument; we ignore it
+    "connectionstring",
+    "bloburl",
+    "tableurl",
+    "sas",
+    "tablesas",
+    "accesstoken",
+    "container",
+    "tableprefix",
+    "streams",
+    "fromoffset",
+    "tooffset",
+    "fromtime",
+    "totime",
+    "maxpartitionbytes",
+    "skipcorrupt",
+    "corruptreportpath",
+    "readchunkbytes",
+    "readprefetch",
+    "path",  # what load("a,b") sets
 }
 
 
@@ -124,9 +141,7 @@ def _side(opts: Mapping[str, str], side: str, default: Position) -> PositionSpec
             raw = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"option {name} is not valid JSON: {exc}") from exc
-        per_stream = tuple(
-            (validate_stream_name(str(k)), parse_one(name, v)) for k, v in sorted(raw.items())
-        )
+        per_stream = tuple((validate_stream_name(str(k)), parse_one(name, v)) for k, v in sorted(raw.items()))
         return PositionSpec(default, per_stream)
     return PositionSpec(parse_one(name, text))
 

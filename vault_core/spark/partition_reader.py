@@ -4,12 +4,12 @@ The I/O pattern is :func:`vault_core.reader.scan_blob`'s: ``chunk``-sized ranged
 ``prefetch`` in flight, a carry of the record cut by each chunk edge, every CRC verified.
 Decoding is columnar (:mod:`vault_core.spark.columnar`), one Arrow batch per chunk.
 
-With ``skip_corrupt`` a record that does not verify is skipped: the reader resynchronises
-on the next verifiable record (:func:`vault_core.format.find_next_record`) and records the
-skipped bytes in a :class:`SkipReport`, which is logged (WARNING, executor log) and, when
-``corruptReportPath`` is set, written as one small JSON file per partition that skipped
-anything. Without it the first bad record raises :class:`CorruptRecord`, which Spark shows
-with the stream and offset.
+Without ``skip_corrupt`` the first record that does not verify raises the reference
+:class:`CorruptRecord`, which Spark shows with the stream and offset. With it, the rest of the
+partition, from that record on, is read by :func:`vault_core.reader.scan_blob` with its own
+``skip_corrupt`` (the vault's one definition of skipping and resynchronising), slower but
+rare; the skipped bytes go into a :class:`SkipReport`, which is logged (WARNING, executor log)
+and, when ``corruptReportPath`` is set, written as one small JSON file per partition.
 """
 
 from __future__ import annotations
@@ -25,14 +25,16 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from vault_core.errors import CorruptRecord, StorageFailure
-from vault_core.format import HEADER_SIZE, find_next_record
+from vault_core.format import Message
 from vault_core.pageblob import StreamBlob
-from vault_core.spark.columnar import decode_columns, record_batch
+from vault_core.reader import scan_blob
+from vault_core.spark.columnar import decode_columns, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
 from vault_core.spark.schema import ARROW_SCHEMA
 
 log = logging.getLogger("vault_core.spark")
+_SLOW_BATCH_ROWS = 8192
 
 
 def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
@@ -43,38 +45,46 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
     chunks = download(blob, part.start, part.end, settings.chunk_bytes, settings.prefetch)
     base = part.start  # stream offset of buf[0]
     carry = b""
-    skipping_since: int | None = None  # stream offset where the current corrupt stretch began
     try:
         for data, last in chunks:
             buf = carry + data if carry else data
-            pos = 0
-            while True:
-                if skipping_since is not None:
-                    found = find_next_record(buf, base, pos)
-                    if found is None:
-                        # keep a tail that could hold the start of the next record's header
-                        pos = len(buf) if last else max(pos, len(buf) - HEADER_SIZE)
-                        if last:
-                            report.add(skipping_since, base + pos)
-                        break
-                    report.add(skipping_since, base + found)
-                    skipping_since, pos = None, found
-                cols = decode_columns(buf, base, pos, last=last, stream=part.stream)
-                if cols.rows:
-                    yield record_batch(part.stream, cols.arrays, cols.rows, schema)
-                pos = cols.end
-                if cols.error is None:
-                    break
+            cols = decode_columns(buf, base, last=last, stream=part.stream)
+            if cols.rows:
+                yield record_batch(part.stream, cols.arrays, cols.rows, schema)
+            if cols.error is not None:
                 if not (settings.skip_corrupt and isinstance(cols.error, CorruptRecord)):
                     raise cols.error
-                skipping_since = base + pos
-                pos += 1
-            carry = buf[pos:]
-            base += pos
+                chunks.close()
+                yield from _skipping(blob, base + cols.end, part, schema, report)
+                return
+            carry = buf[cols.end :]
+            base += cols.end
     finally:
         chunks.close()
         if report.skipped:
             report.publish(settings.corrupt_report_path)
+
+
+def _skipping(
+    blob: StreamBlob, start: int, part: Partition, schema: pa.Schema, report: SkipReport
+) -> Iterator[pa.RecordBatch]:
+    """``[start, part.end)`` through scan_blob's skip-and-resynchronise; ``start`` is a boundary."""
+    pending: list[Message] = []
+    for message in scan_blob(
+        blob,
+        start,
+        part.end,
+        chunk=part.settings.chunk_bytes,
+        prefetch=part.settings.prefetch,
+        skip_corrupt=True,
+        on_skip=lambda offset, n: report.add(offset, offset + n),
+    ):
+        pending.append(message)
+        if len(pending) >= _SLOW_BATCH_ROWS:
+            yield record_batch(part.stream, messages_to_columns(pending), len(pending), schema)
+            pending = []
+    if pending:
+        yield record_batch(part.stream, messages_to_columns(pending), len(pending), schema)
 
 
 def download(
@@ -118,6 +128,8 @@ class SkipReport:
         return sum(n for _, n in self.skips)
 
     def add(self, begin: int, end: int) -> None:
+        if end <= begin:
+            return
         if self.skips and self.skips[-1][0] + self.skips[-1][1] == begin:
             self.skips[-1][1] += end - begin
         else:
@@ -125,15 +137,25 @@ class SkipReport:
 
     def to_json(self) -> dict[str, object]:
         return {
-            "stream": self.stream, "start": self.start, "end": self.end,
-            "skipped": self.skipped, "skipped_bytes": self.skipped_bytes,
+            "stream": self.stream,
+            "start": self.start,
+            "end": self.end,
+            "skipped": self.skipped,
+            "skipped_bytes": self.skipped_bytes,
             "skips": [{"offset": o, "bytes": n} for o, n in self.skips],
         }
 
     def publish(self, directory: str | None) -> None:
         """Log the skips; with ``directory`` also write them as ``<stream>-<start>-<end>.json`` there."""
-        log.warning("messagevault skipped %d corrupt stretch(es), %d bytes, in stream %s [%d, %d): %s",
-                    self.skipped, self.skipped_bytes, self.stream, self.start, self.end, self.skips)
+        log.warning(
+            "messagevault skipped %d corrupt stretch(es), %d bytes, in stream %s [%d, %d): %s",
+            self.skipped,
+            self.skipped_bytes,
+            self.stream,
+            self.start,
+            self.end,
+            self.skips,
+        )
         if not directory:
             return
         os.makedirs(directory, exist_ok=True)

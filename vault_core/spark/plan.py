@@ -120,8 +120,9 @@ class Planner:
         except StreamNotFound:
             if missing_ok:
                 return 0
-            raise StreamNotFound(f"stream {stream!r} does not exist in container "
-                                 f"{self.connection.container!r}") from None
+            raise StreamNotFound(
+                f"stream {stream!r} does not exist in container {self.connection.container!r}"
+            ) from None
 
     def resolve(self, stream: str, position: Position, committed: int, *, is_end: bool) -> int:
         """The byte offset of ``position`` in ``stream``, given its committed length now."""
@@ -166,8 +167,11 @@ class Planner:
             return [r]
         index = self.clients.index
         if index is None:
-            log.warning("no table endpoint for the index: stream %s is read as one partition (%d bytes)",
-                        r.stream, r.size)
+            log.warning(
+                "no table endpoint for the index: stream %s is read as one partition (%d bytes)",
+                r.stream,
+                r.size,
+            )
             return [r]
         points = [p.offset for p in index.points(r.stream, r.start, r.end)]
         return [StreamRange(r.stream, a, b) for a, b in split_range(r.start, r.end, points, max_bytes)]

@@ -38,8 +38,12 @@ class Progress:
         return entries[-1][0] if entries else 0
 
     def save(self, stream: str, committed: int, **details: object) -> None:
-        record = {"stream": stream, "committed": committed,
-                  "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"), **details}
+        record = {
+            "stream": stream,
+            "committed": committed,
+            "updated": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            **details,
+        }
         self.files.publish_text(f"{self.root}/{stream}/{committed:016x}.json", json.dumps(record))
         for offset, path in self._entries(stream):
             if offset < committed:

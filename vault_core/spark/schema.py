@@ -29,14 +29,16 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-SPARK_SCHEMA = StructType([
-    StructField("stream", StringType(), nullable=False),
-    StructField("offset", LongType(), nullable=False),
-    StructField("timestamp", TimestampType(), nullable=False),
-    StructField("key", BinaryType(), nullable=False),
-    StructField("value", BinaryType(), nullable=False),
-    StructField("key_text", StringType(), nullable=True),
-])
+SPARK_SCHEMA = StructType(
+    [
+        StructField("stream", StringType(), nullable=False),
+        StructField("offset", LongType(), nullable=False),
+        StructField("timestamp", TimestampType(), nullable=False),
+        StructField("key", BinaryType(), nullable=False),
+        StructField("value", BinaryType(), nullable=False),
+        StructField("key_text", StringType(), nullable=True),
+    ]
+)
 
 COLUMNS = tuple(f.name for f in SPARK_SCHEMA.fields)
 
@@ -51,9 +53,9 @@ _ARROW_TYPES: dict[type[DataType], pa.DataType] = {
 def arrow_schema(schema: StructType = SPARK_SCHEMA) -> pa.Schema:
     """The Arrow schema Spark expects for ``schema`` (which must be ours, up to nullability)."""
     check_schema(schema)
-    return pa.schema([
-        pa.field(f.name, _ARROW_TYPES[type(f.dataType)], nullable=f.nullable) for f in schema.fields
-    ])
+    return pa.schema(
+        [pa.field(f.name, _ARROW_TYPES[type(f.dataType)], nullable=f.nullable) for f in schema.fields]
+    )
 
 
 def check_schema(schema: StructType) -> None:

@@ -25,6 +25,7 @@ from vault_core.spark.plan import Planner, StreamRange
 try:  # Spark >= 4.2; older Spark runs availableNow without asking the source
     from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 except ImportError:  # pragma: no cover - depends on the installed Spark
+
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]
         """Stand-in for Spark < 4.2, which has no such mix-in."""
 

@@ -1,0 +1,268 @@
+"""Spark read benchmark (issue 4): the messagevault data source against the bytes it reads.
+
+    .venv/bin/python -m bench.spark_read        (SPARK_LOCAL_IP=127.0.0.1 is set for you)
+
+One in-memory Azurite, one stream of 1,000,000 messages with 100-byte values (100 keys), one
+local[2] Spark session. Every figure comes from the same run, so a noisy machine moves
+both sides of each ratio alike. Each timing is the median of three runs after a warm-up.
+
+  * download: the stream's committed bytes with plain ranged GETs (4 MiB each) from a thread
+    pool as wide as Spark's reads are (2 tasks x 4 prefetched ranges = 8), no decoding
+  * count / groupBy(key).count() through ``format("messagevault")``, and the ratio
+    download time / Spark time (1.0 = Spark decodes as fast as the bytes arrive; target >= 0.7)
+  * the same two queries over the same rows in a local Parquet file
+  * the same count() from a Python data source that serves the same rows from memory (no I/O,
+    no decoding): what Spark itself costs to take in 1M rows from Python, the floor for any
+    Python data source on this machine
+  * rows/s of count() through the Spark 4 data source vs ``read_streams`` (the older-Spark path)
+  * CPU seconds per run, by process (Azurite, the Spark JVM, Python): on a small machine the
+    ratio is bounded by CPU, not by the network, and these figures show where it goes
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
+from typing import Any
+
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+os.environ["PYSPARK_PYTHON"] = sys.executable
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
+
+from bench.common import MIB, median_of, report, timed
+from vault_core.azure import StorageAccount
+from vault_core.format import NewMessage
+from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+from vault_local.azurite import Azurite
+
+MESSAGES = 1_000_000
+VALUE = 100
+KEYS = 100
+PER_APPEND = 20_000
+TASKS = 2
+PREFETCH = 4  # vault_core.spark.options.DEFAULT_PREFETCH
+CHUNK = 4 * MIB
+RUNS = 3
+
+try:
+    import psutil
+except ImportError:  # a dev dependency; without it the CPU figures are left out
+    psutil = None
+
+
+def write_stream(vault: Vault, stream: str) -> float:
+    payload = b"v" * VALUE
+    elapsed = 0.0
+    with vault.writer(stream) as w:
+        for first in range(0, MESSAGES, PER_APPEND):
+            keys = (f"key-{i % KEYS:02d}" for i in range(first, first + PER_APPEND))
+            batch = Batch([NewMessage(payload, key) for key in keys])
+            elapsed += timed(partial(w.append, [batch]))
+    return elapsed
+
+
+def download_all(vault: Vault, stream: str, committed: int, threads: int = TASKS * PREFETCH) -> int:
+    blob = vault.blob(stream)
+    ranges = [(p, min(CHUNK, committed - p)) for p in range(0, committed, CHUNK)]
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return sum(len(b) for b in pool.map(lambda r: blob.read(*r), ranges))
+
+
+def cpu_by_process(azurite_pid: int) -> dict[str, float]:
+    """CPU seconds so far of this process tree: Azurite, the Spark JVM, this driver, Python workers."""
+    if psutil is None:
+        return {}
+    me = psutil.Process()
+    out: dict[str, float] = {}
+    for p in [me, *me.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+            role = (
+                "azurite"
+                if p.pid == azurite_pid
+                else "driver"
+                if p.pid == me.pid
+                else "jvm"
+                if p.name().startswith("java")
+                else "python workers"
+            )
+        except psutil.Error:
+            continue
+        out[role] = out.get(role, 0.0) + t.user + t.system
+    return out
+
+
+def measure(fn: Callable[[], object], azurite_pid: int) -> tuple[float, dict[str, float]]:
+    """Median wall seconds of RUNS runs, and mean CPU seconds per run by process."""
+    walls = []
+    before = cpu_by_process(azurite_pid)
+    for _ in range(RUNS):
+        walls.append(timed(fn))
+    after = cpu_by_process(azurite_pid)
+    cpu = {k: round((after.get(k, 0.0) - before.get(k, 0.0)) / RUNS, 2) for k in after}
+    return statistics.median(walls), cpu
+
+
+def cpu_text(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items()) if v >= 0.01) or "n/a"
+
+
+class InMemorySource(DataSource):
+    """The benchmark's rows from memory, in as many partitions as the vault read: Spark's own cost."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "mv_bench_memory"
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return InMemoryReader(int(self.options.get("partitions", "5")))
+
+
+class InMemoryReader(DataSourceReader):
+    def __init__(self, partitions: int) -> None:
+        self.count = partitions
+
+    def partitions(self) -> list[InputPartition]:
+        return [InputPartition(i) for i in range(self.count)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        rows, per = MESSAGES // self.count, 30_000
+        keys = [f"key-{i % KEYS:02d}" for i in range(per)]
+        template = pa.RecordBatch.from_arrays(
+            [
+                pa.repeat("bench-spark", per),
+                pa.array(range(per), pa.int64()),
+                pa.array([1_750_000_000_000_000] * per, pa.int64()).cast(
+                    ARROW_SCHEMA.field("timestamp").type
+                ),
+                pa.array([k.encode() for k in keys], pa.binary()),
+                pa.repeat(pa.scalar(b"v" * VALUE), per),
+                pa.array(keys, pa.string()),
+            ],
+            schema=ARROW_SCHEMA,
+        )
+        for start in range(0, rows, per):
+            yield template.slice(0, min(per, rows - start))
+
+
+def session() -> SparkSession:
+    spark = (
+        SparkSession.builder.master(f"local[{TASKS}]")
+        .appName("bench-spark-read")
+        .config("spark.sql.shuffle.partitions", str(TASKS))
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.memory", "4g")
+        .getOrCreate()
+    )
+    spark.sparkContext.setLogLevel("ERROR")
+    from vault_core.spark import register
+
+    register(spark)
+    spark.dataSource.register(InMemorySource)
+    return spark
+
+
+def main() -> int:
+    from vault_core.spark import read_streams
+
+    load = os.getloadavg()[0]
+    azurite = Azurite(in_memory=True).start()
+    parquet_dir = tempfile.mkdtemp(prefix="mv-bench-parquet-")
+    try:
+        conn = azurite.connection_string
+        vault = Vault(StorageAccount(connection_string=conn)).ensure()
+        stream = "bench-spark"
+        write_s = write_stream(vault, stream)
+        committed = vault.blob(stream).state().committed
+        spark = session()
+        source = spark.read.format("messagevault").option("connectionString", conn).option("streams", stream)
+
+        def vault_df(partition_bytes: int | None = None) -> DataFrame:
+            opts = {"maxPartitionBytes": str(partition_bytes)} if partition_bytes else {}
+            return source.options(**opts).load()
+
+        # warm-up: Python workers, the JIT-free but import-heavy first task, Parquet copy
+        assert vault_df().count() == MESSAGES
+        vault_df().write.mode("overwrite").parquet(parquet_dir)
+        parquet = spark.read.parquet(parquet_dir)
+        assert download_all(vault, stream, committed) == committed
+
+        partitions = len(vault_df().rdd.glom().map(len).collect())
+        assert azurite.process is not None
+        pid = azurite.process.pid
+        download_s, download_cpu = measure(lambda: download_all(vault, stream, committed), pid)
+        download_tasks_s = median_of(RUNS, lambda: download_all(vault, stream, committed, TASKS))
+        count_s, count_cpu = measure(lambda: vault_df().count(), pid)
+        count_8_s = median_of(RUNS, lambda: vault_df(8 * MIB).count())
+        memory = spark.read.format("mv_bench_memory").option("partitions", str(partitions)).load()
+        assert memory.count() == MESSAGES
+        floor_s, floor_cpu = measure(lambda: memory.count(), pid)
+        group_s = median_of(RUNS, lambda: vault_df().groupBy("key").count().collect())
+        pq_count_s = median_of(RUNS, lambda: parquet.count())
+        pq_group_s = median_of(RUNS, lambda: parquet.groupBy("key").count().collect())
+        legacy_s = median_of(RUNS, lambda: read_streams(spark, conn, streams=[stream]).count())
+        legacy_path = "mapInArrow" if _has_pandas() else "rows (no pandas)"
+
+        mib = committed / MIB
+        figures: dict[str, Any] = {
+            "load average (1 min) at start": round(load, 2),
+            "messages": MESSAGES,
+            "stream MiB": round(mib, 1),
+            "spark partitions (default 32 MiB)": partitions,
+            "write s (StreamWriter, 20k/append)": round(write_s, 3),
+            f"download s ({TASKS * PREFETCH} threads x 4 MiB GETs)": round(download_s, 3),
+            "download MiB/s": round(mib / download_s, 1),
+            "download CPU s/run": cpu_text(download_cpu),
+            "spark count() s": round(count_s, 3),
+            "spark count() MiB/s": round(mib / count_s, 1),
+            "spark count() CPU s/run": cpu_text(count_cpu),
+            "ratio count / download (target >= 0.7)": round(download_s / count_s, 3),
+            f"download s ({TASKS} threads, one per Spark task)": round(download_tasks_s, 3),
+            f"ratio count / {TASKS}-thread download": round(download_tasks_s / count_s, 3),
+            "spark count() s, maxPartitionBytes 8 MiB": round(count_8_s, 3),
+            "ratio count (8 MiB partitions) / download": round(download_s / count_8_s, 3),
+            "memory source count() s (same rows, no I/O, no decode)": round(floor_s, 3),
+            "memory source count() CPU s/run": cpu_text(floor_cpu),
+            "ratio download / memory source (any Python source's limit)": round(download_s / floor_s, 3),
+            "spark groupBy(key).count() s": round(group_s, 3),
+            "ratio groupBy / download": round(download_s / group_s, 3),
+            "parquet count() s": round(pq_count_s, 3),
+            "parquet groupBy(key).count() s": round(pq_group_s, 3),
+            "ratio groupBy parquet / vault": round(pq_group_s / group_s, 3),
+            "rows/s spark 4 source (count)": round(MESSAGES / count_s),
+            f"rows/s older-spark path, {legacy_path} (count)": round(MESSAGES / legacy_s),
+            "ratio older path / spark 4 source": round(count_s / legacy_s, 3),
+        }
+        report("spark_read", "python -m bench.spark_read", figures)
+        spark.stop()
+    finally:
+        azurite.cleanup()
+        import shutil
+
+        shutil.rmtree(parquet_dir, ignore_errors=True)
+    return 0
+
+
+def _has_pandas() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("pandas") is not None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,550 @@
+"""The Spark pipeline on a real Azurite and a real local Spark: every path returns what the reader does."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import itertools
+import json
+import os
+import random
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vault_core.clock import ManualClock
+from vault_core.format import Message, NewMessage
+from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from vault_core.spark import read_streams, register
+from vault_core.spark.analysis import per_key_per_hour, read_capture
+from vault_core.spark.capture import capture
+from vault_core.spark.capture import main as capture_main
+from vault_core.spark.files import LocalFiles
+from vault_core.spark.options import ReadOptions
+from vault_core.spark.partition_reader import read_skip_reports
+from vault_core.spark.plan import plan_read, split_range
+from vault_core.spark.progress import Progress
+from vault_core.spark.schema import SPARK_SCHEMA
+
+pytestmark = pytest.mark.spark
+
+Row = tuple[str, int, int, bytes, bytes, str | None]
+T0 = 1_750_000_000_000  # 2025-06-15T15:06:40Z
+KiB = 1024
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's pyarrow and vault_core
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("messagevault-tests")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
+        .config("spark.driver.memory", "2g")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    register(session)
+    yield session
+    session.stop()
+
+
+# -- helpers ------------------------------------------------------------------------------
+
+
+def expected(vault: Vault, stream: str, start: int = 0, end: int | None = None) -> list[Row]:
+    return [_row(stream, m) for m in vault.reader.scan(stream, start, end)]
+
+
+def _row(stream: str, m: Message) -> Row:
+    return (stream, m.offset, m.timestamp, m.key, m.value, m.key.decode() if m.key_is_text else None)
+
+
+def rows(df: DataFrame) -> list[Row]:
+    ms = F.expr("unix_millis(timestamp)")
+    got = df.select("stream", "offset", ms, "key", "value", "key_text").collect()
+    return sorted((r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in got)
+
+
+def load(spark: SparkSession, conn: str, streams: str, **options: Any) -> DataFrame:
+    reader = spark.read.format("messagevault").option("connectionString", conn).option("streams", streams)
+    for k, v in options.items():
+        reader = reader.option(k, v if isinstance(v, str) else json.dumps(v))
+    return reader.load()
+
+
+def write_batches(
+    vault: Vault,
+    stream: str,
+    batches: Sequence[Sequence[NewMessage]],
+    *,
+    t0: int = T0,
+    step_ms: int = 1000,
+    **writer: int,
+) -> Vault:
+    """One append per batch, the clock ``step_ms`` apart, so every batch has its own timestamp."""
+    clock = ManualClock(t0)
+    v = Vault(vault.account, clock=clock)
+    with v.writer(stream, **writer) as w:
+        for batch in batches:
+            w.append([Batch(list(batch))])
+            clock.advance(step_ms)
+    return v
+
+
+def mixed_batches(seed: int, count: int, max_value: int, max_batch: int = 40) -> list[list[NewMessage]]:
+    """Text, binary and empty keys; values from empty to ``max_value`` bytes."""
+    rng = random.Random(seed)
+    keys: list[str | bytes] = ["alpha", "beta", "gamma", b"\x00\xffbin", b"", "ключ"]
+    return [
+        [
+            NewMessage(rng.randbytes(rng.choice([0, 1, 37, rng.randint(0, max_value)])), rng.choice(keys))
+            for _ in range(rng.randint(1, max_batch))
+        ]
+        for _ in range(count)
+    ]
+
+
+def corrupt_value_byte(vault: Vault, stream: str, m: Message) -> None:
+    """Flip one byte of ``m``'s value in storage (after the writer closed), page-aligned as Azure needs."""
+    pos = m.offset + 32 + len(m.key) + len(m.value) // 2
+    page = pos // PAGE_SIZE * PAGE_SIZE
+    blob = vault.blob(stream)
+    data = bytearray(blob.read(page, PAGE_SIZE))
+    data[pos - page] ^= 0x5A
+    blob.client.upload_page(bytes(data), offset=page, length=PAGE_SIZE)
+
+
+@pytest.fixture(scope="module")
+def big(vault: Vault) -> str:
+    """~9 MiB with records up to ~70 KB across 4 MiB write edges, an index point every 32 KiB."""
+    stream = f"big-{random.Random().getrandbits(48):012x}"
+    write_batches(vault, stream, mixed_batches(1, 300, 70_000, max_batch=6), index_spacing=32 * KiB)
+    return stream
+
+
+# -- planning (no Spark) ------------------------------------------------------------------
+
+
+def test_split_range_cuts_at_the_furthest_boundary_within_the_limit() -> None:
+    tens = [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert split_range(0, 100, tens, 35) == [(0, 30), (30, 60), (60, 90), (90, 100)]
+    assert split_range(0, 100, [], 10) == [(0, 100)]  # no boundary: one piece, however large
+    assert split_range(0, 100, [50], 10) == [(0, 50), (50, 100)]  # as small as boundaries allow
+    assert split_range(5, 5, [1], 10) == []
+    assert split_range(10, 40, [0, 10, 25, 40, 70], 100) == [(10, 40)]  # outside boundaries ignored
+
+
+def test_plan_covers_the_range_with_bounded_partitions_on_index_points(
+    azurite: Any, vault: Vault, big: str
+) -> None:
+    stream = big
+    committed = vault.blob(stream).state().committed
+    opts = ReadOptions.parse(
+        {
+            "connectionString": azurite.connection_string,
+            "streams": stream,
+            "maxPartitionBytes": str(256 * KiB),
+        }
+    )
+    parts = plan_read(opts)
+    points = {p.offset for p in vault.index.points(stream)}
+    assert len(parts) > 20
+    assert parts[0].start == 0 and parts[-1].end == committed
+    assert all(a.end == b.start for a, b in itertools.pairwise(parts))
+    assert all(p.start in points for p in parts[1:])
+    assert all(p.end - p.start <= 256 * KiB + 32 * KiB + 70_100 for p in parts)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(parts[0])) == parts[0]
+    assert azurite.connection_string not in repr(parts[0])  # secrets stay out of logs and the UI
+
+
+def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
+    conn = azurite.connection_string
+    with pytest.raises(ValueError, match="streams"):
+        ReadOptions.parse({"connectionString": conn})
+    with pytest.raises(ValueError, match="fromOffset or fromTime"):
+        ReadOptions.parse({"connectionString": conn, "streams": "a", "fromOffset": "0", "fromTime": "0"})
+    with pytest.raises(ValueError, match="unknown"):
+        ReadOptions.parse({"connectionString": conn, "streams": "a", "formOffset": "0"})
+    with pytest.raises(ValueError, match="no storage connection"):
+        ReadOptions.parse({"streams": "a"})
+    opts = ReadOptions.parse(
+        {
+            "ConnectionString": conn,
+            "streams": "a, b",
+            "fromTime": "2025-01-01T00:00:00",
+            "toOffset": '{"b": 100}',
+            "skipCorrupt": "TRUE",
+        }
+    )
+    assert opts.streams == ("a", "b") and opts.skip_corrupt
+    assert opts.start.for_stream("a").value == 1_735_689_600_000
+    assert opts.end.for_stream("b").value == 100 and opts.end.for_stream("a").kind == "latest"
+
+
+def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
+    from vault_core.errors import FormatError
+    from vault_core.format import MAGIC, decode, encode
+    from vault_core.spark.columnar import decode_columns
+
+    rng = random.Random(11)
+    # some values carry the sync marker, which the split path must hand over to the chain path
+    keys: list[str | bytes] = ["k", b"\x00\xff", "", "ключ"]
+    marker = [MAGIC * rng.randint(1, 2) if i % 17 == 0 else b"" for i in range(1500)]
+    sent = [NewMessage(rng.randbytes(rng.randint(0, 3000)) + m, rng.choice(keys)) for m in marker]
+    buf = encode(sent, 4096, T0)
+    ref, _ = decode(buf, 4096)
+
+    def as_rows(c: Any) -> list[tuple[Any, ...]]:
+        cols = [a.to_pylist() for a in c.arrays]
+        return [(o, int(t.timestamp() * 1000), k, v, kt) for o, t, k, v, kt in zip(*cols, strict=True)]
+
+    def ref_rows(ms: Sequence[Message]) -> list[tuple[Any, ...]]:
+        return [_row("", m)[1:] for m in ms]
+
+    whole = decode_columns(buf, 4096, last=True)
+    assert as_rows(whole) == ref_rows(ref) and whole.end == len(buf) and whole.error is None
+    for cut in (0, 31, 33, len(buf) // 3 + 7, len(buf) - 1):
+        part, (records, pos) = decode_columns(buf[:cut], 4096), decode(buf[:cut], 4096)
+        assert as_rows(part) == ref_rows(records) and part.end == pos and part.error is None
+        assert (decode_columns(buf[:cut], 4096, last=True).error is not None) == (pos < cut)
+    mid = ref[700].offset - 4096
+    assert as_rows(decode_columns(buf, 4096, mid, last=True)) == ref_rows(ref[700:])
+    for victim, delta in ((100, 40), (300, 0), (500, 9), (600, 12), (800, 16), (1499, 33)):
+        bad = bytearray(buf)
+        bad[ref[victim].offset - 4096 + delta] ^= 1
+        got = decode_columns(bytes(bad), 4096, last=True, stream="s")
+        with pytest.raises(FormatError) as raised:
+            decode(bytes(bad), 4096, stream="s", complete=True)
+        assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
+
+
+# -- batch reads through the data source --------------------------------------------------
+
+
+def test_batch_read_equals_the_reader_row_for_row(
+    spark: SparkSession, azurite: Any, vault: Vault, big: str
+) -> None:
+    stream = big
+    want = expected(vault, stream)
+    edges = [k * MAX_PAGE_WRITE for k in (1, 2)]
+    assert all(any(r[1] < e < r[1] + 32 + len(r[3]) + len(r[4]) for r in want) for e in edges)
+    # small partitions (many edges) and 64 KiB reads (records larger than a read carry over several)
+    df = load(
+        spark,
+        azurite.connection_string,
+        stream,
+        maxPartitionBytes=str(256 * KiB),
+        readChunkBytes=str(64 * KiB),
+    )
+    assert df.schema == SPARK_SCHEMA
+    assert rows(df) == want
+    assert load(spark, azurite.connection_string, stream).count() == len(want)  # default: one partition
+
+
+def test_offset_and_time_bounds(spark: SparkSession, azurite: Any, vault: Vault, big: str) -> None:
+    stream = big
+    want = expected(vault, stream)
+    conn = azurite.connection_string
+    a, b = len(want) // 10, len(want) * 8 // 10
+    lo, hi = want[a][1], want[b][1]
+    small = {"maxPartitionBytes": str(128 * KiB)}
+    assert rows(load(spark, conn, stream, fromOffset=str(lo), toOffset=str(hi), **small)) == want[a:b]
+    assert rows(load(spark, conn, stream, fromOffset=str(want[-1][1]), toOffset=str(1 << 40))) == want[-1:]
+    t_from, t_to = T0 + 50_000, T0 + 120_000  # batch 50 inclusive .. batch 120 exclusive
+    by_time = [r for r in want if t_from <= r[2] < t_to]
+    iso = datetime.fromtimestamp(t_from / 1000, timezone.utc).isoformat()
+    assert rows(load(spark, conn, stream, fromTime=iso, toTime=str(t_to), **small)) == by_time
+    assert by_time and by_time[0][2] == t_from
+    with pytest.raises(Exception, match="not the start of a record"):
+        load(spark, conn, stream, fromOffset=str(lo + 1)).count()
+
+
+def test_several_streams_in_one_read(
+    spark: SparkSession, azurite: Any, vault: Vault, big: str, stream: str
+) -> None:
+    write_batches(vault, stream, mixed_batches(2, 30, 3000))
+    small = expected(vault, stream)
+    big_stream = big
+    start = expected(vault, big_stream)[-50][1]
+    df = load(spark, azurite.connection_string, f"{big_stream},{stream}", fromOffset={big_stream: start})
+    assert rows(df) == sorted(expected(vault, big_stream, start) + small)
+    by_path = (
+        spark.read.format("messagevault")
+        .option("connectionString", azurite.connection_string)
+        .load(f"{stream},{big_stream}")
+    )  # load("a,b") names the streams too
+    assert rows(by_path) == sorted(expected(vault, big_stream) + small)
+    with pytest.raises(Exception, match="does not exist"):
+        load(spark, azurite.connection_string, f"{stream},no-such-stream").count()
+
+
+def test_sas_tokens_instead_of_a_connection_string(
+    spark: SparkSession, azurite: Any, vault: Vault, stream: str
+) -> None:
+    from azure.core.credentials import AzureNamedKeyCredential
+    from azure.data.tables import AccountSasPermissions as TablePermissions
+    from azure.data.tables import ResourceTypes as TableResources
+    from azure.data.tables import generate_account_sas as table_sas
+    from azure.storage.blob import AccountSasPermissions, ResourceTypes, generate_account_sas
+
+    write_batches(vault, stream, mixed_batches(3, 20, 2000))
+    name = "devstoreaccount1"
+    key = azurite.connection_string.split("AccountKey=")[1].split(";")[0]
+    expiry = datetime.now(timezone.utc) + timedelta(hours=1)
+    blob_sas = generate_account_sas(
+        name,
+        key,
+        ResourceTypes(container=True, object=True),
+        AccountSasPermissions(read=True, list=True),
+        expiry,
+    )
+    tsas = table_sas(
+        AzureNamedKeyCredential(name, key), TableResources(object=True), TablePermissions(read=True), expiry
+    )
+    base = {"streams": stream, "blobUrl": f"http://127.0.0.1:{azurite.blob_port}/{name}"}
+    with_index = (
+        spark.read.format("messagevault")
+        .options(
+            **base, sas=blob_sas, tableUrl=f"http://127.0.0.1:{azurite.table_port}/{name}", tableSas=tsas
+        )
+        .load()
+    )
+    blob_only = spark.read.format("messagevault").options(**base, sas=blob_sas).load()  # one partition/stream
+    assert rows(with_index) == rows(blob_only) == expected(vault, stream)
+
+
+# -- corruption ---------------------------------------------------------------------------
+
+
+def test_a_corrupt_record_fails_the_read_or_is_skipped_and_counted(
+    spark: SparkSession, azurite: Any, vault: Vault, stream: str, tmp_path: Path
+) -> None:
+    write_batches(
+        vault,
+        stream,
+        [[NewMessage(b"v%04d" % i + b"." * 900, "k") for i in range(300)]],
+        index_spacing=16 * KiB,
+    )
+    want = expected(vault, stream)
+    middle, last = want[137], want[-1]
+    for r in (middle, last):
+        corrupt_value_byte(vault, stream, Message(r[1], r[2], r[3], r[4]))
+    conn = azurite.connection_string
+    with pytest.raises(Exception, match=rf"checksum mismatch.*stream '{stream}', offset {middle[1]}"):
+        load(spark, conn, stream).count()
+    report = tmp_path / "corrupt"
+    got = rows(
+        load(
+            spark,
+            conn,
+            stream,
+            skipCorrupt="true",
+            corruptReportPath=str(report),
+            maxPartitionBytes=str(64 * KiB),
+            readChunkBytes=str(16 * KiB),
+        )
+    )
+    assert got == [r for r in want if r not in (middle, last)]
+    skips = [s for rep in read_skip_reports(str(report)) for s in rep["skips"]]  # type: ignore[attr-defined]
+    size = 32 + 1 + 905
+    assert sorted((s["offset"], s["bytes"]) for s in skips) == [(middle[1], size), (last[1], size)]
+
+
+# -- Structured Streaming -----------------------------------------------------------------
+
+
+def test_streaming_resumes_from_its_checkpoint_without_loss_or_duplicates(
+    spark: SparkSession, azurite: Any, vault: Vault, stream: str, tmp_path: Path
+) -> None:
+    other = stream + "-b"
+    write_batches(vault, stream, mixed_batches(4, 40, 20_000, max_batch=10), index_spacing=16 * KiB)
+    out, checkpoint = str(tmp_path / "out"), str(tmp_path / "checkpoint")
+
+    def run() -> None:
+        src = (
+            spark.readStream.format("messagevault")
+            .option("connectionString", azurite.connection_string)
+            .option("streams", f"{stream},{other}")
+            .option("maxPartitionBytes", str(64 * KiB))
+            .load()
+        )
+        query = (
+            src.writeStream.format("parquet")
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start(out)
+        )
+        query.awaitTermination(120)
+        assert query.exception() is None
+
+    run()
+    assert rows(spark.read.parquet(out)) == expected(vault, stream)
+    # more data, and a stream that did not exist during the first run
+    write_batches(
+        vault, stream, mixed_batches(5, 30, 20_000, max_batch=10), t0=T0 + 10_000_000, index_spacing=16 * KiB
+    )
+    write_batches(vault, other, mixed_batches(6, 10, 1000))
+    run()
+    got = rows(spark.read.parquet(out))
+    assert got == sorted(expected(vault, stream) + expected(vault, other))
+    assert len(set(got)) == len(got)
+
+
+# -- older Spark: no data source API ------------------------------------------------------
+
+
+def test_read_streams_without_the_data_source_api(
+    spark: SparkSession, azurite: Any, vault: Vault, big: str
+) -> None:
+    stream = big
+    want = expected(vault, stream)
+    lo = want[200][1]
+    df = read_streams(
+        spark,
+        azurite.connection_string,
+        streams=[stream],
+        from_offset=lo,
+        max_partition_bytes=512 * KiB,
+        arrow=False,
+    )
+    assert df.schema == SPARK_SCHEMA
+    assert rows(df) == want[200:]
+    if importlib.util.find_spec("pandas"):  # mapInArrow needs pandas (Synapse has it)
+        df = read_streams(
+            spark,
+            azurite.connection_string,
+            streams=[stream],
+            from_offset=lo,
+            max_partition_bytes=512 * KiB,
+            arrow=True,
+        )
+        assert rows(df) == want[200:]
+
+
+def test_the_older_spark_path_never_imports_the_data_source_api() -> None:
+    seen: set[str] = set()
+    todo = ["vault_core.spark.legacy", "vault_core.spark.capture", "vault_core.spark.analysis"]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = importlib.util.find_spec(name)
+        assert spec and spec.origin
+        tree = ast.parse(Path(spec.origin).read_text())
+        for node in ast.walk(tree):
+            modules = (
+                [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else ([a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            )
+            for module in modules:
+                assert not module.startswith("pyspark.sql.datasource"), f"{name} imports {module}"
+                assert not module.startswith("pyspark.sql.streaming.datasource"), f"{name} imports {module}"
+                if module.startswith("vault_core.spark"):
+                    todo.append(module)
+    assert "vault_core.spark.datasource" not in seen
+
+
+# -- capture ------------------------------------------------------------------------------
+
+
+def captured(spark: SparkSession, out: str) -> list[Row]:
+    return rows(read_capture(spark, out))
+
+
+def test_capture_is_incremental_idempotent_and_survives_a_crash(
+    spark: SparkSession,
+    azurite: Any,
+    vault: Vault,
+    stream: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    conn = azurite.connection_string
+    other = stream + "-b"
+    day = 86_400_000
+    write_batches(vault, stream, mixed_batches(7, 40, 5000), t0=T0 - T0 % day - 30_000, step_ms=1000)
+    write_batches(vault, other, mixed_batches(8, 5, 500))
+    out = str(tmp_path / "capture")
+    opts = ReadOptions.parse(
+        {"connectionString": conn, "streams": f"{stream},{other}", "maxPartitionBytes": str(64 * KiB)}
+    )
+
+    first = capture(spark, opts, out)
+    assert {(c.stream, c.start) for c in first} == {(stream, 0), (other, 0)}
+    assert captured(spark, out) == sorted(expected(vault, stream) + expected(vault, other))
+    dates = {p.name for p in (tmp_path / "capture" / f"stream={stream}").iterdir()}
+    utc_day = datetime.fromtimestamp((T0 - T0 % day) / 1000, timezone.utc).date()
+    assert dates == {f"date={utc_day - timedelta(days=1)}", f"date={utc_day}"}  # batches span UTC midnight
+    assert capture(spark, opts, out) == []  # nothing new: nothing written
+
+    # new data, then a run that dies after publishing its files but before saving progress
+    write_batches(vault, stream, mixed_batches(9, 20, 5000), t0=T0 + day)
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("crash before progress")
+
+    with monkeypatch.context() as m:
+        m.setattr(Progress, "save", crash)
+        with pytest.raises(RuntimeError, match="crash before progress"):
+            capture(spark, opts, out)
+    # the data is there, the progress is not
+    assert captured(spark, out) == sorted(expected(vault, stream) + expected(vault, other))
+    assert Progress(LocalFiles(), out).committed(stream) == {c.stream: c.end for c in first}[stream]
+    write_batches(vault, stream, mixed_batches(10, 5, 5000), t0=T0 + 2 * day)
+
+    # the rerun (through the CLI, with a file:// URI so the Hadoop file system path is used too)
+    assert (
+        capture_main(
+            [
+                "--connection-string",
+                conn,
+                "--streams",
+                f"{stream},{other}",
+                "--out",
+                "file://" + out,
+                "--max-partition-bytes",
+                str(64 * KiB),
+            ]
+        )
+        == 0
+    )
+    got = captured(spark, out)
+    assert got == sorted(expected(vault, stream) + expected(vault, other))
+    [saved] = (tmp_path / "capture" / "_progress" / stream).glob("*.json")
+    assert json.loads(saved.read_text())["committed"] == vault.blob(stream).state().committed
+    assert not (tmp_path / "capture" / "_staging").exists()
+
+    # the example analysis agrees with a count done by hand
+    report = {
+        (r["stream"], r["key"]): (r["messages"], r["bytes"])
+        for r in per_key_per_hour(read_capture(spark, out)).filter(F.col("stream") == other).collect()
+    }
+    want: Counter[tuple[str, str]] = Counter()
+    size: Counter[tuple[str, str]] = Counter()
+    for r in expected(vault, other):
+        key = r[5] if r[5] is not None else "0x" + r[3].hex()
+        want[(other, key)] += 1
+        size[(other, key)] += len(r[4])
+    assert report == {k: (n, size[k]) for k, n in want.items()}
