@@ -20,6 +20,33 @@ TITLES = {
     "client": "Python client (issue 6): producer and consumers",
 }
 
+NOTES = {
+    "core": (
+        "All four targets are met. The writer is handed four ~4 MiB batches per append, as the writer "
+        "function hands over what it drained; one batch per call is shown too. Peak RSS is the child "
+        "process's `VmHWM` (not `ru_maxrss`, which Linux carries across `exec`)."
+    ),
+    "ingest": (
+        "Met: read API / raw (>= 0.5). **Not met** on this machine: ingest msgs/s (target 100x raw "
+        "`send_message`) and large-batch MiB/s (target 0.5 of raw `upload_page`). Why: the local host is "
+        "one Python process (HTTP tier and writer share one GIL) beside a single-process Azurite on 2 "
+        "cores, and both are saturated (py-spy: the host is mostly waiting on Azurite sockets). A "
+        "claim-check batch crosses Azurite three times (blob upload, blob download, page write), so "
+        "large-batch ingest cannot exceed about 1/3 of one raw `upload_page` stream on a single Azurite. "
+        "In Azure the HTTP tier, the writer instances and the storage accounts scale apart. The ingest "
+        "figures are steady state: each stream gets one committed warm-up batch first, because idle "
+        "queue pollers back off to `maxPollingInterval` (2 s), which also sets the p99 latency."
+    ),
+    "spark_read": (
+        "**Not met**: Spark `count()` reads at about 0.4 of plain parallel range downloads (target 0.7). "
+        "On 2 cores the read is CPU-bound: Azurite and the JVM alone need ~2.3 CPU-s for this read "
+        "(a ceiling near 0.78 even if Python cost nothing); the Python workers add ~2 CPU-s for HTTP, "
+        "CRC checks and Arrow columns. The in-memory source row shows Spark's own cost of taking rows "
+        "from any Python data source."
+    ),
+    "client": "Both targets met. The producer ratio is the median of back-to-back paired runs.",
+}
+
 HEADER = """# Benchmarks
 
 Every figure below was printed by the command shown above its table, on this project's
@@ -49,8 +76,8 @@ def main() -> None:
         parts.append(f"\n## {TITLES.get(name, name)}\n\n```bash\n{doc['command']}\n```\n\n")
         parts.append("| figure | value |\n|---|---|\n")
         parts += [f"| {k} | {fmt(v)} |\n" for k, v in doc["figures"].items()]
-        if doc.get("notes"):
-            parts.append(f"\n{doc['notes']}\n")
+        if name in NOTES:
+            parts.append(f"\n{NOTES[name]}\n")
     (ROOT / "BENCHMARKS.md").write_text("".join(parts))
     print(f"wrote BENCHMARKS.md from {len(names)} result files")
 
