@@ -409,3 +409,21 @@ def test_a_commit_record_of_an_unknown_format_is_rejected(vault: Vault, stream: 
     client.set_blob_metadata({**client.get_blob_properties().metadata, "mv_format": "2"})
     with pytest.raises(UnsupportedVersion, match="format '2'"):
         vault.reader.read(stream, 0)
+
+
+@pytest.mark.parametrize("max_bytes", [1024 * 1024 + 1, 4 * 1024 * 1024, 16 * 1024 * 1024])
+def test_large_reads_fetched_in_parallel_parts_match_a_scan(
+    vault: Vault, stream: str, max_bytes: int
+) -> None:
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(2500, size=1500))])  # ~3.7 MiB, records across every 1 MiB part edge
+    everything = list(vault.reader.scan(stream))
+    got: list[object] = []
+    offset = 0
+    while offset < everything[-1].next_offset:
+        result = vault.reader.read(stream, offset, max_bytes=max_bytes, max_count=10_000)
+        got += result.messages
+        offset = result.next_offset
+    assert got == everything
+    end = vault.reader.read(stream, offset, max_bytes=max_bytes)
+    assert end.messages == [] and end.next_offset == end.committed
