@@ -28,7 +28,7 @@ NOTES = {
         "process's `VmHWM` (not `ru_maxrss`, which Linux carries across `exec`)."
     ),
     "ingest": (
-        "Read API / raw sits at the target: 0.468 in this run, 0.49-0.67 in earlier runs "
+        "Read API / raw is **not reliably met**: 0.468 in this run, 0.49-0.67 in earlier runs "
         "code (one 4 MiB GET, CRC checks and JSON per request vs a bare 4 MiB GET). **Not met** on this "
         "machine: ingest msgs/s (target 100x raw "
         "`send_message`) and large-batch MiB/s (target 0.5 of raw `upload_page`). Why: the local host is "
