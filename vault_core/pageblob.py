@@ -16,12 +16,14 @@ from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.azure import translate_errors
 from vault_core.errors import StreamNotFound, UnsupportedVersion
+from vault_core.format import MAX_OFFSET
 
 PAGE_SIZE = 512
 MAX_PAGE_WRITE = 4 * 1024 * 1024
 """Azure's limit for one Put Page call."""
 MAX_PAGE_BLOB_SIZE = 8 * 1024**4
 """Azure's page blob maximum (8 TiB)."""
+assert MAX_PAGE_BLOB_SIZE <= MAX_OFFSET + 1, "every offset must fit the 48 bits of a message id"
 
 # Commit-record metadata keys (the metadata is the commit record; see docs/FORMAT.md §6).
 META_FORMAT = "mv_format"
