@@ -24,6 +24,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from azure.data.tables import UpdateMode
 
 from vault_app import envelope
+from vault_app.http import HttpError
 from vault_app.services import Services
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
@@ -124,8 +125,6 @@ class Stager:
             existing = self._row(batch_id)
             if existing is not None:
                 if existing.get("Stream") != stream:
-                    from vault_app.http import HttpError
-
                     raise HttpError(
                         409,
                         "conflict",
