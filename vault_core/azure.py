@@ -64,7 +64,9 @@ def shared_transport() -> RequestsTransport:
     use_env = bool(urllib.request.getproxies())
     session = requests.Session()
     session.trust_env = use_env
-    return RequestsTransport(session=session, session_owner=False, use_env_settings=use_env)
+    return RequestsTransport(
+        session=session, session_owner=False, use_env_settings=use_env, connection_data_block_size=256 * 1024
+    )
 
 
 @dataclass(frozen=True)
