@@ -9,7 +9,7 @@ from vault_app.config import load_settings
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
 from vault_core.azure import StorageAccount, azurite_connection_string
-from vault_core.format import NewMessage
+from vault_core.format import NewMessage, decode
 
 CONN = azurite_connection_string()
 
@@ -75,7 +75,9 @@ def test_the_inline_envelope_round_trips_text_and_binary() -> None:
 def test_a_claim_check_body_must_hold_the_announced_messages() -> None:
     msgs = [NewMessage(b"v" * 100, "k")] * 3
     ref = envelope.decode(envelope.encode_claim("b2", "s", 5, "b2.records", 3))
-    assert envelope.decode_claimed(ref, envelope.encode_claim_body(msgs, 5)).messages == msgs
+    claimed = envelope.decode_claimed(ref, envelope.encode_claim_body(msgs, 5))
+    assert claimed.records is not None and len(claimed.records.starts) == 3
+    assert [(m.key, m.value) for m in decode(claimed.records.data, 0)[0]] == [(b"k", b"v" * 100)] * 3
     with pytest.raises(EnvelopeError, match="holds 2 messages"):
         envelope.decode_claimed(ref, envelope.encode_claim_body(msgs[:2], 5))
     body = bytearray(envelope.encode_claim_body(msgs, 5))

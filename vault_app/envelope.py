@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from vault_core import format
@@ -42,6 +42,8 @@ class Envelope:
     messages: list[NewMessage] | None = None
     claim: str | None = None
     count: int = 0
+    records: format.StagedRecords | None = None
+    """A claim-check batch once its blob is read: already in record form, checked."""
 
 
 def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]) -> str:
@@ -93,25 +95,17 @@ def encode_claim_body(messages: list[NewMessage], staged_ms: int) -> bytes:
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
-    """The messages of a claim-check blob; its record count must match the queue message."""
+    """The records of a claim-check blob, checked; their count must match the queue message."""
     try:
-        records, _ = format.decode(blob_body, 0, complete=True)
+        records = format.staged_records(blob_body)
     except FormatError as exc:
         raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
-    if len(records) != envelope.count:
+    if len(records.starts) != envelope.count:
         raise EnvelopeError(
-            f"claim-check blob {envelope.claim!r} holds {len(records)} messages, "
+            f"claim-check blob {envelope.claim!r} holds {len(records.starts)} messages, "
             f"the queue message says {envelope.count}"
         )
-    messages = [NewMessage(r.value, r.key.decode() if r.key_is_text else r.key) for r in records]
-    return Envelope(
-        envelope.batch_id,
-        envelope.stream,
-        envelope.staged_ms,
-        messages,
-        claim=envelope.claim,
-        count=envelope.count,
-    )
+    return replace(envelope, records=records)
 
 
 def _message(row: Any) -> NewMessage:

@@ -182,9 +182,7 @@ _io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mv-writer-io")
 
 def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
     started = time.monotonic()
-    results = open_writers.append(
-        services, stream, [Batch(w.envelope.messages or [], w.envelope.batch_id) for w in work]
-    )
+    results = open_writers.append(services, stream, [_batch(w.envelope) for w in work])
     if fault_hook:
         fault_hook("after-commit")
     now_ms = time.time_ns() // 1_000_000
@@ -206,6 +204,12 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
         duration_ms=round((time.monotonic() - started) * 1000, 1),
         lag_ms=now_ms - min(w.envelope.staged_ms for w in work),
     )
+
+
+def _batch(env: Envelope) -> Batch:
+    if env.records is not None:
+        return Batch.of_records(env.records, env.batch_id)
+    return Batch(env.messages or [], env.batch_id)
 
 
 def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:
@@ -241,7 +245,11 @@ def _try_load(services: Services, body: str) -> Envelope | Exception:
 
 def _add(plan: _Plan, work: _Work) -> None:
     plan.by_stream.setdefault(work.envelope.stream, []).append(work)
-    plan.bytes += sum(len(m.value) + len(m.key_bytes()[0]) for m in work.envelope.messages or [])
+    env = work.envelope
+    if env.records is not None:
+        plan.bytes += len(env.records.data)
+    else:
+        plan.bytes += sum(len(m.value) + len(m.key_bytes()[0]) for m in env.messages or [])
 
 
 def _load(services: Services, env: Envelope) -> Envelope:

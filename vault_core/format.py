@@ -258,6 +258,71 @@ def _check_header(
         )
 
 
+class StagedRecords(NamedTuple):
+    """A batch already in record form, laid out from offset 0 (a staged claim-check body), and
+    the position of each record in it. :func:`staged_records` makes one after checking every
+    record; the writer copies ``data`` into the log and :func:`restamp` gives the copy its place."""
+
+    data: bytes
+    starts: list[int]
+
+
+def staged_records(buf: bytes, *, stream: str | None = None) -> StagedRecords:
+    """Check that ``buf`` is whole, valid records laid out from offset 0; where each starts.
+
+    Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not
+    verify, like :func:`decode`, without building a message per record.
+    """
+    view = memoryview(buf)
+    starts: list[int] = []
+    pos, end = 0, len(buf)
+    unpack = HEADER.unpack_from
+    crc32 = zlib.crc32
+    while pos < end:
+        if pos + HEADER_SIZE > end:
+            raise CorruptRecord(
+                "a partial record header at the end of a staged batch", stream=stream, offset=pos
+            )
+        magic, crc, version, flags, klen, vlen, offset, _ = unpack(view, pos)
+        if (
+            magic != MAGIC
+            or version != FORMAT_VERSION
+            or flags & ~KNOWN_FLAGS
+            or flags & FLAG_COMPRESSION_MASK
+            or klen > MAX_KEY_BYTES
+            or vlen > MAX_VALUE_BYTES
+            or offset != pos
+        ):
+            _check_header(magic, version, flags, klen, vlen, offset, pos, stream)
+        rec_end = pos + HEADER_SIZE + klen + vlen
+        if rec_end > end or crc32(view[pos + CRC_COVERAGE_START : rec_end]) != crc:
+            raise CorruptRecord("staged record is cut off or fails its checksum", stream=stream, offset=pos)
+        starts.append(pos)
+        pos = rec_end
+    return StagedRecords(buf, starts)
+
+
+_STAMP = struct.Struct("<Qq")  # offset, timestamp: the fields restamp() rewrites
+_CRC = struct.Struct("<I")
+
+
+def restamp(buf: bytearray, at: int, starts: list[int], first_offset: int, timestamp: int) -> None:
+    """Give the staged records copied to the end of ``buf``, from ``at``, their offsets and time.
+
+    Each record's ``offset`` becomes ``first_offset`` plus its position in the batch, its
+    ``timestamp`` becomes ``timestamp``, and its ``crc`` is computed afresh over the new bytes.
+    """
+    crc32 = zlib.crc32
+    stamp = _STAMP.pack_into
+    put_crc = _CRC.pack_into
+    ends = [*starts[1:], len(buf) - at]
+    with memoryview(buf) as view:  # released even on error: a viewed bytearray cannot grow
+        for start, end in zip(starts, ends, strict=True):
+            pos = at + start
+            stamp(buf, pos + OFFSET_OFFSET, first_offset + start, timestamp)
+            put_crc(buf, pos + CRC_OFFSET, crc32(view[pos + CRC_COVERAGE_START : at + end]))
+
+
 def record_length_at(buf: bytes | bytearray | memoryview, pos: int) -> int | None:
     """Total length of the record whose header starts at ``buf[pos]``, if the header is there."""
     if pos + HEADER_SIZE > len(buf):

@@ -34,8 +34,10 @@ from vault_core.format import (
     MAX_TIMESTAMP_MS,
     MAX_VALUE_BYTES,
     NewMessage,
+    StagedRecords,
     check_limits,
     encode_into,
+    restamp,
 )
 from vault_core.index import IndexPoint, IndexTables
 from vault_core.names import validate_batch_id
@@ -68,6 +70,17 @@ class Batch:
     messages: Sequence[NewMessage]
     batch_id: str | None = None
     """Producer-chosen id; a batch whose id is already committed is not appended again."""
+    staged: StagedRecords | None = None
+    """The batch already in record form (a claim-check body), instead of ``messages``: the
+    writer copies its records and re-stamps offsets and time rather than encoding each one."""
+
+    @classmethod
+    def of_records(cls, records: StagedRecords, batch_id: str | None = None) -> Batch:
+        return cls((), batch_id, records)
+
+    @property
+    def count(self) -> int:
+        return len(self.staged.starts) if self.staged is not None else len(self.messages)
 
 
 @dataclass(frozen=True)
@@ -307,6 +320,17 @@ class StreamWriter:
         try:
             for i, batch in group.batches:
                 first = offset
+                if batch.staged is not None:
+                    staged = batch.staged
+                    at = len(buf)
+                    buf += staged.data
+                    restamp(buf, at, staged.starts, offset, ts)
+                    for start in staged.starts:
+                        if last_point is None or offset + start - last_point.offset >= self.index_spacing:
+                            last_point = IndexPoint(offset + start, ts, count)
+                            points.append(last_point)
+                        count += 1
+                    offset += len(staged.data)
                 for message in batch.messages:
                     if last_point is None or offset - last_point.offset >= self.index_spacing:
                         last_point = IndexPoint(offset, ts, count)
@@ -314,10 +338,9 @@ class StreamWriter:
                     offset += encode_into(buf, message, offset, ts)
                     count += 1
                     if len(buf) >= self.max_write:
-                        pages.send(write_pos, bytes(memoryview(buf)[: self.max_write]))
-                        write_pos += self.max_write
-                        del buf[: self.max_write]
-                result = AppendResult(batch.batch_id, first, offset, len(batch.messages), ts)
+                        write_pos = self._send_full(pages, buf, write_pos)
+                write_pos = self._send_full(pages, buf, write_pos)
+                result = AppendResult(batch.batch_id, first, offset, batch.count, ts)
                 results[i] = result
                 if batch.batch_id:
                     committed_batches.append(CommittedBatch(batch.batch_id, first, offset, result.count, ts))
@@ -348,6 +371,14 @@ class StreamWriter:
         if points or committed_batches or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
             self._record(points, committed_batches, now)
         return results
+
+    def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
+        """Send every whole ``max_write`` chunk at the front of ``buf``; the new write position."""
+        while len(buf) >= self.max_write:
+            pages.send(write_pos, bytes(memoryview(buf)[: self.max_write]))
+            write_pos += self.max_write
+            del buf[: self.max_write]
+        return write_pos
 
     def _record(self, points: list[IndexPoint], batches: list[CommittedBatch], now: int) -> None:
         """Write the commit's index rows and batch ids in the background, off the append path.
