@@ -188,7 +188,8 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
     now_ms = time.time_ns() // 1_000_000
     # Cleanup after the commit, side by side; anything left behind is harmless (a redelivery
     # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
-    cleanup = [_io.submit(_delete_claim, services, w.envelope.claim) for w in work if w.envelope.claim]
+    claims = [w.envelope.claim for w in work if w.envelope.claim]
+    cleanup = [_io.submit(_delete_claims, services, claims[i : i + 256]) for i in range(0, len(claims), 256)]
     cleanup += [_io.submit(_delete, queue, w.drained) for w in work if w.drained]
     for done in cleanup:
         done.result()
@@ -303,9 +304,10 @@ def _delete(queue: StagingQueue, m: Staged) -> None:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
-def _delete_claim(services: Services, blob: str) -> None:
+def _delete_claims(services: Services, blobs: list[str]) -> None:
+    """One Blob Batch request for up to 256 claim-check blobs, not one request each."""
     try:
         with translate_errors():
-            services.claimcheck.delete_blob(blob)
+            services.claimcheck.delete_blobs(*blobs, raise_on_any_failure=False)
     except VaultError:
         pass  # the container's lifecycle rule removes forgotten claim-check blobs
