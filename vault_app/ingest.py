@@ -54,22 +54,18 @@ def _json(raw: bytes, where: str) -> Any:
 
 
 def _message(item: Any, i: int, limits: Limits) -> NewMessage:
+    # Called once per message of every batch: the common shape (text value, text key, no
+    # encodings) takes the short path, and error texts are only built for errors.
     if not isinstance(item, dict) or "value" not in item:
         raise HttpError(400, "bad_request", f'message {i} must be an object with a "value"')
-    value = _bytes(item["value"], item.get("encoding"), f"message {i} value")
-    key: str | bytes = ""
-    if item.get("key") is not None:
-        if item.get("key_encoding") == "base64":
-            key = _bytes(item["key"], "base64", f"message {i} key")
-        elif isinstance(item["key"], str):
-            key = item["key"]
-        else:
-            raise HttpError(400, "bad_request", f"message {i} key must be a string")
-    key_len = len(key.encode()) if isinstance(key, str) else len(key)
-    if key_len > MAX_KEY_BYTES:
-        raise HttpError(
-            413, "too_large", f"message {i} key is {key_len} bytes; the maximum is {MAX_KEY_BYTES}"
-        )
+    raw, encoding = item["value"], item.get("encoding")
+    value = raw.encode() if type(raw) is str and encoding is None else _bytes(raw, encoding, i, "value")
+    key: str | bytes = item.get("key", "")
+    if type(key) is not str or item.get("key_encoding") is not None:
+        key = _key(item, i)
+    # A character is at most 4 UTF-8 bytes: only long keys need encoding to be measured.
+    if len(key) * 4 > MAX_KEY_BYTES and (n := _byte_length(key)) > MAX_KEY_BYTES:
+        raise HttpError(413, "too_large", f"message {i} key is {n} bytes; the maximum is {MAX_KEY_BYTES}")
     if len(value) > limits.max_message_bytes:
         raise HttpError(
             413,
@@ -79,14 +75,31 @@ def _message(item: Any, i: int, limits: Limits) -> NewMessage:
     return NewMessage(value, key)
 
 
-def _bytes(raw: Any, encoding: Any, what: str) -> bytes:
+def _byte_length(key: str | bytes) -> int:
+    return len(key.encode()) if isinstance(key, str) else len(key)
+
+
+def _key(item: dict[str, Any], i: int) -> str | bytes:
+    key = item.get("key")
+    if key is None:
+        return ""
+    if item.get("key_encoding") == "base64":
+        return _bytes(key, "base64", i, "key")
+    if isinstance(key, str):
+        return key
+    raise HttpError(400, "bad_request", f"message {i} key must be a string")
+
+
+def _bytes(raw: Any, encoding: Any, i: int, field: str) -> bytes:
     if not isinstance(raw, str):
-        raise HttpError(400, "bad_request", f"{what} must be a string")
+        raise HttpError(400, "bad_request", f"message {i} {field} must be a string")
     if encoding in (None, "utf-8", "text"):
         return raw.encode()
     if encoding == "base64":
         try:
             return base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as exc:
-            raise HttpError(400, "bad_request", f"{what} is not valid base64") from exc
-    raise HttpError(400, "bad_request", f'{what}: unknown encoding {encoding!r} (use "utf-8" or "base64")')
+            raise HttpError(400, "bad_request", f"message {i} {field} is not valid base64") from exc
+    raise HttpError(
+        400, "bad_request", f'message {i} {field}: unknown encoding {encoding!r} (use "utf-8" or "base64")'
+    )
