@@ -17,7 +17,7 @@ from vault_app.services import Services, services
 from vault_app.staging import COMMITTED, Stager, batch_id_for
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidOffset
-from vault_core.format import Message
+from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
 from vault_core.names import validate_stream_name
 from vault_core.reader import ReadResult
 
@@ -208,25 +208,32 @@ def _read(reader: Any, stream: str, offset: int, limit: int, max_bytes: int) -> 
         raise
 
 
-def _text_or_b64(raw: bytes, force_b64: bool) -> tuple[str, str]:
+_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder
+_NEEDS_ESCAPING = bytes([*range(0x20), ord('"'), ord("\\"), *range(0x7F, 0x100)])
+"""Bytes that JSON must escape, or that are not plain ASCII: a value without any is its own
+JSON string body, which spares the decode and the escaping pass for most text values."""
+
+
+def _json_string(raw: bytes, force_b64: bool) -> tuple[str, str]:
+    """``raw`` as a JSON string literal and its encoding: UTF-8 text, or base64 if it is not."""
     if not force_b64:
+        if len(raw.translate(None, _NEEDS_ESCAPING)) == len(raw):
+            return f'"{raw.decode("ascii")}"', "utf-8"
         try:
-            return raw.decode("utf-8"), "utf-8"
+            return _quote(raw.decode("utf-8")), "utf-8"
         except UnicodeDecodeError:
             pass
-    return base64.b64encode(raw).decode(), "base64"
-
-
-_quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder
+    return f'"{base64.b64encode(raw).decode()}"', "base64"
 
 
 def _message_line(m: Message, force_b64: bool) -> str:
     """One message as a JSON object, built directly: this is the read path's inner loop."""
-    value, value_enc = _text_or_b64(m.value, force_b64)
-    key, key_enc = _text_or_b64(m.key, force_b64 and not m.key_is_text)
+    offset, ts, key, value, flags = m
+    value_json, value_enc = _json_string(value, force_b64)
+    key_json, key_enc = _json_string(key, force_b64 and not flags & FLAG_KEY_IS_TEXT)
     return (
-        f'{{"offset":{m.offset},"timestamp":{m.timestamp},"id":"{m.id}","key":{_quote(key)},'
-        f'"key_encoding":"{key_enc}","value":{_quote(value)},"value_encoding":"{value_enc}"}}'
+        f'{{"offset":{offset},"timestamp":{ts},"id":"{message_id(ts, offset)}","key":{key_json},'
+        f'"key_encoding":"{key_enc}","value":{value_json},"value_encoding":"{value_enc}"}}'
     )
 
 
