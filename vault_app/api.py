@@ -13,18 +13,20 @@ from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
 from vault_app.http import HttpError, Request, Response, guarded, json_response
 from vault_app.ingest import parse_batch
+from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
 from vault_app.staging import COMMITTED, Stager, batch_id_for
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidOffset
 from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
 from vault_core.names import validate_stream_name
-from vault_core.reader import ReadResult
+from vault_core.reader import ReadResult, StreamReader
 
 VERSION = "0.1.0"
 MAX_WAIT_SECONDS = 60
 MAX_LIMIT = 10_000
 MAX_RANGE_BYTES = 16 * 1024 * 1024
+_read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
 
 
@@ -186,6 +188,8 @@ def get_messages(req: Request) -> Response:
         time.sleep(min(delay, left))
         delay = min(delay * 2, 1.0)
         result = _read(reader, stream, offset, limit, max_bytes)
+    # Before formatting: a sequential consumer's next range downloads while this one is built.
+    _read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
     rows = [_message_line(m, force_b64) for m in result.messages]
     if NDJSON in (req.header("accept") or ""):
@@ -198,10 +202,10 @@ def get_messages(req: Request) -> Response:
     return Response(200, body.encode(), headers)
 
 
-def _read(reader: Any, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
+def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
     try:
-        result: ReadResult = reader.read(stream, offset, max_bytes=max_bytes, max_count=limit)
-        return result
+        data, state = _read_ahead.fetch(reader, stream, offset, max_bytes)
+        return reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
     except InvalidOffset as exc:
         if "past the committed end" in str(exc):
             raise HttpError(416, "invalid_offset", str(exc)) from exc

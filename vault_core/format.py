@@ -132,11 +132,11 @@ def check_limits(key: bytes, value: bytes | bytearray | memoryview) -> None:
 
 def encode_into(out: bytearray, message: NewMessage, offset: int, timestamp: int) -> int:
     """Append one record for ``message`` at stream ``offset`` to ``out``; returns its size."""
-    value, key = message  # hot path: no method calls for the common case
-    if type(key) is str:
-        key, flags = key.encode("utf-8"), FLAG_KEY_IS_TEXT
+    value, given_key = message  # hot path: no method calls for the common case
+    if isinstance(given_key, str):
+        key, flags = given_key.encode("utf-8"), FLAG_KEY_IS_TEXT
     else:
-        flags = 0
+        key, flags = given_key, 0
     klen, vlen = len(key), len(value)
     if klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
         check_limits(key, value)

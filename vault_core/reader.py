@@ -152,30 +152,48 @@ class StreamReader:
         does not depend on where in the stream the offset is. At least one record is returned
         when one is committed there, even if it is larger than ``max_bytes``.
         """
+        data, state = self.fetch(stream, from_offset, max_bytes)
+        return self.decode_fetched(stream, from_offset, data, state, max_bytes=max_bytes, max_count=max_count)
+
+    def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
+        """The raw bytes of a :meth:`read` and the commit record they came with (one GET)."""
         if from_offset < 0:
             raise InvalidOffset(f"offset must be >= 0, got {from_offset}")
-        if max_bytes <= 0 or max_count <= 0:
+        if max_bytes <= 0:
             raise InvalidOffset("max_bytes and max_count must be positive")
         blob = self.blob(stream)
         try:
-            data, state = blob.read_with_state(from_offset, max_bytes)
+            return blob.read_with_state(from_offset, max_bytes)
         except StorageFailure as exc:
             if exc.status != 416:  # a range starting at or past the blob's end
                 raise
-            state = blob.state()
-            data = b""
+            return b"", blob.state()
+
+    def decode_fetched(
+        self,
+        stream: str,
+        from_offset: int,
+        data: bytes,
+        state: CommitState,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_count: int = DEFAULT_MAX_COUNT,
+    ) -> ReadResult:
+        """The records of bytes :meth:`fetch` returned (now or earlier: committed bytes never change)."""
+        if max_bytes <= 0 or max_count <= 0:
+            raise InvalidOffset("max_bytes and max_count must be positive")
         committed = state.committed
         if from_offset > committed:
             raise InvalidOffset(
                 f"offset {from_offset} is past the committed end of stream {stream!r} ({committed})"
             )
-        limit = min(len(data), committed - from_offset)
+        limit = min(len(data), max_bytes, committed - from_offset)
         if limit <= 0:
             return ReadResult([], from_offset, committed)
         _check_boundary(data, from_offset, stream)
         need = record_length_at(data, 0)
         if need is not None and need > limit and from_offset + need <= committed:
-            data = blob.read(from_offset, need)  # one record larger than max_bytes
+            data = self.blob(stream).read(from_offset, need)  # one record larger than max_bytes
             limit = need
         records, pos = decode(
             data,

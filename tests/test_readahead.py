@@ -1,0 +1,85 @@
+"""Read-ahead of the read API for sequential consumers, on a real Azurite."""
+
+from __future__ import annotations
+
+from vault_app.readahead import ReadAhead
+from vault_core.format import NewMessage
+from vault_core.pageblob import CommitState
+from vault_core.reader import StreamReader
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+
+
+class CountingReader(StreamReader):
+    """The real reader, counting the GETs it makes (to see which reads were prefetched)."""
+
+    def __init__(self, vault: Vault) -> None:
+        super().__init__(vault.reader.container, vault.reader.index)
+        self.fetches: list[int] = []
+
+    def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
+        self.fetches.append(from_offset)
+        return super().fetch(stream, from_offset, max_bytes)
+
+
+def fill(vault: Vault, stream: str, batches: int = 6) -> None:
+    with vault.writer(stream) as w:
+        for b in range(batches):
+            w.append([Batch([NewMessage(f"{b}-{i}".encode() * 20, "k") for i in range(100)])])
+
+
+def consume(ahead: ReadAhead, reader: StreamReader, stream: str, max_bytes: int) -> list[bytes]:
+    """A sequential consumer, as the read API serves it: fetch, decode, then note the read."""
+    offset, got = 0, []
+    while True:
+        data, state = ahead.fetch(reader, stream, offset, max_bytes)
+        result = reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=10_000)
+        ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
+        if not result.messages:
+            return got
+        got += [m.value for m in result.messages]
+        offset = result.next_offset
+
+
+def test_a_sequential_consumer_reads_prefetched_ranges_and_every_message(vault: Vault, stream: str) -> None:
+    fill(vault, stream)
+    reader = CountingReader(vault)
+    ahead = ReadAhead()
+    got = consume(ahead, reader, stream, 8 * 1024)
+    assert got == [m.value for m in vault.reader.scan(stream)]
+    # Read-ahead starts with the second read: it is the first one known to be sequential.
+    # Every read after that was fetched once, ahead of time, and never again.
+    assert len(reader.fetches) == len(set(reader.fetches))
+    assert reader.fetches[:2] == [0, reader.fetches[1]] and len(reader.fetches) >= 4
+
+
+def test_random_reads_prefetch_nothing(vault: Vault, stream: str) -> None:
+    fill(vault, stream, 2)
+    reader = CountingReader(vault)
+    ahead = ReadAhead()
+    offsets = [m.offset for m in vault.reader.scan(stream)][::37]
+    for offset in reversed(offsets):
+        data, state = ahead.fetch(reader, stream, offset, 4096)
+        result = reader.decode_fetched(stream, offset, data, state, max_bytes=4096)
+        ahead.done(reader, stream, offset, result.next_offset, result.committed, 4096)
+    assert reader.fetches == list(reversed(offsets))
+
+
+def test_held_bytes_stay_bounded_and_a_prefetch_is_handed_out_once(vault: Vault, stream: str) -> None:
+    fill(vault, stream, 2)
+    reader = CountingReader(vault)
+    ahead = ReadAhead(max_held_bytes=3 * 1024)
+    # Two sequential consumers on the same stream at different places; each wants 2 KiB ahead.
+    offsets = [m.offset for m in vault.reader.scan(stream)]
+    for start in (0, next(o for o in offsets if o >= 8192)):
+        data, state = ahead.fetch(reader, stream, start, 2048)
+        first = reader.decode_fetched(stream, start, data, state, max_bytes=2048)
+        ahead.done(reader, stream, start, first.next_offset, first.committed, 2048)
+        data, state = ahead.fetch(reader, stream, first.next_offset, 2048)
+        second = reader.decode_fetched(stream, first.next_offset, data, state, max_bytes=2048)
+        ahead.done(reader, stream, first.next_offset, second.next_offset, second.committed, 2048)
+    assert ahead._held <= 3 * 1024  # the older consumer's prefetch was dropped for the newer one
+    ahead.fetch(reader, stream, second.next_offset, 2048)  # the prefetched one: no new GET
+    assert reader.fetches.count(second.next_offset) == 1 and ahead._held == 0
+    ahead.fetch(reader, stream, second.next_offset, 2048)  # handed out once: a GET again
+    assert reader.fetches.count(second.next_offset) == 2

@@ -1,0 +1,76 @@
+"""Read-ahead for sequential consumers of the read API.
+
+A consumer replaying a stream asks for ``from=N``, then ``from=<X-Next-Offset>``, and so on.
+Once a read starts exactly where an earlier read of this process ended, the consumer is
+reading sequentially, and this process fetches the next range in the background while it
+formats and sends the current one: the next request then finds its bytes already here, and
+the download no longer adds to each request's time. This is what a file system's read-ahead
+does for a sequential reader.
+
+Committed bytes never change, so prefetched bytes are as good as fresh ones; the commit record
+that came with them may be a little older, which only means a reader sees a slightly older
+``X-Committed`` (it reads the rest on its next request). Reads at the tail (nothing committed
+past them) prefetch nothing, and a prefetched range is handed out once and then dropped, so
+the memory held is bounded by :data:`MAX_HELD_BYTES` per process. A consumer whose next
+request goes to another instance costs one unused GET here: that is why read-ahead starts only
+after a sequential pattern has been seen on this instance.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from vault_core.pageblob import CommitState
+from vault_core.reader import StreamReader
+
+MAX_HELD_BYTES = 64 * 1024 * 1024
+"""Prefetched bytes held at most per process (the oldest are dropped first)."""
+MAX_TRACKED = 1024
+"""Read ends remembered to recognise a sequential consumer (the oldest are forgotten)."""
+
+Fetched = tuple[bytes, CommitState]
+
+
+class ReadAhead:
+    def __init__(self, max_held_bytes: int = MAX_HELD_BYTES) -> None:
+        self.max_held_bytes = max_held_bytes
+        self._lock = threading.Lock()
+        self._ends: OrderedDict[tuple[str, int], None] = OrderedDict()
+        self._ahead: OrderedDict[tuple[str, int], tuple[int, Future[Fetched]]] = OrderedDict()
+        self._held = 0
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mv-readahead")
+
+    def fetch(self, reader: StreamReader, stream: str, offset: int, max_bytes: int) -> Fetched:
+        """The bytes at ``offset``: prefetched if this read was foreseen, else one GET now."""
+        with self._lock:
+            found = self._ahead.pop((stream, offset), None)
+            if found is not None:
+                self._held -= found[0]
+        if found is not None and found[0] >= max_bytes:
+            try:
+                return found[1].result()
+            except Exception:  # a failed prefetch is retried as an ordinary read, which reports it
+                pass
+        return reader.fetch(stream, offset, max_bytes)
+
+    def done(
+        self, reader: StreamReader, stream: str, offset: int, next_offset: int, committed: int, max_bytes: int
+    ) -> None:
+        """Note a read of ``[offset, next_offset)``; prefetch what a sequential reader wants next."""
+        with self._lock:
+            sequential = self._ends.pop((stream, offset), "no") is None
+            self._ends[(stream, next_offset)] = None
+            while len(self._ends) > MAX_TRACKED:
+                self._ends.popitem(last=False)
+            if not sequential or next_offset >= committed or (stream, next_offset) in self._ahead:
+                return
+            while self._ahead and self._held + max_bytes > self.max_held_bytes:
+                _, (size, _) = self._ahead.popitem(last=False)
+                self._held -= size
+            if self._held + max_bytes > self.max_held_bytes:
+                return
+            self._held += max_bytes
+            future = self._pool.submit(reader.fetch, stream, next_offset, max_bytes)
+            self._ahead[(stream, next_offset)] = (max_bytes, future)
