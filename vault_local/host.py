@@ -4,23 +4,28 @@ It does what ``func start`` does for this app, no more:
 
 * reads the functions, their triggers, routes, methods and auth levels **from the app object
   itself** (``FunctionApp.get_functions()``): there is no second route table;
-* serves HTTP triggers under ``/api`` (``extensions.http.routePrefix``) with uvicorn, calling the
-  same Python functions with real ``azure.functions.HttpRequest`` objects; function-level
-  routes need the key (``?code=`` or ``x-functions-key``), as in Azure;
+* serves HTTP triggers under ``/api`` (``extensions.http.routePrefix``) with uvicorn;
+  function-level routes need the key (``?code=`` or ``x-functions-key``), as in Azure;
 * runs queue triggers against the configured storage with the host's semantics, read from
   ``host.json``: ``batchSize``, ``newBatchThreshold``, ``visibilityTimeout`` after a failure,
   ``maxPollingInterval`` back-off when idle, and ``maxDequeueCount`` → ``<queue>-poison``.
-  While an invocation runs its message stays invisible (renewed), like the real host.
+  While an invocation runs its message stays invisible (renewed), like the real host;
+* runs the functions themselves, as the Functions host does, in ``FUNCTIONS_WORKER_PROCESS_COUNT``
+  language worker processes (:mod:`vault_local.worker`) with real ``azure.functions`` request and
+  message objects, so the HTTP tier, the queue pollers and the function code do not share one
+  GIL. A worker that dies fails its in-flight invocations and is replaced.
 
 Where Core Tools exist, ``func start`` runs the same app unchanged.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,15 +36,22 @@ from typing import Any
 
 import azure.functions as func
 import uvicorn
-from azure.functions.queue import QueueMessage as FuncQueueMessage
 from azure.storage.queue import QueueClient
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from vault_core.azure import StorageAccount, create_if_missing
+from vault_local.worker import (
+    FunctionFailed,
+    HttpResult,
+    WorkerFailed,
+    Workers,
+    WorkerStartError,
+    worker_settings,
+)
 
 log = logging.getLogger("vault_local.host")
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,10 +173,12 @@ class LocalHost:
         env: Mapping[str, str],
         *,
         function_key: str,
+        workers: Workers,
         port: int = 7071,
         inflight_visibility: float = 30.0,
     ) -> None:
         self.http, self.queues = discover(app)
+        self.workers = workers
         self.prefix = "/" + str(
             host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
         ).strip("/")
@@ -206,22 +220,30 @@ class LocalHost:
                     },
                     401,
                 )
+            meta = {
+                "function": h.name,
+                "method": request.method,
+                "url": str(request.url),
+                "headers": dict(request.headers),
+                "params": dict(request.query_params),
+                "route_params": match.groupdict(),
+            }
             body = await request.body()
-            req = func.HttpRequest(
-                method=request.method,
-                url=str(request.url),
-                headers=dict(request.headers),
-                params=dict(request.query_params),
-                route_params=match.groupdict(),
-                body=body,
-            )
-            resp: func.HttpResponse = await run_in_threadpool(h.fn, **{h.arg_name: req})
-            headers = dict(resp.headers)
+            try:
+                # Picking a worker may wait for a replacement and a send of up to 16 MiB may
+                # block: both off the event loop. The reply is awaited without holding a thread,
+                # so long polls tie up only the worker's threads, as in the Python worker.
+                sent = await run_in_threadpool(self.workers.invoke_http, meta, body)
+                resp: HttpResult = await asyncio.wrap_future(sent)
+            except WorkerFailed as exc:
+                return JSONResponse({"error": "worker_failed", "message": str(exc)}, 500)
+            except FunctionFailed:  # what Starlette answered when the function raised in-process
+                return PlainTextResponse("Internal Server Error", 500)
             media = resp.mimetype or "text/plain"
             return Response(
-                resp.get_body(),
-                status_code=resp.status_code,
-                headers=headers,
+                resp.body,
+                status_code=resp.status,
+                headers=resp.headers,
                 media_type=f"{media}; charset={resp.charset}" if media.startswith("text/") else media,
             )
         if allowed:
@@ -243,7 +265,7 @@ class LocalHost:
     def _queue_client(self, q: QueueFunction, name: str) -> QueueClient:
         return StorageAccount.from_settings(self.env, q.connection).queue_service().get_queue_client(name)
 
-    def _poll(self, q: QueueFunction) -> None:
+    def _poll(self, q: QueueFunction, index: int) -> None:
         client = self._queue_client(q, q.queue_name)
         poison = self._queue_client(q, f"{q.queue_name}-poison")
         create_if_missing(client.create_queue, poison.create_queue)
@@ -279,7 +301,7 @@ class LocalHost:
                     def run(m: Any = m) -> None:
                         nonlocal running
                         try:
-                            self._invoke(q, client, poison, m)
+                            self._invoke(q, index, client, poison, m)
                         finally:
                             with done:
                                 running -= 1
@@ -287,7 +309,7 @@ class LocalHost:
 
                     pool.submit(run)
 
-    def _invoke(self, q: QueueFunction, client: QueueClient, poison: QueueClient, m: Any) -> None:
+    def _invoke(self, q: QueueFunction, index: int, client: QueueClient, poison: QueueClient, m: Any) -> None:
         receipt = [m.pop_receipt]
         if m.dequeue_count > self.options.max_dequeue_count:
             self._to_poison(client, poison, m, receipt[0], "dequeue count over maxDequeueCount")
@@ -311,20 +333,22 @@ class LocalHost:
             import base64
 
             content = base64.b64decode(content).decode()
-        msg = FuncQueueMessage(
-            id=m.id,
-            body=content.encode(),
-            dequeue_count=m.dequeue_count,
-            pop_receipt=receipt[0],
-            insertion_time=m.inserted_on,
-            expiration_time=m.expires_on,
-            time_next_visible=m.next_visible_on,
-        )
+        meta = {
+            "function": q.name,
+            "id": m.id,
+            "dequeue_count": m.dequeue_count,
+            "pop_receipt": receipt[0],
+            "insertion_time": m.inserted_on,
+            "expiration_time": m.expires_on,
+            "time_next_visible": m.next_visible_on,
+        }
         try:
-            q.fn(**{q.arg_name: msg})
+            self.workers.invoke_queue(index, meta, content.encode()).result()
             ok = True
-        except Exception:
-            log.exception("function %s failed (dequeue count %d)", q.name, m.dequeue_count)
+        except FunctionFailed:  # the worker logged it, with the traceback
+            ok = False
+        except WorkerFailed as exc:
+            log.error("function %s failed (dequeue count %d): %s", q.name, m.dequeue_count, exc)
             ok = False
         finally:
             stop_renew.set()
@@ -348,8 +372,9 @@ class LocalHost:
 
     # -- run -------------------------------------------------------------------------------
     def serve(self, ready: Callable[[], None] | None = None) -> None:
-        for q in self.queues:
-            threading.Thread(target=self._poll, args=(q,), name=f"poll-{q.name}", daemon=True).start()
+        self.workers.start(frozenset([h.name for h in self.http] + [q.name for q in self.queues]))
+        for index, q in enumerate(self.queues):
+            threading.Thread(target=self._poll, args=(q, index), name=f"poll-{q.name}", daemon=True).start()
         config = uvicorn.Config(
             self.asgi,
             host="127.0.0.1",
@@ -365,6 +390,7 @@ class LocalHost:
             server.run()
         finally:
             self.stopping.set()
+            self.workers.close()
 
     @staticmethod
     def _wait_started(server: uvicorn.Server) -> None:
@@ -393,8 +419,10 @@ def run(
             os.environ.setdefault(k, v)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("azure").setLevel(logging.WARNING)
-    if fault:
-        _install_fault(fault)
+    try:
+        processes, threads = worker_settings(os.environ)
+    except ValueError as exc:
+        sys.exit(f"vault_local host: {exc}")
     from vault_app.services import services
 
     services().ensure()
@@ -402,25 +430,21 @@ def run(
 
     host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
     key = os.environ.get("LOCAL_FUNCTION_KEY") or "local-dev-key"
+    # The workers inherit this environment (local settings included) and import the same
+    # function_app; the --fault seam goes to them, since the writer runs there.
+    workers = Workers(processes, threads, app_dir=Path(function_app.__file__).resolve().parent, fault=fault)
     host = LocalHost(
         function_app.app,
         host_json,
         os.environ,
         function_key=key,
+        workers=workers,
         port=port,
         inflight_visibility=inflight_visibility,
     )
     names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
-    host.serve(ready=lambda: print(f"READY http://127.0.0.1:{port}{host.prefix} ({names})", flush=True))
-
-
-def _install_fault(point: str) -> None:
-    """Test seam: stop dead at a named point in the writer so a test can kill -9 this process."""
-    from vault_app import writer_fn
-
-    def hook(where: str) -> None:
-        if where == point:
-            print(f"FAULT {where}", flush=True)
-            time.sleep(3600)
-
-    writer_fn.fault_hook = hook
+    names += f"; {processes} worker process(es) x {threads} threads"
+    try:
+        host.serve(ready=lambda: print(f"READY http://127.0.0.1:{port}{host.prefix} ({names})", flush=True))
+    except WorkerStartError as exc:
+        sys.exit(f"vault_local host: {exc}")

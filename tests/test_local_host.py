@@ -1,0 +1,224 @@
+"""The local host's language workers: real host and worker processes on the session's Azurite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+from vault_local.worker import Channel, least_busy, queue_worker, worker_settings
+
+HOST_JSON = {
+    "version": "2.0",
+    "extensions": {
+        "http": {"routePrefix": "api"},
+        "queues": {
+            "batchSize": 1,
+            "newBatchThreshold": 0,
+            "maxDequeueCount": 3,
+            "visibilityTimeout": "00:00:00",
+            "maxPollingInterval": "00:00:01",
+            "messageEncoding": "none",
+        },
+    },
+}
+
+
+def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:
+    """A host of its own, on queues of its own, so killing its workers disturbs no other test."""
+    host_json = tmp_path / "host.json"
+    host_json.write_text(json.dumps(HOST_JSON))
+    settings = {
+        "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
+        "VAULT_STAGING_QUEUES": "2",
+        "FUNCTIONS_WORKER_PROCESS_COUNT": workers,
+    }
+    return HostProcess(
+        azurite.connection_string,
+        settings=settings,
+        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
+    )
+
+
+@pytest.fixture
+def two_workers(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
+    host = own_host(azurite, tmp_path, "2").start()
+    yield host
+    host.stop()
+
+
+def workers_of(host: HostProcess) -> list[psutil.Process]:
+    assert host.proc is not None
+    return psutil.Process(host.proc.pid).children()
+
+
+def wait_until(check: Any, timeout: float = 20) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (got := check()):
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+    return got
+
+
+def logged(host: HostProcess, text: str) -> bool:
+    return any(text in line for line in host.lines)
+
+
+def post_and_wait(host: HostProcess, stream: str, values: list[str]) -> httpx.Response:
+    return httpx.post(
+        f"{host.url}/streams/{stream}/messages",
+        params={"code": host.key, "wait": 20},
+        json={"messages": [{"value": v} for v in values]},
+        timeout=60,
+    )
+
+
+# -- pure ------------------------------------------------------------------------------------
+
+
+def test_http_goes_to_the_least_busy_live_worker_and_ties_rotate() -> None:
+    assert least_busy([2, 0, 1], 0) == 1
+    assert [least_busy([0, 0, 0], turn) for turn in range(4)] == [0, 1, 2, 0]
+    assert least_busy([None, 3, 3], 0) == 1 and least_busy([1, None, 1], 1) == 2
+    with pytest.raises(LookupError):
+        least_busy([None, None], 0)
+
+
+def test_each_queue_function_stays_on_one_worker() -> None:
+    assert [queue_worker(i, 2) for i in range(5)] == [0, 1, 0, 1, 0]
+    assert {queue_worker(i, 1) for i in range(8)} == {0}
+
+
+def test_worker_settings_default_like_the_functions_host_and_validate() -> None:
+    assert worker_settings({}) == (1, min(32, (os.cpu_count() or 1) + 4))
+    env = {"FUNCTIONS_WORKER_PROCESS_COUNT": "10", "PYTHON_THREADPOOL_THREAD_COUNT": "3"}
+    assert worker_settings(env) == (10, 3)
+    for bad in ("0", "11", "two", "1.5"):
+        with pytest.raises(ValueError, match=r"FUNCTIONS_WORKER_PROCESS_COUNT must be a whole number from 1"):
+            worker_settings({"FUNCTIONS_WORKER_PROCESS_COUNT": bad})
+    with pytest.raises(ValueError, match="PYTHON_THREADPOOL_THREAD_COUNT"):
+        worker_settings({"PYTHON_THREADPOOL_THREAD_COUNT": "0"})
+
+
+def test_frames_carry_large_bodies_unchanged_both_ways() -> None:
+    a, b = socket.socketpair()
+    left, right = Channel(a), Channel(b)
+    body = os.urandom(16 * 1024 * 1024 + 1)
+    meta = {"function": "f", "headers": {"content-type": "application/json"}}
+    sender = threading.Thread(target=lambda: [left.send(2, 7, meta, body), left.send(4, 8, {}, b"")])
+    sender.start()
+    assert right.recv() == (2, 7, meta, body)
+    assert right.recv() == (4, 8, {}, b"")
+    sender.join()
+    left.close()
+    with pytest.raises(EOFError):
+        right.recv()
+    right.close()
+
+
+# -- real processes --------------------------------------------------------------------------
+
+
+def test_two_workers_serve_http_and_run_the_writer(two_workers: HostProcess, stream: str) -> None:
+    host = two_workers
+    workers = workers_of(host)
+    assert host.proc is not None and len(workers) == 2
+    assert all(os.getpgid(w.pid) == host.proc.pid for w in workers)  # killed with the host's group
+    for i in range(3):
+        r = post_and_wait(host, stream, [f"b{i}-0", f"b{i}-1"])
+        assert r.status_code == 200, r.text
+        assert r.json()["status"] == "committed" and r.json()["count"] == 2
+    doc = httpx.get(f"{host.url}/streams/{stream}/messages", params={"from": 0}).json()
+    assert [m["value"] for m in doc["messages"]] == [f"b{i}-{j}" for i in range(3) for j in range(2)]
+    # The writer ran in a worker, and its structured log lines still reach the host's stdout.
+    assert wait_until(lambda: logged(host, '"event":"appended"'))
+    assert httpx.get(f"{host.url}/nothing").json()["error"] == "not_found"
+
+
+@pytest.mark.parametrize("count", ["0", "11", "many"])
+def test_an_invalid_worker_count_stops_the_host_with_a_clear_message(
+    azurite: Azurite, tmp_path: Path, count: str
+) -> None:
+    host = own_host(azurite, tmp_path, count)
+    clear = "vault_local host: FUNCTIONS_WORKER_PROCESS_COUNT must be a whole number from 1 to 10"
+    with pytest.raises(RuntimeError, match=clear):
+        host.start()
+    assert host.proc is not None and host.proc.wait(10) != 0
+
+
+def test_a_killed_worker_fails_its_requests_and_is_replaced(two_workers: HostProcess, stream: str) -> None:
+    host = two_workers
+    assert post_and_wait(host, stream, ["before"]).status_code == 200
+    end = httpx.get(f"{host.url}/streams/{stream}/messages").json()["next_offset"]
+    answers: list[httpx.Response] = []
+
+    def long_poll() -> None:
+        answers.append(
+            httpx.get(f"{host.url}/streams/{stream}/messages", params={"from": end, "wait": 4}, timeout=30)
+        )
+
+    # Two long polls in flight: the least busy dispatch puts one on each worker.
+    polls = [threading.Thread(target=long_poll) for _ in range(2)]
+    for t in polls:
+        t.start()
+        time.sleep(0.5)  # each in flight before the next is dispatched (and before the kill)
+    victim, survivor = workers_of(host)
+    victim.send_signal(signal.SIGKILL)
+    for t in polls:
+        t.join(30)
+    failed = [r for r in answers if r.status_code == 500]
+    assert len(failed) == 1 and failed[0].json()["error"] == "worker_failed", [r.text for r in answers]
+    assert "killed by SIGKILL" in failed[0].json()["message"]
+    assert [r.json()["messages"] for r in answers if r.status_code == 200] == [[]]
+    # A replacement takes the dead worker's place, and the host keeps serving.
+    wait_until(lambda: logged(host, "replaced"))
+    now = {w.pid for w in workers_of(host)}
+    assert len(now) == 2 and survivor.pid in now and victim.pid not in now
+    # Another stream: the dead worker's writer still holds the lease of this one for up to 15 s.
+    other = f"{stream}-after"
+    assert post_and_wait(host, other, ["after"]).status_code == 200
+    doc = httpx.get(f"{host.url}/streams/{other}/messages", params={"from": 0}).json()
+    assert [m["value"] for m in doc["messages"]] == ["after"]
+
+
+def test_a_worker_dying_mid_invocation_fails_the_queue_invocation(
+    azurite: Azurite, tmp_path: Path, stream: str
+) -> None:
+    host = own_host(azurite, tmp_path, "1", "--fault", "after-commit").start()
+    try:
+        r = httpx.post(
+            f"{host.url}/streams/{stream}/messages",
+            params={"code": host.key},
+            json={"messages": [{"value": "x"}]},
+        )
+        assert r.status_code == 202
+        host.wait_for("FAULT after-commit", 30)  # printed by the worker, seen on the host's stdout
+        [worker] = workers_of(host)
+        worker.send_signal(signal.SIGKILL)
+        wait_until(lambda: logged(host, "failed (dequeue count 1): language worker 0"))
+        wait_until(lambda: logged(host, "language worker 0 replaced"))
+    finally:
+        host.stop(kill=True)
+
+
+def test_workers_exit_with_their_host(two_workers: HostProcess) -> None:
+    host = two_workers
+    workers = workers_of(host)
+    assert host.proc is not None
+    host.proc.send_signal(signal.SIGKILL)  # only the host: its workers see their socket close
+    host.proc.wait(10)
+    gone, alive = psutil.wait_procs(workers, timeout=10)
+    assert not alive and len(gone) == 2
