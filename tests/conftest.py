@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -46,3 +48,37 @@ def vault_host(azurite: Azurite) -> Iterator[HostProcess]:
     host = HostProcess(azurite.connection_string, key="test-key").start()
     yield host
     host.stop()
+
+
+FAST_RETRY_HOST_JSON = {
+    "version": "2.0",
+    "extensions": {
+        "http": {"routePrefix": "api"},
+        "queues": {
+            "batchSize": 1,
+            "newBatchThreshold": 0,
+            "maxDequeueCount": 3,
+            "visibilityTimeout": "00:00:00",
+            "maxPollingInterval": "00:00:01",
+            "messageEncoding": "none",
+        },
+    },
+}
+"""host.json for hosts that tests kill or starve: quick retries, quick poison."""
+
+
+def isolated_host(
+    azurite: Azurite,
+    tmp_path: Path,
+    *args: str,
+    prefix: str | None = None,
+    settings: dict[str, str] | None = None,
+) -> HostProcess:
+    """A host of its own, on queues of its own, so killing it disturbs no other test."""
+    host_json = tmp_path / "host.json"
+    host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
+    return HostProcess(
+        azurite.connection_string,
+        settings={"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", **(settings or {})},
+        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
+    )

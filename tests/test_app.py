@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from conftest import isolated_host
 
 from vault_app.envelope import INLINE_LIMIT
 from vault_core.azure import StorageAccount
@@ -389,31 +390,9 @@ def test_health(http: httpx.Client) -> None:
 
 # -- faults: each test gets its own host (and queues) so killing it disturbs nothing else -------
 
-FAST_RETRY_HOST_JSON = {
-    "version": "2.0",
-    "extensions": {
-        "http": {"routePrefix": "api"},
-        "queues": {
-            "batchSize": 1,
-            "newBatchThreshold": 0,
-            "maxDequeueCount": 3,
-            "visibilityTimeout": "00:00:00",
-            "maxPollingInterval": "00:00:01",
-            "messageEncoding": "none",
-        },
-    },
-}
-
 
 def own_host(azurite: Azurite, tmp_path: Path, *args: str, prefix: str | None = None) -> HostProcess:
-    host_json = tmp_path / "host.json"
-    host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
-    settings = {"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", "VAULT_STAGING_QUEUES": "1"}
-    return HostProcess(
-        azurite.connection_string,
-        settings=settings,
-        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
-    )
+    return isolated_host(azurite, tmp_path, *args, prefix=prefix, settings={"VAULT_STAGING_QUEUES": "1"})
 
 
 def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once(

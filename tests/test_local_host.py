@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,41 +14,16 @@ from typing import Any
 import httpx
 import psutil
 import pytest
+from conftest import isolated_host
 
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 from vault_local.worker import Channel, least_busy, queue_worker, worker_settings
 
-HOST_JSON = {
-    "version": "2.0",
-    "extensions": {
-        "http": {"routePrefix": "api"},
-        "queues": {
-            "batchSize": 1,
-            "newBatchThreshold": 0,
-            "maxDequeueCount": 3,
-            "visibilityTimeout": "00:00:00",
-            "maxPollingInterval": "00:00:01",
-            "messageEncoding": "none",
-        },
-    },
-}
-
 
 def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:
-    """A host of its own, on queues of its own, so killing its workers disturbs no other test."""
-    host_json = tmp_path / "host.json"
-    host_json.write_text(json.dumps(HOST_JSON))
-    settings = {
-        "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
-        "VAULT_STAGING_QUEUES": "2",
-        "FUNCTIONS_WORKER_PROCESS_COUNT": workers,
-    }
-    return HostProcess(
-        azurite.connection_string,
-        settings=settings,
-        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
-    )
+    settings = {"VAULT_STAGING_QUEUES": "2", "FUNCTIONS_WORKER_PROCESS_COUNT": workers}
+    return isolated_host(azurite, tmp_path, *args, settings=settings)
 
 
 @pytest.fixture
