@@ -60,7 +60,8 @@ class ReadAhead:
     ) -> None:
         """Note a read of ``[offset, next_offset)``; prefetch what a sequential reader wants next."""
         with self._lock:
-            sequential = self._ends.pop((stream, offset), "no") is None
+            sequential = (stream, offset) in self._ends  # it starts where a read of ours ended
+            self._ends.pop((stream, offset), None)
             self._ends[(stream, next_offset)] = None
             while len(self._ends) > MAX_TRACKED:
                 self._ends.popitem(last=False)

@@ -274,36 +274,11 @@ class StagedRecords(NamedTuple):
 def staged_records(buf: bytes, *, stream: str | None = None) -> StagedRecords:
     """Check that ``buf`` is whole, valid records laid out from offset 0; where each starts.
 
-    Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not
-    verify, like :func:`decode`, without building a message per record.
+    Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` as :func:`decode` does (it is
+    :func:`decode` with ``buf`` as a complete log).
     """
-    view = memoryview(buf)
-    starts: list[int] = []
-    pos, end = 0, len(buf)
-    unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
-    while pos < end:
-        if pos + HEADER_SIZE > end:
-            raise CorruptRecord(
-                "a partial record header at the end of a staged batch", stream=stream, offset=pos
-            )
-        magic, crc, version, flags, klen, vlen, offset, _ = unpack(view, pos)
-        if (
-            magic != MAGIC
-            or version != FORMAT_VERSION
-            or flags & ~KNOWN_FLAGS
-            or flags & FLAG_COMPRESSION_MASK
-            or klen > MAX_KEY_BYTES
-            or vlen > MAX_VALUE_BYTES
-            or offset != pos
-        ):
-            _check_header(magic, version, flags, klen, vlen, offset, pos, stream)
-        rec_end = pos + HEADER_SIZE + klen + vlen
-        if rec_end > end or crc32(view[pos + CRC_COVERAGE_START : rec_end]) != crc:
-            raise CorruptRecord("staged record is cut off or fails its checksum", stream=stream, offset=pos)
-        starts.append(pos)
-        pos = rec_end
-    return StagedRecords(buf, starts)
+    records, _ = decode(buf, 0, stream=stream, complete=True)
+    return StagedRecords(buf, [r.offset for r in records])
 
 
 _STAMP = struct.Struct("<Qq")  # offset, timestamp: the fields restamp() rewrites

@@ -160,7 +160,7 @@ class StreamReader:
         if from_offset < 0:
             raise InvalidOffset(f"offset must be >= 0, got {from_offset}")
         if max_bytes <= 0:
-            raise InvalidOffset("max_bytes and max_count must be positive")
+            raise InvalidOffset("max_bytes must be positive")
         blob = self.blob(stream)
         try:
             return blob.read_with_state(from_offset, max_bytes)
