@@ -63,6 +63,11 @@ def list_streams(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.list_streams(_request(req)))
 
 
+@app.route(route="streams/{stream}/batches/{id}", methods=["GET"])
+def get_stream_batch(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.get_stream_batch(_request(req)))
+
+
 @app.route(route="batches/{id}", methods=["GET"])
 def get_batch(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.get_batch(_request(req)))

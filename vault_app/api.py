@@ -5,22 +5,23 @@ from __future__ import annotations
 import base64
 import json
 import re
-import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
+from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.http import HttpError, Request, Response, guarded, json_response
 from vault_app.ingest import parse_batch
 from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
-from vault_app.staging import COMMITTED, Stager, batch_id_for
+from vault_app.staging import Stager
 from vault_core.azure import translate_errors
-from vault_core.errors import InvalidOffset
+from vault_core.errors import InvalidInput, InvalidOffset
 from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
-from vault_core.names import validate_stream_name
+from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
+from vault_core.retry import poll
 
 VERSION = "0.1.0"
 MAX_WAIT_SECONDS = 60
@@ -89,33 +90,47 @@ def post_messages(req: Request) -> Response:
     key = req.header("idempotency-key")
     if key is not None and not 0 < len(key) <= 200:
         raise HttpError(400, "bad_request", "Idempotency-Key must be 1-200 characters")
-    stager = Stager(svc)
-    named = key is not None or producer_id is not None
-    status = stager.stage(stream, batch_id_for(stream, key, producer_id), messages, check_existing=named)
-    if wait > 0:
-        status = _wait_for_commit(stager, stream, status.batch_id, wait) or status
+    batch_id = batch_id_for(stream, key, producer_id)
+    status = Stager(svc).stage(stream, batch_id, messages)
+    if wait > 0 and status.status != COMMITTED:
+        table = svc.batch_table
+        status = poll(lambda: table.committed(stream, batch_id), lambda s: s is not None, wait) or status
     return json_response(200 if status.status == COMMITTED else 202, status.to_json())
 
 
-def _wait_for_commit(stager: Stager, stream: str, batch_id: str, wait: float) -> Any:
-    deadline = time.monotonic() + wait
-    delay = 0.05
-    while True:
-        status = stager.committed_status(stream, batch_id)
-        if status is not None and status.status == COMMITTED:
-            return status
-        if time.monotonic() + delay > deadline:
-            return status
-        time.sleep(delay)
-        delay = min(delay * 2, 1.0)
+def _batch_id(req: Request) -> str:
+    raw = req.route.get("id", "")
+    try:
+        return validate_batch_id(raw)
+    except InvalidInput:
+        raise HttpError(404, "not_found", f"no batch with id {raw!r}") from None
 
 
 @guarded
 def get_batch(req: Request) -> Response:
-    batch_id = req.route.get("id", "")
-    status = Stager(_svc()).status(batch_id) if re.fullmatch(r"[A-Za-z0-9_-]{1,64}", batch_id) else None
-    if status is None:
+    """A batch by id alone: unambiguous unless producers used the same id on several streams."""
+    batch_id = _batch_id(req)
+    found = _svc().batch_table.find(batch_id)
+    if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
+    if len(found) > 1:
+        streams = sorted(s.stream for s in found)
+        raise HttpError(
+            409,
+            "ambiguous_batch",
+            f"batch id {batch_id!r} names batches on {len(streams)} streams ({', '.join(streams[:10])}); "
+            "ask GET /streams/{stream}/batches/{id}",
+        )
+    return json_response(200, found[0].to_json())
+
+
+@guarded
+def get_stream_batch(req: Request) -> Response:
+    stream = _stream(req)
+    batch_id = _batch_id(req)
+    status: BatchStatus | None = _svc().batch_table.status(stream, batch_id)
+    if status is None:
+        raise HttpError(404, "not_found", f"no batch with id {batch_id!r} on stream {stream!r}")
     return json_response(200, status.to_json())
 
 
@@ -182,12 +197,10 @@ def get_messages(req: Request) -> Response:
     else:
         offset = _int_param(req, "from", 0, 0, 2**62)
     result = _read(reader, stream, offset, limit, max_bytes)
-    deadline = time.monotonic() + wait
-    delay = 0.05
-    while not result.messages and (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, 1.0)
-        result = _read(reader, stream, offset, limit, max_bytes)
+    if not result.messages and wait > 0:
+        result = poll(
+            lambda: _read(reader, stream, offset, limit, max_bytes), lambda r: bool(r.messages), wait
+        )
     # Before formatting: a sequential consumer's next range downloads while this one is built.
     _read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}

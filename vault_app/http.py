@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vault_app.batches import IdempotencyMismatch
 from vault_core.errors import (
     InvalidInput,
     InvalidOffset,
@@ -23,6 +24,7 @@ from vault_core.errors import (
     VaultError,
     WriterConflict,
 )
+from vault_core.retry import budget
 
 log = logging.getLogger("vault_app")
 
@@ -80,6 +82,8 @@ def to_http_error(exc: BaseException) -> HttpError:
         return HttpError(400, "invalid_stream", str(exc))
     if isinstance(exc, MessageTooLarge):
         return HttpError(413, "too_large", str(exc))
+    if isinstance(exc, IdempotencyMismatch):
+        return HttpError(422, "idempotency_mismatch", str(exc))
     if isinstance(exc, InvalidOffset):
         return HttpError(400, "invalid_offset", str(exc))
     if isinstance(exc, InvalidInput):
@@ -99,11 +103,16 @@ def to_http_error(exc: BaseException) -> HttpError:
 
 
 def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
-    """Run a handler and turn any exception into a JSON error response."""
+    """Run a handler under one storage time budget and turn any exception into a JSON error.
+
+    The budget (vault_core.retry) bounds every storage call of the request, retries included,
+    so storage that is down or stalled answers 503 within seconds.
+    """
 
     def run(request: Request) -> Response:
         try:
-            return handler(request)
+            with budget():
+                return handler(request)
         except Exception as exc:  # the boundary: nothing escapes as a stack trace
             err = to_http_error(exc)
             if err.status >= 500:

@@ -75,7 +75,7 @@ SCHEMAS: dict[str, Any] = {
         "properties": {
             "batch_id": {"type": "string"},
             "stream": {"type": "string"},
-            "status": {"type": "string", "enum": ["staged", "committed", "rejected"]},
+            "status": {"type": "string", "enum": ["staging", "staged", "committed", "rejected"]},
             "count": _int,
             "first_offset": _int,
             "next_offset": _int,
@@ -166,7 +166,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 **_ok(202, "BatchStatus", "staged"),
                 **_ok(200, "BatchStatus", "committed within wait"),
-                **_errors(400, 401, 409, 413, 503),
+                **_errors(400, 401, 413, 422, 503),
             },
         },
         "get": {
@@ -227,11 +227,18 @@ PATHS: dict[str, Any] = {
     "/streams": {
         "get": {"summary": "All streams and staging queue depths", "responses": _ok(200, "Streams")}
     },
+    "/streams/{stream}/batches/{id}": {
+        "get": {
+            "summary": "A batch's status on its stream",
+            "parameters": [STREAM, _param("id", "path", "string", "batch id")],
+            "responses": {**_ok(200, "BatchStatus"), **_errors(400, 404, 503)},
+        }
+    },
     "/batches/{id}": {
         "get": {
-            "summary": "A batch's status",
+            "summary": "A batch's status by id alone (409 if the id is used on several streams)",
             "parameters": [_param("id", "path", "string", "batch id")],
-            "responses": {**_ok(200, "BatchStatus"), **_errors(404)},
+            "responses": {**_ok(200, "BatchStatus"), **_errors(404, 409, 503)},
         }
     },
     "/health": {"get": {"summary": "Liveness", "responses": _ok(200, "Health")}},

@@ -11,6 +11,8 @@ from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueClient
 
 from vault_app import config
+from vault_app.batches import BatchTable
+from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_core.vault import Vault
@@ -49,9 +51,17 @@ class Services:
         return self.vault.blob_service.get_container_client(self.settings.claimcheck_container)
 
     @cached_property
+    def claims(self) -> ClaimChecks:
+        return ClaimChecks(self.claimcheck, self.vault)
+
+    @cached_property
     def batches(self) -> TableClient:
-        """Batch status rows: PartitionKey = batch id (see vault_app.batches)."""
+        """Batch status rows: PartitionKey = batch id, RowKey = stream (see vault_app.batches)."""
         return self.vault.index.service.get_table_client(f"{self.settings.table_prefix}batches")
+
+    @cached_property
+    def batch_table(self) -> BatchTable:
+        return BatchTable(self.batches, self.vault.index)
 
     @cached_property
     def queues(self) -> list[StagingQueue]:

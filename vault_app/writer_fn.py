@@ -6,9 +6,20 @@ large page writes ("throughput comes from batching, not from more writers").
 
 Exactly once: every batch carries its id into the commit record; a batch redelivered after
 its commit (the process died before the queue message was deleted) is recognised by the
-writer and not appended again. Permanently bad batches (invalid envelope, missing
-claim-check blob) are marked ``rejected`` with the reason and fail the invocation, so the
-host moves them to ``<queue>-poison`` after ``maxDequeueCount`` attempts; the stream flows on.
+writer and not appended again.
+
+What happens to a batch that cannot be appended now (docs/ARCHITECTURE.md "Failures"):
+
+* **Transient** (storage unavailable or throttling, the stream leased by another writer, our
+  lease lost): the batch goes back to its queue as a *fresh* message, visible again after a
+  short delay, and the invocation succeeds. A fresh message starts at dequeue count 0, so an
+  outage of any length never pushes a good batch towards the poison queue. Only if even that
+  hand-back fails (the queue itself is unreachable) does the invocation fail, and the host
+  retries it.
+* **Permanent** (not a valid envelope; a claim-check blob missing for a batch that is not
+  committed; the stream full): the batch is marked ``rejected`` with the reason and moved to
+  ``<queue>-poison`` by the writer itself, and the invocation succeeds; the stream flows on.
+  ``vault poison replay`` puts it back once the cause is fixed.
 """
 
 from __future__ import annotations
@@ -21,17 +32,15 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from azure.core.exceptions import ResourceNotFoundError
-
 from vault_app import envelope
+from vault_app.claimcheck import AlreadyCommitted, ClaimChecks
 from vault_app.envelope import Envelope, EnvelopeError
+from vault_app.open_writers import open_writers
 from vault_app.services import Services, StagingQueue
-from vault_app.staging import Stager
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
-from vault_core.errors import LeaseLost, StreamLeased, VaultError
-from vault_core.pageblob import CommittedBatch
-from vault_core.writer import AppendResult, Batch, StreamWriter
+from vault_core.errors import StorageUnavailable, StreamFull, VaultError, WriterConflict
+from vault_core.writer import Batch
 
 log = logging.getLogger("vault_app.writer")
 
@@ -39,22 +48,20 @@ DRAIN_MESSAGES = 32
 """Extra queue messages fetched per receive while coalescing (the queue service maximum)."""
 DRAIN_BYTES = 64 * 1024 * 1024
 """Stop draining once this much is pending in one invocation (bounds memory and latency)."""
-DRAIN_VISIBILITY = 300
-"""Seconds drained messages stay invisible to others while this invocation works on them."""
-LEASED_RETRY_SECONDS = 5
-WRITER_LEASE_SECONDS = 15
-"""Azure's shortest lease: if a writer process dies, its stream is free again within 15 s.
-The writer renews it during long appends, so a short lease costs nothing while alive."""
+DRAIN_VISIBILITY = 15
+"""Seconds drained messages stay invisible to others; renewed every third of it while this
+invocation works on them, so a writer that dies gives them back within this long."""
+LEASED_RETRY_SECONDS = 1
+"""Delay before a batch handed back because another writer holds its stream's lease; that
+writer is draining the same queue meanwhile, so the batch is usually appended by it."""
+UNAVAILABLE_RETRY_SECONDS = 5
+"""Delay before a batch handed back because storage could not be reached."""
 
-WRITER_IDLE_SECONDS = 10.0
-"""How long a stream's writer (and its lease) stays open after its last append."""
+TRANSIENT = (StorageUnavailable, WriterConflict)
+"""Failures that trying again later can cure: never a reason to poison a batch."""
 
 fault_hook: Callable[[str], None] | None = None
 """Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
-
-
-class _AlreadyCommitted(Exception):
-    """A claim-check batch whose blob is gone because its commit already happened."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +75,18 @@ class Staged:
 
 
 @dataclass
+class _Held:
+    """A message this invocation drained: its pop receipt changes with every renewal."""
+
+    id: str
+    body: str
+    receipt: str
+
+
+@dataclass
 class _Work:
     envelope: Envelope
-    drained: Staged | None = None
+    drained: _Held | None = None
     """None for the trigger message itself (the host deletes that one on success)."""
 
 
@@ -81,106 +97,59 @@ class _Plan:
 
 
 def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
-    stager = Stager(services)
+    claims = services.claims
     try:
-        first = _load(services, envelope.decode(trigger.body))
-    except _AlreadyCommitted:
+        first = claims.load(envelope.decode(trigger.body))
+    except AlreadyCommitted:
         return  # a redelivery whose claim-check blob went with its commit
     except EnvelopeError as exc:
-        _reject(stager, trigger.body, str(exc))
-        raise
+        _poison(services, queue, trigger.body, str(exc))
+        return
+    except TRANSIENT as exc:
+        _hand_back_trigger(queue, trigger, exc)
+        return
     plan = _Plan()
     _add(plan, _Work(first))
-    _drain(services, queue, plan)
-    for stream, work in plan.by_stream.items():
-        try:
-            _append(services, queue, stream, work)
-        except StreamLeased:
-            if stream != first.stream:
-                _release(queue, [w.drained for w in work if w.drained])
-                continue
-            # Another instance writes this stream: hand the batch back as a fresh message
-            # rather than failing, so lease contention never pushes good batches to poison.
-            _release(queue, [w.drained for w in work if w.drained])
-            with translate_errors():
-                queue.client.send_message(trigger.body, visibility_timeout=LEASED_RETRY_SECONDS)
-            log.info("stream %s is leased by another writer; batch %s re-queued", stream, first.batch_id)
-        except VaultError:
-            _release(queue, [w.drained for w in plan.by_stream[stream] if w.drained])
-            if stream == first.stream:
-                raise
-            log.exception("append to %s failed; its drained batches return to the queue", stream)
-
-
-class OpenWriters:
-    """Writers kept open between invocations, so a busy stream pays for lease and recovery once.
-
-    A writer closes (releasing its lease for other instances) after WRITER_IDLE_SECONDS without
-    an append; one that lost its lease meanwhile is reopened. Invocations of one queue run one at
-    a time (host.json), and a stream lives on one queue, so a writer is never shared at once;
-    the lock covers the reaper.
-    """
-
-    def __init__(self, idle_seconds: float = WRITER_IDLE_SECONDS) -> None:
-        self.idle_seconds = idle_seconds
-        self._open: dict[str, tuple[StreamWriter, float]] = {}
-        self._lock = threading.Lock()
-        self._reaper: threading.Thread | None = None
-
-    def append(self, services: Services, stream: str, batches: list[Batch]) -> list[AppendResult]:
-        with self._lock:
-            writer = self._take(stream)
-        if writer is None:
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
-        try:
-            results = writer.append(batches)
-        except LeaseLost:
-            writer.close()
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
-            results = writer.append(batches)
-        except BaseException:
-            writer.close()
-            raise
-        with self._lock:
-            self._open[stream] = (writer, time.monotonic())
-            self._start_reaper()
-        return results
-
-    def _take(self, stream: str) -> StreamWriter | None:
-        entry = self._open.pop(stream, None)
-        return entry[0] if entry else None
-
-    def close_idle(self, now: float | None = None) -> None:
-        now = time.monotonic() if now is None else now
-        with self._lock:
-            idle = [s for s, (_, used) in self._open.items() if now - used >= self.idle_seconds]
-            writers = [self._open.pop(s)[0] for s in idle]
-        for w in writers:
+    with _Renewer(queue) as renewer:
+        _drain(claims, services, queue, plan, renewer)
+        for stream, work in plan.by_stream.items():
+            drained = [w.drained for w in work if w.drained]
             try:
-                w.close()
-            except VaultError as exc:
-                log.warning("closing the writer of %s: %s", w.stream, exc)
+                _append(services, claims, queue, stream, work, renewer)
+            except TRANSIENT as exc:
+                renewer.forget(drained)
+                _hand_back(queue, drained, exc)
+                if stream == first.stream:
+                    _hand_back_trigger(queue, trigger, exc)
+            except StreamFull as exc:
+                renewer.forget(drained)
+                for w in work:
+                    body = w.drained.body if w.drained else trigger.body
+                    _poison(services, queue, body, str(exc))
+                    if w.drained:
+                        _delete(queue, w.drained)
+            except BaseException:
+                # A bug or an answer we do not understand: give the drained batches back and
+                # let the host retry the trigger (and poison it after maxDequeueCount).
+                renewer.forget(drained)
+                _release(queue, drained)
+                if stream == first.stream:
+                    raise
+                log.exception("append to %s failed; its drained batches return to the queue", stream)
 
-    def _start_reaper(self) -> None:
-        if self._reaper is None or not self._reaper.is_alive():
-            self._reaper = threading.Thread(target=self._reap, name="mv-writer-reaper", daemon=True)
-            self._reaper.start()
 
-    def _reap(self) -> None:
-        while True:
-            time.sleep(1.0)
-            self.close_idle()
-            with self._lock:
-                if not self._open:
-                    return
-
-
-open_writers = OpenWriters()
 _io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mv-writer-io")
 """Independent storage calls of one invocation (claim-check downloads, deletes) run here."""
 
 
-def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Work]) -> None:
+def _append(
+    services: Services,
+    claims: ClaimChecks,
+    queue: StagingQueue,
+    stream: str,
+    work: list[_Work],
+    renewer: _Renewer,
+) -> None:
     started = time.monotonic()
     results = open_writers.append(services, stream, [_batch(w.envelope) for w in work])
     if fault_hook:
@@ -188,9 +157,10 @@ def _append(services: Services, queue: StagingQueue, stream: str, work: list[_Wo
     now_ms = time.time_ns() // 1_000_000
     # Cleanup after the commit, side by side; anything left behind is harmless (a redelivery
     # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
-    claims = [w.envelope.claim for w in work if w.envelope.claim]
-    cleanup = [_io.submit(_delete_claims, services, claims[i : i + 256]) for i in range(0, len(claims), 256)]
-    cleanup += [_io.submit(_delete, queue, w.drained) for w in work if w.drained]
+    drained = [w.drained for w in work if w.drained]
+    renewer.forget(drained)
+    cleanup = [_io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim])]
+    cleanup += [_io.submit(_delete, queue, m) for m in drained]
     for done in cleanup:
         done.result()
     fresh = [r for r in results if not r.duplicate]
@@ -213,34 +183,44 @@ def _batch(env: Envelope) -> Batch:
     return Batch(env.messages or [], env.batch_id)
 
 
-def _drain(services: Services, queue: StagingQueue, plan: _Plan) -> None:
+def _drain(
+    claims: ClaimChecks, services: Services, queue: StagingQueue, plan: _Plan, renewer: _Renewer
+) -> None:
     while plan.bytes < DRAIN_BYTES:
-        with translate_errors():
-            got = list(
-                queue.client.receive_messages(
-                    max_messages=DRAIN_MESSAGES, visibility_timeout=DRAIN_VISIBILITY
+        try:
+            with translate_errors():
+                got = list(
+                    queue.client.receive_messages(
+                        max_messages=DRAIN_MESSAGES, visibility_timeout=DRAIN_VISIBILITY
+                    )
                 )
-            )
-        staged = [Staged(m.id, m.content, m.dequeue_count or 1, m.pop_receipt) for m in got]
+        except VaultError as exc:
+            log.info("draining %s stopped: %s", queue.name, exc)
+            return  # append what we have
+        held = [_Held(m.id, m.content, m.pop_receipt or "") for m in got]
+        renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
-        loaded = _io.map(lambda st: _try_load(services, st.body), staged)
-        for st, result in zip(staged, loaded, strict=True):
+        loaded = _io.map(lambda m: _try_load(claims, m.body), held)
+        for m, result in zip(held, loaded, strict=True):
             if isinstance(result, Envelope):
-                _add(plan, _Work(result, st))
-            elif isinstance(result, _AlreadyCommitted):
-                _delete(queue, st)
+                _add(plan, _Work(result, m))
+                continue
+            renewer.forget([m])
+            if isinstance(result, AlreadyCommitted):
+                _delete(queue, m)
+            elif isinstance(result, EnvelopeError):
+                _poison(services, queue, m.body, str(result))
+                _delete(queue, m)
             else:
-                # Not ours to judge here: let it come back as a trigger, so its dequeue count
-                # grows and the host's poison handling applies to it.
-                _release(queue, [st])
+                _hand_back(queue, [m], result)
         if len(got) < DRAIN_MESSAGES:
             return
 
 
-def _try_load(services: Services, body: str) -> Envelope | Exception:
+def _try_load(claims: ClaimChecks, body: str) -> Envelope | Exception:
     try:
-        return _load(services, envelope.decode(body))
-    except (_AlreadyCommitted, EnvelopeError) as exc:
+        return claims.load(envelope.decode(body))
+    except (AlreadyCommitted, EnvelopeError, VaultError) as exc:
         return exc
 
 
@@ -253,61 +233,108 @@ def _add(plan: _Plan, work: _Work) -> None:
         plan.bytes += sum(len(m.value) + len(m.key_bytes()[0]) for m in env.messages or [])
 
 
-def _load(services: Services, env: Envelope) -> Envelope:
-    """Resolve a claim-check reference into the full envelope."""
-    if env.claim is None:
-        return env
+# -- giving batches back -------------------------------------------------------------------
+def _retry_delay(exc: BaseException) -> int:
+    return LEASED_RETRY_SECONDS if isinstance(exc, WriterConflict) else UNAVAILABLE_RETRY_SECONDS
+
+
+def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException) -> None:
+    """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
+
+    If the queue cannot take it either, fail the invocation: the host retries it later.
+    """
     with translate_errors():
-        try:
-            body = services.claimcheck.download_blob(env.claim).readall()
-        except ResourceNotFoundError as exc:
-            # Deleted after its commit? The batch id is in the Tables index, or (if the writer
-            # died before writing that row) still in the stream's commit record.
-            if services.vault.index.committed_batches(env.stream, [env.batch_id]) or any(
-                b.batch_id == env.batch_id for b in _commit_record_batches(services, env.stream)
-            ):
-                raise _AlreadyCommitted(env.batch_id) from exc
-            raise EnvelopeError(f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing") from exc
-    return envelope.decode_claimed(env, body)
+        queue.client.send_message(trigger.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+    log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
-def _commit_record_batches(services: Services, stream: str) -> tuple[CommittedBatch, ...]:
-    try:
-        return services.vault.blob(stream).state().batches
-    except VaultError:
-        return ()
-
-
-def _reject(stager: Stager, body: str, reason: str) -> None:
-    log.error("rejected staged message: %s", reason)
-    try:
-        doc = json.loads(body)
-        stager.reject(str(doc["id"]), str(doc["stream"]), reason)
-    except Exception:  # nothing identifies the batch: the poison queue and this log line keep it
-        pass
-
-
-def _release(queue: StagingQueue, messages: list[Staged]) -> None:
+def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -> None:
+    """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
     for m in messages:
         try:
             with translate_errors():
-                queue.client.update_message(m.id, m.pop_receipt, visibility_timeout=0)
+                queue.client.send_message(m.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+        except VaultError:
+            _release(queue, [m])
+            continue
+        _delete(queue, m)
+
+
+def _release(queue: StagingQueue, messages: list[_Held]) -> None:
+    for m in messages:
+        try:
+            with translate_errors():
+                queue.client.update_message(m.id, m.receipt, visibility_timeout=0)
         except VaultError:
             pass  # it becomes visible anyway when DRAIN_VISIBILITY runs out
 
 
-def _delete(queue: StagingQueue, m: Staged) -> None:
+def _delete(queue: StagingQueue, m: _Held) -> None:
     try:
         with translate_errors():
-            queue.client.delete_message(m.id, m.pop_receipt)
+            queue.client.delete_message(m.id, m.receipt)
     except VaultError:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
-def _delete_claims(services: Services, blobs: list[str]) -> None:
-    """One Blob Batch request for up to 256 claim-check blobs, not one request each."""
+def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
+    """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
+    log.error("batch rejected, moved to %s: %s", queue.poison.queue_name, reason)
     try:
-        with translate_errors():
-            services.claimcheck.delete_blobs(*blobs, raise_on_any_failure=False)
-    except VaultError:
-        pass  # the container's lifecycle rule removes forgotten claim-check blobs
+        doc = json.loads(body)
+        services.batch_table.reject(str(doc["stream"]), str(doc["id"]), reason)
+    except (ValueError, KeyError, TypeError, VaultError):
+        pass  # nothing identifies the batch (or no table): the poison queue and this log line keep it
+    with translate_errors():
+        queue.poison.send_message(body, time_to_live=-1)
+
+
+class _Renewer:
+    """Keeps drained messages invisible while this invocation works on them.
+
+    Their visibility is short (DRAIN_VISIBILITY) and renewed every third of it, as the
+    Functions host does for the trigger message: if this process dies, they are visible to
+    another writer within DRAIN_VISIBILITY, not after a long fixed timeout.
+    """
+
+    def __init__(self, queue: StagingQueue) -> None:
+        self.queue = queue
+        self._held: dict[str, _Held] = {}
+        self._lock = threading.Lock()
+        self._round = threading.Lock()
+        """Held during a renewal round: forget() waits for it, so a message is never deleted
+        with a pop receipt that a renewal in flight is about to replace."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="mv-drain-renewer", daemon=True)
+
+    def __enter__(self) -> _Renewer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def hold(self, messages: list[_Held]) -> None:
+        with self._lock:
+            self._held.update((m.id, m) for m in messages)
+
+    def forget(self, messages: list[_Held]) -> None:
+        with self._round, self._lock:
+            for m in messages:
+                self._held.pop(m.id, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(DRAIN_VISIBILITY / 3):
+            with self._round:
+                with self._lock:
+                    held = list(self._held.values())
+                for m in held:
+                    try:
+                        with translate_errors():
+                            r = self.queue.client.update_message(
+                                m.id, m.receipt, visibility_timeout=DRAIN_VISIBILITY
+                            )
+                        m.receipt = r.pop_receipt or m.receipt
+                    except VaultError as exc:
+                        log.info("renewing drained message %s failed: %s", m.id, exc)

@@ -38,6 +38,7 @@ from vault_core.errors import (
     StreamNotFound,
     VaultError,
 )
+from vault_core.retry import BudgetExhausted, request_hook
 
 AZURITE_CONNECTION_STRING = (
     # Azurite's well-known development account: public, documented, local only.
@@ -100,18 +101,28 @@ class StorageAccount:
         )
 
     # The storage SDKs' default retry waits 15 s, then 18 s, ... before answering: far too long
-    # for a request path that must say 503 promptly. Retry briefly here; callers that can wait
-    # longer (the staging tier, the writer's queue redelivery) add their own back-off on top.
+    # for a request path that must say 503 promptly. Retry briefly here, and on a request path
+    # the hook (vault_core.retry) bounds all attempts by the request's budget; callers that can
+    # wait longer (the writer) add their own back-off on top.
     def blob_service(self) -> BlobServiceClient:
-        retry = BlobRetry(initial_backoff=1, increment_base=2, retry_total=3, random_jitter_range=1)
-        options: dict[str, Any] = {"retry_policy": retry, "transport": shared_transport()}
+        # Sub-second back-off: the SDKs type these as int, but use them as float.
+        retry = BlobRetry(initial_backoff=0.5, increment_base=2, retry_total=3, random_jitter_range=0.5)  # type: ignore[arg-type]
+        options: dict[str, Any] = {
+            "retry_policy": retry,
+            "transport": shared_transport(),
+            "raw_request_hook": request_hook,
+        }
         if self.connection_string:
             return BlobServiceClient.from_connection_string(self.connection_string, **options)
         return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, **options)
 
     def queue_service(self) -> QueueServiceClient:
-        retry = QueueRetry(initial_backoff=1, increment_base=2, retry_total=2, random_jitter_range=1)
-        options: dict[str, Any] = {"retry_policy": retry, "transport": shared_transport()}
+        retry = QueueRetry(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)  # type: ignore[arg-type]
+        options: dict[str, Any] = {
+            "retry_policy": retry,
+            "transport": shared_transport(),
+            "raw_request_hook": request_hook,
+        }
         if self.connection_string:
             return QueueServiceClient.from_connection_string(self.connection_string, **options)
         return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential, **options)
@@ -121,6 +132,7 @@ class StorageAccount:
             "retry_total": 3,
             "retry_backoff_factor": 0.5,
             "transport": shared_transport(),
+            "raw_request_hook": request_hook,
         }
         if self.connection_string:
             return TableServiceClient.from_connection_string(self.connection_string, **options)
@@ -184,6 +196,8 @@ def translate_errors(stream: str | None = None) -> Iterator[None]:
         yield
     except VaultError:
         raise
+    except BudgetExhausted as exc:
+        raise StorageUnavailable(str(exc)) from exc
     except (ServiceRequestError, ServiceResponseError) as exc:
         raise StorageUnavailable(f"storage could not be reached: {exc.__class__.__name__}") from exc
     except HttpResponseError as exc:

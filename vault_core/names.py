@@ -16,7 +16,8 @@ STREAM_NAME_MAX = 128
 _STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 BATCH_ID_MAX = 64
-_BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_BATCH_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
+_PRODUCER_BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 def validate_stream_name(name: str) -> str:
@@ -30,8 +31,21 @@ def validate_stream_name(name: str) -> str:
 
 
 def validate_batch_id(batch_id: str) -> str:
-    """Batch ids travel in blob metadata and Table row keys: 1-64 of ``A-Z a-z 0-9 _ -``."""
+    """Batch ids travel in blob metadata and Table row keys: 1-64 of ``A-Z a-z 0-9 . _ -``.
+
+    The ids a producer picks never contain ``.`` (:func:`validate_producer_batch_id`); the
+    ids the vault assigns always do, so the two can never name the same batch.
+    """
     if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id):
+        raise InvalidInput(
+            f"invalid batch id {batch_id!r}: use 1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 . _ -"
+        )
+    return batch_id
+
+
+def validate_producer_batch_id(batch_id: str) -> str:
+    """A producer's own ``batch_id``: 1-64 of ``A-Z a-z 0-9 _ -`` (no ``.``, see above)."""
+    if not isinstance(batch_id, str) or not _PRODUCER_BATCH_ID.fullmatch(batch_id):
         raise InvalidInput(
             f"invalid batch id {batch_id!r}: use 1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 _ -"
         )

@@ -1,0 +1,201 @@
+"""Batch identity and status: which id a POST's batch gets, and what a producer can ask about it.
+
+Ids (docs/API.md "Batch ids"): a producer's own ``batch_id`` is kept as it is (``A-Z a-z 0-9 _ -``);
+an ``Idempotency-Key`` becomes ``key.<hash of stream and key>``; a batch with neither gets
+``auto.<random>``. Only the vault's own ids contain ``.``, so a producer can never name (and so
+never take over) a batch that another producer's key named.
+
+Table ``<prefix>batches``, one row per batch, **PartitionKey = batch id, RowKey = stream**: a batch
+id belongs to its stream, and the same id on two streams is two batches. Columns:
+
+``State``    ``staging`` (a POST reserved the id; not known to be in a queue yet), ``staged``
+             (in a queue: the POST answered 202), or ``rejected`` (the writer gave up; ``Reason``)
+``Digest``   SHA-256 of the batch's keys and values: a retry must carry the same batch
+``Count``, ``StagedMs``, ``Reason``
+
+"Committed" is not stored here: the stream's own batch index says it, written by the commit.
+
+A POST **reserves** the row with an insert that fails if it exists (never check-then-act), and
+answers 202 only after the queue message is sent; the row exists before any 202, so every 202
+has a status. A retry that finds ``staging`` (the first attempt died, or is still running)
+stages the batch again: both copies carry the same id and the same messages, and the writer
+appends whichever comes first and drops the other as a duplicate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.data.tables import TableClient, UpdateMode
+
+from vault_core.azure import translate_errors
+from vault_core.errors import InvalidInput
+from vault_core.format import NewMessage
+from vault_core.index import IndexTables
+from vault_core.names import validate_producer_batch_id
+from vault_core.retry import with_retries
+
+STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
+REASON_MAX = 1000
+
+
+class IdempotencyMismatch(InvalidInput):
+    """The batch id (or Idempotency-Key) was already used for a different batch."""
+
+
+@dataclass(frozen=True)
+class BatchStatus:
+    batch_id: str
+    stream: str
+    status: str
+    count: int
+    first_offset: int | None = None
+    next_offset: int | None = None
+    timestamp: int | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if v is not None}
+
+
+def batch_id_for(stream: str, idempotency_key: str | None, producer_batch_id: str | None) -> str:
+    """The producer's id, or one derived from its Idempotency-Key, or a fresh one."""
+    if producer_batch_id is not None:
+        return validate_producer_batch_id(producer_batch_id)
+    if idempotency_key:
+        return "key." + hashlib.sha256(f"{stream}\n{idempotency_key}".encode()).hexdigest()[:40]
+    return "auto." + uuid.uuid4().hex
+
+
+def digest(messages: Sequence[NewMessage]) -> str:
+    """What makes two batches the same batch: every key and value, in order (length-prefixed)."""
+    h = hashlib.sha256()
+    for m in messages:
+        key, flags = m.key_bytes()
+        h.update(b"%d:%d:%d:" % (flags, len(key), len(m.value)))
+        h.update(key)
+        h.update(m.value)
+    return h.hexdigest()
+
+
+class BatchTable:
+    """The ``<prefix>batches`` table, read together with the stream index for "committed"."""
+
+    def __init__(self, table: TableClient, index: IndexTables) -> None:
+        self.table = table
+        self.index = index
+
+    def reserve(
+        self, stream: str, batch_id: str, batch_digest: str, count: int, now_ms: int
+    ) -> BatchStatus | None:
+        """Claim ``batch_id`` on ``stream`` for this batch.
+
+        None: the caller must stage it (a new id, or a reservation whose POST never confirmed
+        staging). A status: the batch was staged before; that is the answer to give again.
+        Raises :class:`IdempotencyMismatch` if the id names a different batch.
+        """
+        row = {
+            "PartitionKey": batch_id,
+            "RowKey": stream,
+            "State": STAGING,
+            "Digest": batch_digest,
+            "Count": count,
+            "StagedMs": str(now_ms),
+        }
+
+        def insert() -> dict[str, Any] | None:
+            with translate_errors(stream):
+                try:
+                    self.table.create_entity(row)
+                    return None
+                except ResourceExistsError:
+                    return dict(self.table.get_entity(batch_id, stream))
+
+        existing = with_retries(insert)
+        if existing is None:
+            return None
+        if existing.get("Digest") != batch_digest:
+            raise IdempotencyMismatch(
+                f"batch id {batch_id} was already used on stream {stream!r} for a different batch "
+                "(other messages); send a new batch with a new id or Idempotency-Key"
+            )
+        if existing.get("State") == STAGING:
+            return None
+        return self._status(batch_id, stream, existing)
+
+    def mark_staged(self, stream: str, batch_id: str) -> None:
+        def update() -> None:
+            with translate_errors(stream):
+                self.table.update_entity(
+                    {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED}, mode=UpdateMode.MERGE
+                )
+
+        with_retries(update)
+
+    def reject(self, stream: str, batch_id: str, reason: str) -> None:
+        with translate_errors(stream):
+            self.table.upsert_entity(
+                {
+                    "PartitionKey": batch_id,
+                    "RowKey": stream,
+                    "State": REJECTED,
+                    "Reason": reason[:REASON_MAX],
+                },
+                mode=UpdateMode.MERGE,
+            )
+
+    def unreject(self, stream: str, batch_id: str) -> None:
+        """A rejected batch replayed from poison is staged again."""
+        with translate_errors(stream):
+            self.table.upsert_entity(
+                {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED, "Reason": ""},
+                mode=UpdateMode.MERGE,
+            )
+
+    def status(self, stream: str, batch_id: str) -> BatchStatus | None:
+        """The batch's status on ``stream``: committed (from the index) or its row; None if unknown."""
+        committed = self.committed(stream, batch_id)
+        if committed is not None:
+            return committed
+        with translate_errors(stream):
+            try:
+                row = dict(self.table.get_entity(batch_id, stream))
+            except ResourceNotFoundError:
+                return None
+        return self._status(batch_id, stream, row, check_index=False)
+
+    def find(self, batch_id: str) -> list[BatchStatus]:
+        """The batch ``batch_id`` on every stream that has one (usually one stream)."""
+        with translate_errors():
+            rows = [
+                dict(e) for e in self.table.query_entities("PartitionKey eq @pk", parameters={"pk": batch_id})
+            ]
+        return [self._status(batch_id, str(r["RowKey"]), r) for r in rows]
+
+    def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
+        """The batch's offsets if it is committed to ``stream`` (needs no status row)."""
+        found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
+        if found is None:
+            return None
+        return BatchStatus(
+            batch_id, stream, COMMITTED, found.count, found.first_offset, found.next_offset, found.timestamp
+        )
+
+    def _status(
+        self, batch_id: str, stream: str, row: dict[str, Any], *, check_index: bool = True
+    ) -> BatchStatus:
+        if check_index and (committed := self.committed(stream, batch_id)) is not None:
+            return committed
+        state = str(row.get("State", STAGED))
+        return BatchStatus(
+            batch_id,
+            stream,
+            state if state in (STAGING, STAGED, REJECTED) else STAGED,
+            int(row.get("Count", 0)),
+            reason=(row.get("Reason") or None) if state == REJECTED else None,
+        )

@@ -1,0 +1,110 @@
+"""Claim-check: a batch too large for one queue message travels as a blob (docs/ARCHITECTURE.md).
+
+Everything about those blobs lives here: when a batch needs one, what it is called, how it is
+written, read back by the writer and deleted after the commit.
+
+* **Decision**: a batch goes to a blob when its inline envelope would be over
+  :data:`vault_app.envelope.INLINE_LIMIT` (queue messages are at most 64 KiB).
+* **Name**: ``<stream>/<batch id>/<attempt>.records``, where ``attempt`` is fresh for every
+  staging attempt. Two attempts at one batch (a retry racing the original POST, or two producers
+  that picked the same id on different streams) never share a blob.
+* **Write**: conditional (``If-None-Match: *``): a blob is never overwritten, so a queue message
+  always finds the bytes its own attempt wrote.
+* **Body**: the batch in the vault's record format with offsets from 0 (docs/FORMAT.md §6.8).
+* **Delete**: after the commit that made the batch durable (or recognised it as a duplicate),
+  up to 256 per Blob Batch request; anything left behind is removed by the container's
+  lifecycle rule and is harmless meanwhile.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+
+from azure.core.exceptions import ResourceNotFoundError
+from azure.storage.blob import ContainerClient
+
+from vault_app import envelope
+from vault_app.envelope import Envelope, EnvelopeError
+from vault_core.azure import translate_errors
+from vault_core.errors import VaultError
+from vault_core.format import NewMessage
+from vault_core.retry import with_retries
+from vault_core.vault import Vault
+
+DELETE_BATCH = 256
+"""Blob Batch requests carry at most 256 sub-requests."""
+
+
+class AlreadyCommitted(Exception):
+    """A claim-check batch whose blob is gone because its commit already happened."""
+
+
+class ClaimChecks:
+    def __init__(self, container: ContainerClient, vault: Vault) -> None:
+        self.container = container
+        self.vault = vault
+
+    # -- the HTTP tier ---------------------------------------------------------------------
+    def queue_text(
+        self, batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]
+    ) -> tuple[str, bool]:
+        """The queue message for a batch, uploading its claim-check blob first if it needs one.
+
+        Returns the text and whether a blob carries the batch.
+        """
+        size = sum(len(m.value) for m in messages)
+        claimed = size + 40 * len(messages) > envelope.INLINE_LIMIT  # cheap bound before encoding
+        if not claimed:
+            text = envelope.encode_messages(batch_id, stream, staged_ms, messages)
+            if len(text) <= envelope.INLINE_LIMIT:
+                return text, False
+        name = f"{stream}/{batch_id}/{uuid.uuid4().hex}.records"
+        body = envelope.encode_claim_body(messages, staged_ms)
+        with_retries(lambda: self._upload(name, body))
+        return envelope.encode_claim(batch_id, stream, staged_ms, name, len(messages)), True
+
+    def _upload(self, name: str, body: bytes) -> None:
+        with translate_errors():
+            self.container.upload_blob(name, body, overwrite=False)
+
+    # -- the writer ------------------------------------------------------------------------
+    def load(self, env: Envelope) -> Envelope:
+        """Resolve a claim-check reference into the full envelope (inline envelopes pass through).
+
+        Raises :class:`AlreadyCommitted` for a redelivery whose blob went with its commit,
+        :class:`EnvelopeError` for a missing or corrupt blob of an uncommitted batch (permanent),
+        and :class:`~vault_core.errors.StorageUnavailable` when storage cannot answer.
+        """
+        if env.claim is None:
+            return env
+        with translate_errors():
+            try:
+                body = self.container.download_blob(env.claim).readall()
+            except ResourceNotFoundError as exc:
+                if self._committed(env):
+                    raise AlreadyCommitted(env.batch_id) from exc
+                raise EnvelopeError(
+                    f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing"
+                ) from exc
+        return envelope.decode_claimed(env, body)
+
+    def _committed(self, env: Envelope) -> bool:
+        # In the Tables index, or (if the writer died before writing that row) still in the
+        # stream's commit record.
+        if self.vault.index.committed_batches(env.stream, [env.batch_id]):
+            return True
+        try:
+            batches = self.vault.blob(env.stream).state().batches
+        except VaultError:
+            return False
+        return any(b.batch_id == env.batch_id for b in batches)
+
+    def delete(self, names: Sequence[str]) -> None:
+        """Delete committed batches' blobs; failures are left to the lifecycle rule."""
+        for i in range(0, len(names), DELETE_BATCH):
+            try:
+                with translate_errors():
+                    self.container.delete_blobs(*names[i : i + DELETE_BATCH], raise_on_any_failure=False)
+            except VaultError:
+                pass

@@ -1,0 +1,104 @@
+"""Retrying storage calls, and the one time budget that bounds them on a request path.
+
+An HTTP request must answer ``503`` promptly when storage is down, before a client's own
+timeout (often 30 s) gives up on it: so every storage call made while a :func:`budget` is
+active shares its deadline. :func:`request_hook` is installed in every storage client of
+:class:`vault_core.azure.StorageAccount`; on each attempt (the SDK's own retries included)
+it caps the connect and read timeouts at the time left, and once none is left it raises
+:class:`BudgetExhausted`, which is not an ``AzureError`` so no SDK retry loop retries it.
+Code without a budget (the writer, Spark, the client) keeps the SDKs' patient defaults.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+from vault_core.errors import StorageUnavailable
+
+T = TypeVar("T")
+
+REQUEST_BUDGET_SECONDS = 4.0
+"""Every storage call of one HTTP request together, retries included: well under the 30 s
+that many HTTP clients wait, so they see the ``503`` and its ``Retry-After``."""
+
+_deadline: ContextVar[float | None] = ContextVar("vault_storage_deadline", default=None)
+
+
+class BudgetExhausted(Exception):
+    """The request's storage budget ran out (translated to StorageUnavailable)."""
+
+
+@contextmanager
+def budget(seconds: float = REQUEST_BUDGET_SECONDS) -> Iterator[None]:
+    """Bound every storage call in this block (this thread or task) by one deadline."""
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def remaining() -> float | None:
+    """Seconds left in the current budget, or None when there is none."""
+    deadline = _deadline.get()
+    return None if deadline is None else deadline - time.monotonic()
+
+
+def request_hook(request: Any) -> None:
+    """Per-attempt hook of the storage pipelines (``raw_request_hook``): enforce the budget."""
+    left = remaining()
+    if left is None:
+        return
+    if left <= 0.05:
+        raise BudgetExhausted("the request's storage time budget is spent")
+    options = request.context.options
+    options["connection_timeout"] = min(float(options.get("connection_timeout", left)), left)
+    options["read_timeout"] = min(float(options.get("read_timeout", left)), left)
+
+
+def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:
+    """Retry :class:`StorageUnavailable` with exponential back-off and jitter.
+
+    Within a :func:`budget`, never sleeps past its deadline: the last error is raised instead.
+    """
+    for attempt in range(attempts):
+        try:
+            return op()
+        except StorageUnavailable:
+            delay = base * (2**attempt) * (0.5 + random.random())
+            left = remaining()
+            if attempt == attempts - 1 or (left is not None and left < delay + 0.1):
+                raise
+            time.sleep(delay)
+    raise AssertionError("unreachable")
+
+
+def poll(
+    fetch: Callable[[], T],
+    done: Callable[[T], bool],
+    wait: float,
+    *,
+    first: float = 0.05,
+    longest: float = 1.0,
+) -> T:
+    """Call ``fetch`` until ``done`` says so or ``wait`` seconds pass; the last value fetched.
+
+    Back-off between calls from ``first`` to ``longest`` seconds. Each call gets a fresh request
+    budget, so a long wait is not cut short by it, while a call made when storage is down still
+    fails within one budget.
+    """
+    deadline = time.monotonic() + wait
+    delay = first
+    while True:
+        with budget():
+            value = fetch()
+        left = deadline - time.monotonic()
+        if done(value) or left <= 0:
+            return value
+        time.sleep(min(delay, left))
+        delay = min(delay * 2, longest)
