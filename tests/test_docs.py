@@ -268,8 +268,9 @@ def test_the_envelope_examples_are_what_the_code_writes_and_reads() -> None:
     assert inline == envelope.encode_messages("batch-B", "orders", TS + 1200, messages)
     assert envelope.decode(inline).messages == messages
     claim = first_code_block(after(ARCHITECTURE_MD, "envelope:claim"))
-    assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, "big-1.records", 5000)
-    assert envelope.decode(claim).claim == "big-1.records"
+    name = "orders/big-1/5f0c2d0e9a8b4c7e8d1f2a3b4c5d6e7f.records"
+    assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, name, 5000)
+    assert envelope.decode(claim).claim == name
 
 
 @pytest.mark.parametrize(("accounts", "account", "queue"), [(1, 0, "mv-staging-2"), (2, 1, "mv-staging-2")])

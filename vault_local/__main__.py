@@ -110,8 +110,8 @@ def main() -> None:
     h.add_argument(
         "--inflight-visibility",
         type=float,
-        default=30.0,
-        help="seconds a queue message stays invisible while its function runs (renewed)",
+        default=15.0,
+        help="seconds a queue message stays invisible while its function runs (renewed every third)",
     )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument("--fault", choices=["after-commit"], help="test seam: stop at this point to be killed")

@@ -1,0 +1,177 @@
+"""Acknowledged means kept: batch identity and idempotency, each with the real race or fault.
+
+Real HTTP against the local host, real Azurite. A producer told 202 must find its batch in
+its stream exactly once, with its own messages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import isolated_host
+from fault_proxy import FaultProxy
+from test_app import read_all
+
+from vault_core.azure import azurite_connection_string
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+
+@pytest.fixture(scope="module")
+def http(vault_host: HostProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=vault_host.url, timeout=60, params={"code": vault_host.key}) as client:
+        yield client
+
+
+def big(tag: str) -> list[dict[str, str]]:
+    """About 70 KB: over the inline limit, so the batch travels as a claim-check blob."""
+    return [{"key": tag, "value": f"{tag}-{i}-" + "x" * 10_000} for i in range(7)]
+
+
+def at_once(calls: list[Callable[[], httpx.Response]]) -> list[httpx.Response]:
+    """Run the calls in threads released together, so their storage requests interleave."""
+    barrier = threading.Barrier(len(calls))
+    out: list[httpx.Response | None] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        barrier.wait()
+        out[i] = calls[i]()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(r is not None for r in out)
+    return [r for r in out if r is not None]
+
+
+def committed(http: httpx.Client, stream: str, batch_id: str, timeout: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        doc = dict(http.get(f"/streams/{stream}/batches/{batch_id}").json())
+        if doc.get("status") == "committed" or time.monotonic() > deadline:
+            return doc
+        time.sleep(0.2)
+
+
+def values(http: httpx.Client, stream: str) -> list[str]:
+    return [m["value"] for m in read_all(http, stream)]
+
+
+def test_one_batch_id_on_two_streams_at_once_is_two_batches_each_with_its_own_messages(
+    http: httpx.Client,
+) -> None:
+    for _ in range(4):
+        batch_id = f"shared-{uuid.uuid4().hex[:8]}"
+        streams = [f"ack-{uuid.uuid4().hex[:8]}" for _ in range(2)]
+        answers = at_once(
+            [
+                lambda s=s: http.post(  # type: ignore[misc]
+                    f"/streams/{s}/messages", json={"batch_id": batch_id, "messages": big(s)}
+                )
+                for s in streams
+            ]
+        )
+        assert [r.status_code for r in answers] == [202, 202], [r.text for r in answers]
+        for s in streams:
+            assert committed(http, s, batch_id)["status"] == "committed"
+            assert values(http, s) == [m["value"] for m in big(s)]  # its own payload, once
+        assert http.get(f"/batches/{batch_id}").status_code == 409  # ambiguous without the stream
+
+
+@pytest.mark.parametrize("size", ["inline", "claim-check"])
+def test_concurrent_retries_of_one_batch_commit_it_once(http: httpx.Client, stream: str, size: str) -> None:
+    messages = big("r") if size == "claim-check" else [{"value": f"r-{i}"} for i in range(5)]
+
+    def post() -> httpx.Response:
+        return http.post(
+            f"/streams/{stream}/messages", json={"messages": messages}, headers={"Idempotency-Key": "retry-1"}
+        )
+
+    answers = at_once([post] * 6)
+    assert {r.status_code for r in answers} == {202}
+    ids = {r.json()["batch_id"] for r in answers}
+    assert len(ids) == 1
+    assert committed(http, stream, ids.pop())["status"] == "committed"
+    assert values(http, stream) == [m["value"] for m in messages]
+
+
+def test_the_same_key_with_other_messages_is_422_and_stages_nothing(http: httpx.Client, stream: str) -> None:
+    first = http.post(
+        f"/streams/{stream}/messages",
+        json={"messages": [{"value": "A"}]},
+        headers={"Idempotency-Key": "k1"},
+        params={"wait": 20},
+    )
+    assert first.status_code == 200
+    other = http.post(
+        f"/streams/{stream}/messages", json={"messages": [{"value": "B"}]}, headers={"Idempotency-Key": "k1"}
+    )
+    assert other.status_code == 422 and other.json()["error"] == "idempotency_mismatch"
+    again = http.post(
+        f"/streams/{stream}/messages", json={"messages": [{"value": "A"}]}, headers={"Idempotency-Key": "k1"}
+    )
+    assert again.status_code == 200 and again.json() == first.json()  # the original answer
+    named = http.post(f"/streams/{stream}/messages", json={"batch_id": "b1", "messages": [{"value": "C"}]})
+    assert named.status_code == 202
+    clash = http.post(f"/streams/{stream}/messages", json={"batch_id": "b1", "messages": [{"value": "D"}]})
+    assert clash.status_code == 422
+    committed(http, stream, "b1")
+    assert values(http, stream) == ["A", "C"]
+
+
+def test_a_producer_id_cannot_take_over_another_producers_idempotency_key(
+    http: httpx.Client, stream: str
+) -> None:
+    victim = http.post(
+        f"/streams/{stream}/messages",
+        json={"messages": [{"value": "victim"}]},
+        headers={"Idempotency-Key": "v"},
+    )
+    derived = victim.json()["batch_id"]
+    assert derived.startswith("key.")
+    hijack = http.post(
+        f"/streams/{stream}/messages", json={"batch_id": derived, "messages": [{"value": "attacker"}]}
+    )
+    assert hijack.status_code == 400 and "batch id" in hijack.json()["message"]
+    lookalike = derived.split(".", 1)[1]  # the bare hash is an ordinary producer id: another batch
+    other = http.post(
+        f"/streams/{stream}/messages", json={"batch_id": lookalike, "messages": [{"value": "other"}]}
+    )
+    assert other.status_code == 202 and other.json()["batch_id"] == lookalike
+    assert committed(http, stream, derived)["status"] == "committed"
+    assert committed(http, stream, lookalike)["status"] == "committed"
+    assert sorted(values(http, stream)) == ["other", "victim"]
+
+
+def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
+    azurite: Azurite, tmp_path: Path, stream: str
+) -> None:
+    proxy = FaultProxy(azurite.table_port).start()
+    # Every update of a batch status row fails: the row stays as reserved, before the 202.
+    proxy.rule = lambda method, path: 503 if method in ("PATCH", "MERGE") and "batches" in path else None
+    via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
+    host = isolated_host(
+        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": "mvproxy"}
+    ).start()
+    try:
+        client = httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+        r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "kept"}]})
+        assert r.status_code == 202
+        assert proxy.failed, "the fault was not injected"
+        batch_id = r.json()["batch_id"]
+        status = client.get(f"/streams/{stream}/batches/{batch_id}").json()
+        assert status["status"] in ("staging", "committed")  # never 404
+        assert committed(client, stream, batch_id)["status"] == "committed"
+        assert values(client, stream) == ["kept"]
+    finally:
+        host.stop()
+        proxy.stop()
