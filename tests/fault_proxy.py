@@ -65,7 +65,7 @@ class FaultProxy:
                 self.end_headers()
                 self.wfile.write(data)
 
-            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = do_MERGE = _handle  # noqa: N815
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = do_MERGE = _handle
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True

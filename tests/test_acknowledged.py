@@ -74,8 +74,8 @@ def test_one_batch_id_on_two_streams_at_once_is_two_batches_each_with_its_own_me
         streams = [f"ack-{uuid.uuid4().hex[:8]}" for _ in range(2)]
         answers = at_once(
             [
-                lambda s=s: http.post(  # type: ignore[misc]
-                    f"/streams/{s}/messages", json={"batch_id": batch_id, "messages": big(s)}
+                lambda s=s, b=batch_id: http.post(  # type: ignore[misc]
+                    f"/streams/{s}/messages", json={"batch_id": b, "messages": big(s)}
                 )
                 for s in streams
             ]
