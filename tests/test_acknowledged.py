@@ -20,6 +20,9 @@ from fault_proxy import FaultProxy
 from test_app import read_all
 
 from vault_core.azure import azurite_connection_string
+from vault_core.format import NewMessage
+from vault_core.vault import Vault
+from vault_core.writer import Batch
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
@@ -175,3 +178,23 @@ def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
     finally:
         host.stop()
         proxy.stop()
+
+
+def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_refreshing_it(
+    http: httpx.Client, vault: Vault, stream: str
+) -> None:
+    writer = vault.writer(stream, lease_seconds=15)
+    writer.append([Batch([NewMessage(b"one", "k")])])
+    writer.append([Batch([NewMessage(b"two", "k"), NewMessage(b"three", "k")])])
+    # The writer is now abandoned, as if killed: its catalog row was refreshed after the first
+    # commit only (at most once a second), so it is behind the commit record.
+    writer._wait_recorded()
+    behind = vault.index.catalog_entry(stream)
+    assert behind is not None and behind.count == 1
+    truth = vault.blob(stream).state()
+    listed = {s["stream"]: s for s in http.get("/streams").json()["streams"]}[stream]
+    single = http.get(f"/streams/{stream}").json()
+    for doc in (listed, single):
+        assert (doc["committed"], doc["count"]) == (truth.committed, 3)
+        assert doc["last_timestamp"] == truth.last_ts
+    writer.close()

@@ -462,33 +462,3 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
         assert [m["value"] for m in read_all(client, stream)] == ["still flowing"]
     finally:
         host.stop()
-
-
-def test_staging_down_answers_503_with_retry_after_never_202(tmp_path: Path, stream: str) -> None:
-    storage = Azurite(location=tmp_path).start()
-    host = HostProcess(storage.connection_string).start()
-    try:
-        client = httpx.Client(base_url=host.url, timeout=90)
-        assert (
-            client.post(
-                f"/streams/{stream}/messages", params={"code": host.key}, json={"messages": [{"value": "up"}]}
-            ).status_code
-            == 202
-        )
-        storage.stop()
-        down = client.post(
-            f"/streams/{stream}/messages", params={"code": host.key}, json={"messages": [{"value": "down"}]}
-        )
-        assert down.status_code == 503 and int(down.headers["retry-after"]) > 0
-        assert down.json()["error"] == "unavailable"
-        storage.start()
-        again = client.post(
-            f"/streams/{stream}/messages",
-            params={"code": host.key, "wait": 30},
-            json={"messages": [{"value": "back"}]},
-        )
-        assert again.status_code == 200
-        assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
-    finally:
-        host.stop()
-        storage.cleanup()

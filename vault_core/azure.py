@@ -38,7 +38,7 @@ from vault_core.errors import (
     StreamNotFound,
     VaultError,
 )
-from vault_core.retry import BudgetExhausted, request_hook
+from vault_core.retry import BudgetExhausted, remaining, request_hook
 
 AZURITE_CONNECTION_STRING = (
     # Azurite's well-known development account: public, documented, local only.
@@ -52,6 +52,29 @@ AZURITE_CONNECTION_STRING = (
 
 def azurite_connection_string(blob: int = 10000, queue: int = 10001, table: int = 10002) -> str:
     return AZURITE_CONNECTION_STRING.format(blob=blob, queue=queue, table=table)
+
+
+class _WithinBudget:
+    """Mixin for the storage SDKs' retry policies: on a request path with a storage budget
+    (vault_core.retry), a back-off that would outlast the budget ends the call at once."""
+
+    def sleep(self, settings: dict[str, Any], transport: Any) -> None:
+        backoff = float(self.get_backoff_time(settings))  # type: ignore[attr-defined]
+        left = remaining()
+        if left is not None and backoff >= left:
+            raise BudgetExhausted(
+                f"no time left in the request's storage budget for a {backoff:.1f}s back-off"
+            )
+        if backoff > 0:
+            transport.sleep(backoff)
+
+
+class _BlobRetry(_WithinBudget, BlobRetry):
+    pass
+
+
+class _QueueRetry(_WithinBudget, QueueRetry):
+    pass
 
 
 @lru_cache(maxsize=1)
@@ -106,7 +129,7 @@ class StorageAccount:
     # wait longer (the writer) add their own back-off on top.
     def blob_service(self) -> BlobServiceClient:
         # Sub-second back-off: the SDKs type these as int, but use them as float.
-        retry = BlobRetry(initial_backoff=0.5, increment_base=2, retry_total=3, random_jitter_range=0.5)  # type: ignore[arg-type]
+        retry = _BlobRetry(initial_backoff=0.5, increment_base=2, retry_total=3, random_jitter_range=0.5)  # type: ignore[arg-type]
         options: dict[str, Any] = {
             "retry_policy": retry,
             "transport": shared_transport(),
@@ -117,7 +140,7 @@ class StorageAccount:
         return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, **options)
 
     def queue_service(self) -> QueueServiceClient:
-        retry = QueueRetry(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)  # type: ignore[arg-type]
+        retry = _QueueRetry(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)  # type: ignore[arg-type]
         options: dict[str, Any] = {
             "retry_policy": retry,
             "transport": shared_transport(),

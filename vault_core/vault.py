@@ -6,11 +6,12 @@ from functools import cached_property
 
 from azure.storage.blob import BlobServiceClient, ContainerClient
 
-from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.azure import StorageAccount, create_if_missing, translate_errors
 from vault_core.clock import Clock, SystemClock
+from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pageblob import StreamBlob
+from vault_core.pageblob import CommitState, StreamBlob
 from vault_core.reader import StreamReader
 from vault_core.writer import DEFAULT_LEASE_SECONDS, StreamWriter
 
@@ -65,4 +66,34 @@ class Vault:
         )
 
     def streams(self) -> list[CatalogEntry]:
-        return self.index.list_catalog()
+        """Every stream, its size and count as its commit record says them, in two requests.
+
+        One blob listing with metadata returns every stream's commit record, so the numbers
+        are exact as of that listing even if a writer died before refreshing the catalog row,
+        which only contributes the creation time.
+        """
+        with translate_errors():
+            blobs = list(self.container.list_blobs(include=["metadata"]))
+        catalog = {e.stream: e for e in self.index.list_catalog()}
+        out = []
+        for b in blobs:
+            known = catalog.get(b.name)
+            try:
+                state = CommitState.from_metadata(dict(b.metadata or {}), b.etag, b.size)
+            except FormatError:  # written by a newer vault: report what the catalog knows
+                if known:
+                    out.append(known)
+                continue
+            modified = int(b.last_modified.timestamp() * 1000) if b.last_modified else 0
+            out.append(
+                CatalogEntry(
+                    stream=b.name,
+                    committed=state.committed,
+                    count=state.count,
+                    first_ts=state.first_ts,
+                    last_ts=state.last_ts,
+                    created=known.created if known else modified,
+                    updated=max(known.updated, modified) if known else modified,
+                )
+            )
+        return out

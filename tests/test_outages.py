@@ -1,0 +1,212 @@
+"""Storage outages and stalls: fail fast with 503, never 500, and lose or poison nothing.
+
+Every fault here is real: Azurite stopped gracefully and restarted on the same data (an
+outage), or frozen with SIGSTOP (a stall: connections hang, as a storage account under
+trouble does). Never SIGKILL: Azurite keeps recent writes only in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import isolated_host
+from test_app import read_all
+
+from vault_core.azure import StorageAccount
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+FAIL_FAST_SECONDS = 5.0
+
+
+@contextmanager
+def own_storage(tmp_path: Path, name: str) -> Iterator[Azurite]:
+    storage = Azurite(location=tmp_path / name)
+    storage.location.mkdir()
+    storage.start()
+    try:
+        yield storage
+    finally:
+        if storage.process and storage.process.poll() is None:
+            storage.process.send_signal(signal.SIGCONT)  # never leave it frozen
+        storage.cleanup()
+
+
+def timed(call: object) -> tuple[httpx.Response, float]:
+    started = time.monotonic()
+    response = call()  # type: ignore[operator]
+    return response, time.monotonic() - started
+
+
+@pytest.mark.parametrize("fault", ["stopped", "stalled"])
+def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
+    tmp_path: Path, stream: str, fault: str
+) -> None:
+    with own_storage(tmp_path, "s") as storage:
+        host = HostProcess(storage.connection_string).start()
+        try:
+            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+            up = client.post(
+                f"/streams/{stream}/messages", json={"messages": [{"value": "up"}]}, params={"wait": 20}
+            )
+            assert up.status_code == 200
+            batch = up.json()["batch_id"]
+            if fault == "stopped":
+                storage.stop()
+            else:
+                assert storage.process is not None
+                storage.process.send_signal(signal.SIGSTOP)
+            calls = {
+                "POST": lambda: client.post(
+                    f"/streams/{stream}/messages", json={"messages": [{"value": "x"}]}
+                ),
+                "GET messages": lambda: client.get(f"/streams/{stream}/messages", params={"from": 0}),
+                "GET stream": lambda: client.get(f"/streams/{stream}"),
+                "GET batch": lambda: client.get(f"/streams/{stream}/batches/{batch}"),
+            }
+            for what, call in calls.items():
+                r, took = timed(call)
+                assert r.status_code == 503, f"{what}: {r.status_code} {r.text}"
+                assert r.json()["error"] == "unavailable" and int(r.headers["retry-after"]) > 0
+                assert took < FAIL_FAST_SECONDS, f"{what} took {took:.1f}s"
+            if fault == "stopped":
+                storage.start()
+            else:
+                assert storage.process is not None
+                storage.process.send_signal(signal.SIGCONT)
+            back = client.post(
+                f"/streams/{stream}/messages", json={"messages": [{"value": "back"}]}, params={"wait": 30}
+            )
+            assert back.status_code == 200
+            assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
+        finally:
+            host.stop()
+
+
+def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_path: Path) -> None:
+    streams = [f"stall-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    with own_storage(tmp_path, "s") as storage:
+        host = HostProcess(storage.connection_string).start()
+        statuses: list[int] = []
+        acked: dict[str, list[str]] = {s: [] for s in streams}
+        stop = threading.Event()
+
+        def producer(p: int) -> None:
+            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+            n = 0
+            while not stop.is_set():
+                stream = streams[n % len(streams)]
+                value = f"p{p}-{n}"
+                key = f"p{p}-{n}"
+                while True:  # retry with the same key until acknowledged, as a client should
+                    r = client.post(
+                        f"/streams/{stream}/messages",
+                        json={"messages": [{"value": value}]},
+                        headers={"Idempotency-Key": key},
+                    )
+                    statuses.append(r.status_code)
+                    if r.status_code == 202:
+                        acked[stream].append(value)
+                        break
+                    time.sleep(0.2)
+                n += 1
+
+        def consumer() -> None:
+            client = httpx.Client(base_url=host.url, timeout=60)
+            while not stop.is_set():
+                statuses.append(client.get(f"/streams/{streams[0]}/messages", params={"from": 0}).status_code)
+                time.sleep(0.1)
+
+        threads = [threading.Thread(target=producer, args=(p,)) for p in range(3)]
+        threads.append(threading.Thread(target=consumer))
+        try:
+            for t in threads:
+                t.start()
+            time.sleep(2)
+            assert storage.process is not None
+            storage.process.send_signal(signal.SIGSTOP)
+            time.sleep(8)
+            storage.process.send_signal(signal.SIGCONT)
+            time.sleep(3)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        try:
+            assert 503 in statuses, "the stall was not seen"
+            assert not [s for s in statuses if s >= 500 and s != 503], sorted(set(statuses))
+            client = httpx.Client(base_url=host.url, timeout=60)
+            deadline = time.monotonic() + 60
+            for stream in streams:
+                while True:
+                    got = [m["value"] for m in read_all(client, stream)]
+                    if len(got) >= len(acked[stream]) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+                assert sorted(got) == sorted(acked[stream])  # every acknowledged batch, once
+        finally:
+            host.stop()
+
+
+def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_batch_lands_once(
+    tmp_path: Path,
+) -> None:
+    """The vault account (blobs, tables) stops for OUTAGE s while staging queues stay up.
+
+    The host retries fast and poisons after 3 deliveries (conftest's FAST_RETRY_HOST_JSON),
+    so before the writer handed transient failures back, a few seconds of outage were enough
+    to poison good batches. MV_OUTAGE_SECONDS=180 runs the 3-minute version.
+    """
+    outage = float(os.environ.get("MV_OUTAGE_SECONDS", "25"))
+    streams = [f"out-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    with own_storage(tmp_path, "vault") as vault, own_storage(tmp_path, "staging") as staging:
+        prefix = f"q{uuid.uuid4().hex[:8]}"
+        host = isolated_host(
+            staging,
+            tmp_path,
+            prefix=prefix,
+            settings={"VaultStorage": vault.connection_string, "VaultStaging0": staging.connection_string},
+        ).start()
+        try:
+            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+            acked: dict[str, list[str]] = {s: [] for s in streams}
+
+            def post(stream: str, value: str) -> int:
+                r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": value}]})
+                if r.status_code == 202:
+                    acked[stream].append(value)
+                return r.status_code
+
+            for i in range(30):  # a backlog, so the outage catches batches in the queues
+                assert post(streams[i % 3], f"before-{i}") == 202
+            vault.stop()
+            assert post(streams[0], "during") == 503  # the batch table is in the vault account
+            time.sleep(outage)
+            vault.start()
+            for i in range(10):
+                assert post(streams[i % 3], f"after-{i}") == 202
+            deadline = time.monotonic() + 90
+            for stream in streams:
+                while True:
+                    got = [m["value"] for m in read_all(client, stream)]
+                    if len(got) >= len(acked[stream]) or time.monotonic() > deadline:
+                        break
+                    time.sleep(0.5)
+                assert sorted(got) == sorted(acked[stream])  # exactly once
+            queues = StorageAccount(connection_string=staging.connection_string).queue_service()
+            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(4)]
+            assert sum(q.get_queue_properties().approximate_message_count for q in poisoned) == 0
+            for stream in streams:
+                r = client.get(f"/streams/{stream}")
+                assert r.json()["count"] == len(acked[stream])
+        finally:
+            host.stop()
