@@ -166,8 +166,13 @@ class ApiClient:
     def committed(self, stream: str) -> int:
         return int(self.stream(stream)["committed"])
 
-    def batch(self, batch_id: str) -> dict[str, Any]:
-        return dict(self.get_json(f"/batches/{validate_batch_id(batch_id)}"))
+    def batch(self, batch_id: str, stream: str | None = None) -> dict[str, Any]:
+        """A batch's status; with its stream (a batch id belongs to its stream), never ambiguous."""
+        if stream is None:
+            return dict(self.get_json(f"/batches/{validate_batch_id(batch_id)}"))
+        return dict(
+            self.get_json(f"/streams/{validate_stream_name(stream)}/batches/{validate_batch_id(batch_id)}")
+        )
 
     def access(self, stream: str) -> Access:
         doc = self.get_json(f"/streams/{validate_stream_name(stream)}/access")

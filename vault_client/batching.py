@@ -42,7 +42,7 @@ class OpenBatch:
 
 class Accumulator:
     def __init__(
-        self, max_messages: int, max_bytes: int, linger: float, status: Callable[[str], dict[str, Any]]
+        self, max_messages: int, max_bytes: int, linger: float, status: Callable[[str, str], dict[str, Any]]
     ) -> None:
         self.status = status
         self.max_messages = max_messages

@@ -198,12 +198,12 @@ class Producer:
                 self.api.close()
             self._closed = True
 
-    def _batch_status(self, batch_id: str) -> dict[str, Any]:
-        """``GET /batches/{id}`` for SendResult.wait_committed, which may run after close()."""
+    def _batch_status(self, stream: str, batch_id: str) -> dict[str, Any]:
+        """A batch's status for SendResult.wait_committed, which may run after close()."""
         if not (self._closed and self._owns_api):
-            return self.api.batch(batch_id)
+            return self.api.batch(batch_id, stream)
         with ApiClient(self.api.url, self.api.key, timeout=self.api.timeout, retry=self.api.retry) as api:
-            return api.batch(batch_id)
+            return api.batch(batch_id, stream)
 
     def stats(self) -> ProducerStats:
         with self._cv:

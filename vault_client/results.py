@@ -32,10 +32,10 @@ class Delivery:
 class BatchOutcome:
     """The server's answer for one batch (or the error that ended it), shared by its messages."""
 
-    def __init__(self, stream: str, status: Callable[[str], dict[str, Any]]) -> None:
+    def __init__(self, stream: str, status: Callable[[str, str], dict[str, Any]]) -> None:
         self.stream = stream
         self.status = status
-        """Looks up a batch's current status (``GET /batches/{id}``), for wait_committed."""
+        """Looks up a batch's current status by stream and id, for wait_committed."""
         self.ack: dict[str, Any] | None = None
         self.error: BaseException | None = None
         self._done = threading.Event()
@@ -111,7 +111,8 @@ class SendResult:
     def wait_committed(self, timeout: float = 30.0, poll: float = 0.05) -> Delivery:
         """Wait until the message is in the log and return it with its offset.
 
-        Polls ``GET /batches/{id}`` (once per batch, whichever of its messages asks first).
+        Polls ``GET /streams/{stream}/batches/{id}`` (once per batch, whichever of its messages
+        asks first).
         """
         deadline = time.monotonic() + timeout
         delivery = self.result(timeout)
@@ -126,7 +127,7 @@ class SendResult:
                 raise TimeoutError(f"batch {delivery.batch_id} was not committed within {timeout}s")
             time.sleep(min(poll, left))
             poll = min(poll * 2, 1.0)
-            self._outcome.update(self._outcome.status(delivery.batch_id))
+            self._outcome.update(self._outcome.status(self._outcome.stream, delivery.batch_id))
             delivery = self._delivery()
         return delivery
 
