@@ -1,0 +1,159 @@
+"""Fault injection: everything at once, and every acknowledged batch still lands exactly once.
+
+Producers retry with the same Idempotency-Key (alternating between two hosts on the same
+storage) while the test SIGKILLs a language worker, SIGKILLs a whole host and restarts it,
+and stops Azurite gracefully and restarts it on the same data (an outage; never SIGKILL of
+Azurite, which keeps recent writes only in memory). The hosts use conftest's fast-retry
+host.json (poison after 3 failed deliveries), so any good batch counted towards poison
+would show. Bounded to about 90 s.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import psutil
+from conftest import isolated_host
+from test_app import read_all
+
+from vault_core.azure import StorageAccount
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+
+@dataclass(frozen=True)
+class Acked:
+    stream: str
+    batch_id: str
+    values: tuple[str, ...]
+
+
+def kill_a_worker(host: HostProcess) -> bool:
+    if host.proc is None:
+        return False
+    workers = psutil.Process(host.proc.pid).children()
+    if not workers:
+        return False
+    os.kill(workers[0].pid, signal.SIGKILL)
+    return True
+
+
+def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp_path: Path) -> None:
+    streams = [f"f-{uuid.uuid4().hex[:6]}" for _ in range(3)]
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    storage = Azurite(location=tmp_path / "storage")
+    storage.location.mkdir()
+    storage.start()
+    hosts = [isolated_host(storage, tmp_path, prefix=prefix) for _ in range(2)]
+    acked: list[Acked] = []
+    statuses: dict[int | str, int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+
+    def note(status: int | str) -> None:
+        with lock:
+            statuses[status] = statuses.get(status, 0) + 1
+
+    def producer(p: int) -> None:
+        turn = itertools.count(p)
+        for n in itertools.count():
+            if stop.is_set():
+                return
+            stream = streams[n % len(streams)]
+            values = tuple(f"p{p}-b{n}-m{i}" for i in range(1 + n % 7))
+            key = f"p{p}-b{n}"
+            while True:  # the same key until acknowledged, on whichever host answers
+                host = hosts[next(turn) % len(hosts)]
+                try:
+                    r = httpx.post(
+                        f"{host.url}/streams/{stream}/messages",
+                        params={"code": host.key},
+                        json={"messages": [{"key": f"p{p}", "value": v} for v in values]},
+                        headers={"Idempotency-Key": key},
+                        timeout=30,
+                    )
+                    if r.status_code in (200, 202):
+                        note(r.status_code)
+                        with lock:
+                            acked.append(Acked(stream, r.json()["batch_id"], values))
+                        break
+                    note(f"{r.status_code} {r.json().get('error')}")
+                except httpx.TransportError:
+                    note("connection error")
+                if stop.is_set():
+                    return  # never acknowledged: may or may not land, but at most once
+                time.sleep(0.2)
+
+    try:
+        for h in hosts:
+            h.start()
+        threads = [threading.Thread(target=producer, args=(p,), daemon=True) for p in range(4)]
+        for t in threads:
+            t.start()
+        faults = []
+        time.sleep(4)
+        faults.append(("SIGKILL a worker of host 0", kill_a_worker(hosts[0])))
+        time.sleep(6)
+        hosts[1].stop(kill=True)
+        faults.append(("SIGKILL host 1", True))
+        time.sleep(3)
+        hosts[1].start()
+        time.sleep(4)
+        storage.stop()
+        faults.append(("Azurite stopped", True))
+        time.sleep(6)
+        storage.start()
+        time.sleep(6)
+        faults.append(("SIGKILL a worker of host 1", kill_a_worker(hosts[1])))
+        time.sleep(5)
+        stop.set()
+        for t in threads:
+            t.join(60)
+
+        client = httpx.Client(base_url=hosts[0].url, timeout=30)
+        deadline = time.monotonic() + 60  # a killed writer's lease (15 s) must run out first
+        pending = list(acked)
+        while pending and time.monotonic() < deadline:
+            status = client.get(f"/streams/{pending[0].stream}/batches/{pending[0].batch_id}").json()
+            assert status.get("status") != "rejected", status
+            if status.get("status") == "committed":
+                pending.pop(0)
+            else:
+                time.sleep(0.3)
+        assert not pending, f"{len(pending)} acknowledged batches not committed"
+
+        logs = {s: [m["value"] for m in read_all(client, s)] for s in streams}
+        for s, got in logs.items():
+            assert len(got) == len(set(got)), f"duplicates in {s}"
+        for a in acked:
+            got = logs[a.stream]
+            start = got.index(a.values[0])
+            assert tuple(got[start : start + len(a.values)]) == a.values  # contiguous, in order
+        queues = StorageAccount(connection_string=storage.connection_string).queue_service()
+        poisoned = sum(
+            queues.get_queue_client(f"{prefix}-{i}-poison").get_queue_properties().approximate_message_count
+            for i in range(4)
+        )
+        print(
+            f"\nfaults: {faults}\nanswers: {statuses}\nacknowledged batches: {len(acked)} "
+            f"({sum(len(a.values) for a in acked)} messages), in the streams: "
+            f"{sum(len(v) for v in logs.values())} messages, poisoned: {poisoned}"
+        )
+        assert all(done for _, done in faults)
+        assert poisoned == 0
+        # Refusals are 503 (storage) or, as the Functions host answers when a language worker
+        # dies under a request, 500 worker_failed; never a 500 from the app itself.
+        assert set(statuses) <= {200, 202, "503 unavailable", "500 worker_failed", "connection error"}
+    finally:
+        stop.set()
+        for h in hosts:
+            h.stop()
+        storage.cleanup()
