@@ -198,3 +198,28 @@ def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_
         assert (doc["committed"], doc["count"]) == (truth.committed, 3)
         assert doc["last_timestamp"] == truth.last_ts
     writer.close()
+
+
+def test_a_staged_batch_whose_wait_cannot_read_storage_answers_202_not_503(
+    azurite: Azurite, tmp_path: Path, stream: str
+) -> None:
+    proxy = FaultProxy(azurite.table_port).start()
+    via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
+    host = isolated_host(
+        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": "mvwait"}
+    ).start()
+    try:
+        client = httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+        # Staging works; every read of the stream index (where ?wait= looks for the commit) fails.
+        proxy.rule = lambda method, path: 503 if method == "GET" and "mvwaitindex" in path else None
+        r = client.post(
+            f"/streams/{stream}/messages", json={"messages": [{"value": "w"}]}, params={"wait": 2}
+        )
+        assert r.status_code == 202 and r.json()["status"] == "staged", r.text
+        assert proxy.failed
+        proxy.rule = None
+        assert committed(client, stream, r.json()["batch_id"])["status"] == "committed"
+        assert values(client, stream) == ["w"]
+    finally:
+        host.stop()
+        proxy.stop()

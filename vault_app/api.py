@@ -17,7 +17,7 @@ from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
 from vault_app.staging import Stager
 from vault_core.azure import translate_errors
-from vault_core.errors import InvalidInput, InvalidOffset
+from vault_core.errors import InvalidInput, InvalidOffset, StorageUnavailable
 from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
@@ -94,7 +94,10 @@ def post_messages(req: Request) -> Response:
     status = Stager(svc).stage(stream, batch_id, messages)
     if wait > 0 and status.status != COMMITTED:
         table = svc.batch_table
-        status = poll(lambda: table.committed(stream, batch_id), lambda s: s is not None, wait) or status
+        try:
+            status = poll(lambda: table.committed(stream, batch_id), lambda s: s is not None, wait) or status
+        except StorageUnavailable:
+            pass  # the batch is staged: that is the answer (202), not a 503 that invites a resend
     return json_response(200 if status.status == COMMITTED else 202, status.to_json())
 
 
