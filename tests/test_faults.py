@@ -24,7 +24,10 @@ import psutil
 from conftest import isolated_host
 from test_app import read_all
 
+from vault_app import envelope
 from vault_core.azure import StorageAccount
+from vault_core.format import NewMessage
+from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
@@ -157,3 +160,34 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         for h in hosts:
             h.stop()
         storage.cleanup()
+
+
+def test_batches_a_killed_writer_had_drained_are_committed_by_another_within_30_seconds(
+    azurite: Azurite, tmp_path: Path, vault: Vault, stream: str
+) -> None:
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    one_queue = {"VAULT_STAGING_QUEUES": "1"}
+    queue = (
+        StorageAccount(connection_string=azurite.connection_string)
+        .queue_service()
+        .get_queue_client(f"{prefix}-0")
+    )
+    queue.create_queue()
+    ids = [f"drained-{i}" for i in range(20)]
+    for i, batch_id in enumerate(ids):  # a backlog: the writer takes one and drains the rest
+        queue.send_message(envelope.encode_messages(batch_id, stream, 0, [NewMessage(b"v%d" % i, "k")]))
+    faulty = isolated_host(azurite, tmp_path, "--fault", "after-drain", prefix=prefix, settings=one_queue)
+    faulty.start()
+    try:
+        faulty.wait_for("FAULT after-drain", 30)
+    finally:
+        faulty.stop(kill=True)  # kill -9 while it holds the drained batches and the lease
+    killed = time.monotonic()
+    healthy = isolated_host(azurite, tmp_path, prefix=prefix, settings=one_queue).start()
+    try:
+        while len(vault.index.committed_batches(stream, ids)) < len(ids):
+            assert time.monotonic() - killed < 30, "drained batches still invisible"
+            time.sleep(0.2)
+        print(f"\nall {len(ids)} batches committed {time.monotonic() - killed:.1f}s after the kill")
+    finally:
+        healthy.stop()

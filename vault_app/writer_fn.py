@@ -112,6 +112,8 @@ def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> No
     _add(plan, _Work(first))
     with _Renewer(queue) as renewer:
         _drain(claims, services, queue, plan, renewer)
+        if fault_hook:
+            fault_hook("after-drain")
         for stream, work in plan.by_stream.items():
             drained = [w.drained for w in work if w.drained]
             try:
