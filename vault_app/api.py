@@ -17,7 +17,7 @@ from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
 from vault_app.staging import Stager
 from vault_core.azure import translate_errors
-from vault_core.errors import InvalidInput, InvalidOffset, StorageUnavailable
+from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
 from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
@@ -222,10 +222,8 @@ def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes:
     try:
         data, state = _read_ahead.fetch(reader, stream, offset, max_bytes)
         return reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
-    except InvalidOffset as exc:
-        if "past the committed end" in str(exc):
-            raise HttpError(416, "invalid_offset", str(exc)) from exc
-        raise
+    except OffsetPastEnd as exc:
+        raise HttpError(416, "invalid_offset", str(exc)) from exc
 
 
 _quote = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]  # the C encoder

@@ -7,6 +7,7 @@
     │   ├── InvalidStreamName
     │   ├── MessageTooLarge         key or value over the documented limit
     │   └── InvalidOffset           negative, past the committed end, or not a record boundary
+    │       └── OffsetPastEnd       past the committed end (a reader may wait there, not start)
     ├── StreamNotFound              permanent
     ├── FormatError                 permanent: bytes that are not a valid record
     │   ├── UnsupportedVersion      a record written by a newer format version
@@ -45,6 +46,10 @@ class MessageTooLarge(InvalidInput):
 
 class InvalidOffset(InvalidInput):
     """An offset that is negative, past the committed length, or not a record boundary."""
+
+
+class OffsetPastEnd(InvalidOffset):
+    """An offset beyond the stream's committed length."""
 
 
 class StreamNotFound(VaultError):

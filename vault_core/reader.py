@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from azure.storage.blob import ContainerClient
 
 from vault_core.clock import Clock, SystemClock
-from vault_core.errors import CorruptRecord, InvalidOffset, StorageFailure, StreamNotFound
+from vault_core.errors import CorruptRecord, InvalidOffset, OffsetPastEnd, StorageFailure, StreamNotFound
 from vault_core.format import (
     HEADER,
     HEADER_SIZE,
@@ -184,7 +184,7 @@ class StreamReader:
             raise InvalidOffset("max_bytes and max_count must be positive")
         committed = state.committed
         if from_offset > committed:
-            raise InvalidOffset(
+            raise OffsetPastEnd(
                 f"offset {from_offset} is past the committed end of stream {stream!r} ({committed})"
             )
         limit = min(len(data), max_bytes, committed - from_offset)

@@ -114,7 +114,9 @@ def main() -> None:
         help="seconds a queue message stays invisible while its function runs (renewed every third)",
     )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
-    h.add_argument("--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed")
+    h.add_argument(
+        "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
+    )
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
     d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
