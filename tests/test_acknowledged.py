@@ -10,6 +10,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,23 @@ def committed(http: httpx.Client, stream: str, batch_id: str, timeout: float = 6
 
 def values(http: httpx.Client, stream: str) -> list[str]:
     return [m["value"] for m in read_all(http, stream)]
+
+
+@contextmanager
+def tables_behind_a_proxy(
+    azurite: Azurite, tmp_path: Path, table_prefix: str
+) -> Iterator[tuple[FaultProxy, httpx.Client]]:
+    """A host of its own whose table requests (batch status, index) pass through a fault proxy."""
+    proxy = FaultProxy(azurite.table_port).start()
+    via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
+    host = isolated_host(
+        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": table_prefix}
+    ).start()
+    try:
+        yield proxy, httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+    finally:
+        host.stop()
+        proxy.stop()
 
 
 def test_one_batch_id_on_two_streams_at_once_is_two_batches_each_with_its_own_messages(
@@ -158,15 +176,9 @@ def test_a_producer_id_cannot_take_over_another_producers_idempotency_key(
 def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
     azurite: Azurite, tmp_path: Path, stream: str
 ) -> None:
-    proxy = FaultProxy(azurite.table_port).start()
-    # Every update of a batch status row fails: the row stays as reserved, before the 202.
-    proxy.rule = lambda method, path: 503 if method in ("PATCH", "MERGE") and "batches" in path else None
-    via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
-    host = isolated_host(
-        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": "mvproxy"}
-    ).start()
-    try:
-        client = httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+    with tables_behind_a_proxy(azurite, tmp_path, "mvproxy") as (proxy, client):
+        # Every update of a batch status row fails: the row stays as reserved, before the 202.
+        proxy.rule = lambda method, path: 503 if method in ("PATCH", "MERGE") and "batches" in path else None
         r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "kept"}]})
         assert r.status_code == 202
         assert proxy.failed, "the fault was not injected"
@@ -175,9 +187,6 @@ def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
         assert status["status"] in ("staging", "committed")  # never 404
         assert committed(client, stream, batch_id)["status"] == "committed"
         assert values(client, stream) == ["kept"]
-    finally:
-        host.stop()
-        proxy.stop()
 
 
 def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_refreshing_it(
@@ -203,13 +212,7 @@ def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_
 def test_a_staged_batch_whose_wait_cannot_read_storage_answers_202_not_503(
     azurite: Azurite, tmp_path: Path, stream: str
 ) -> None:
-    proxy = FaultProxy(azurite.table_port).start()
-    via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
-    host = isolated_host(
-        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": "mvwait"}
-    ).start()
-    try:
-        client = httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+    with tables_behind_a_proxy(azurite, tmp_path, "mvwait") as (proxy, client):
         # Staging works; every read of the stream index (where ?wait= looks for the commit) fails.
         proxy.rule = lambda method, path: 503 if method == "GET" and "mvwaitindex" in path else None
         r = client.post(
@@ -220,6 +223,3 @@ def test_a_staged_batch_whose_wait_cannot_read_storage_answers_202_not_503(
         proxy.rule = None
         assert committed(client, stream, r.json()["batch_id"])["status"] == "committed"
         assert values(client, stream) == ["w"]
-    finally:
-        host.stop()
-        proxy.stop()

@@ -47,6 +47,18 @@ def timed(call: object) -> tuple[httpx.Response, float]:
     return response, time.monotonic() - started
 
 
+def assert_read_back_once(client: httpx.Client, acked: dict[str, list[str]], timeout: float) -> None:
+    """Every acknowledged value of every stream is read back exactly once (waiting for the writer)."""
+    deadline = time.monotonic() + timeout
+    for stream, expected in acked.items():
+        while True:
+            got = [m["value"] for m in read_all(client, stream)]
+            if len(got) >= len(expected) or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert sorted(got) == sorted(expected)
+
+
 @pytest.mark.parametrize("fault", ["stopped", "stalled"])
 def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
     tmp_path: Path, stream: str, fault: str
@@ -145,14 +157,7 @@ def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_
             assert 503 in statuses, "the stall was not seen"
             assert not [s for s in statuses if s >= 500 and s != 503], sorted(set(statuses))
             client = httpx.Client(base_url=host.url, timeout=60)
-            deadline = time.monotonic() + 60
-            for stream in streams:
-                while True:
-                    got = [m["value"] for m in read_all(client, stream)]
-                    if len(got) >= len(acked[stream]) or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.5)
-                assert sorted(got) == sorted(acked[stream])  # every acknowledged batch, once
+            assert_read_back_once(client, acked, timeout=60)
         finally:
             host.stop()
 
@@ -194,14 +199,7 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
             vault.start()
             for i in range(10):
                 assert post(streams[i % 3], f"after-{i}") == 202
-            deadline = time.monotonic() + 90
-            for stream in streams:
-                while True:
-                    got = [m["value"] for m in read_all(client, stream)]
-                    if len(got) >= len(acked[stream]) or time.monotonic() > deadline:
-                        break
-                    time.sleep(0.5)
-                assert sorted(got) == sorted(acked[stream])  # exactly once
+            assert_read_back_once(client, acked, timeout=90)
             queues = StorageAccount(connection_string=staging.connection_string).queue_service()
             poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(4)]
             assert sum(q.get_queue_properties().approximate_message_count for q in poisoned) == 0
