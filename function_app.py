@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from vault_app import api, config
+from vault_app import api, config, poison_api
 from vault_app.http import Request, Response
 from vault_app.services import services
 from vault_app.writer_fn import Staged, write_staged
@@ -71,6 +71,16 @@ def get_stream_batch(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="batches/{id}", methods=["GET"])
 def get_batch(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.get_batch(_request(req)))
+
+
+@app.route(route="poison", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+def list_poison(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(poison_api.list_poison(_request(req)))
+
+
+@app.route(route="poison/replay", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(poison_api.replay_poison(_request(req)))
 
 
 @app.route(route="health", methods=["GET"])

@@ -253,7 +253,8 @@ def test_catalog_lists_streams_and_queue_depths(
     post(http, vault_host.key, stream, [{"value": "c"}], params={"wait": 20})
     doc = http.get("/streams").json()
     assert stream in [s["stream"] for s in doc["streams"]]
-    assert len(doc["queues"]) == 4 and all("approximate_messages" in q for q in doc["queues"])
+    assert len(doc["queues"]) == 4
+    assert all("approximate_messages" in q and "poison_messages" in q for q in doc["queues"])
     one = http.get(f"/streams/{stream}").json()
     assert one["count"] == 1 and one["committed"] > 0 and one["first_timestamp"] == one["last_timestamp"]
 
@@ -385,7 +386,9 @@ def test_openapi_documents_every_route_of_the_app(http: httpx.Client) -> None:
 
 
 def test_health(http: httpx.Client) -> None:
-    assert http.get("/health").json()["status"] == "ok"
+    doc = http.get("/health").json()
+    assert doc["status"] == "ok" and len(doc["queues"]) == 4
+    assert doc["poison_messages"] == sum(q["poison_messages"] for q in doc["queues"])
 
 
 # -- faults: each test gets its own host (and queues) so killing it disturbs nothing else -------

@@ -549,12 +549,24 @@ def run(
     return result.exit_code, result.stdout, result.stderr
 
 
-COMMANDS = ["", "produce", "consume", "streams", "info", "groups", "export", "verify"]
+COMMANDS = [
+    "",
+    "produce",
+    "consume",
+    "streams",
+    "info",
+    "groups",
+    "export",
+    "verify",
+    "poison",
+    "poison list",
+    "poison replay",
+]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
 def test_every_command_has_help(runner: CliRunner, command: str) -> None:
-    code, out, _ = run(runner, *([command] if command else []), "--help")
+    code, out, _ = run(runner, *command.split(), "--help")
     assert code == 0 and "Usage: " in out
 
 
@@ -572,6 +584,9 @@ def test_every_command_has_help(runner: CliRunner, command: str) -> None:
         (["streams", "--url", "ftp://x"], "invalid vault URL"),
         (["export", "s", "--to", "out.csv", "--url", "http://x"], "cannot tell the export format"),
         (["frobnicate"], "No such command"),
+        (["poison", "replay", "--stream", "bad/name", "--url", "http://x"], "invalid stream name"),
+        (["poison", "list", "--batch", "a:b", "--url", "http://x"], "invalid batch id"),
+        (["poison", "replay"], "no vault URL"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(runner: CliRunner, args: list[str], fragment: str) -> None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import re
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
+from vault_app import poison
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.http import HttpError, Request, Response, guarded, json_response
 from vault_app.ingest import parse_batch
@@ -21,7 +23,7 @@ from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
 from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
-from vault_core.retry import poll
+from vault_core.retry import budget, poll
 
 VERSION = "0.1.0"
 MAX_WAIT_SECONDS = 60
@@ -29,6 +31,9 @@ MAX_LIMIT = 10_000
 MAX_RANGE_BYTES = 16 * 1024 * 1024
 _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
+HEALTH_BUDGET_SECONDS = 2.0
+"""All storage calls of one /health together: a probe answers within about this long."""
+log = logging.getLogger("vault_app")
 
 
 def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
@@ -142,14 +147,7 @@ def get_stream_batch(req: Request) -> Response:
 def list_streams(req: Request) -> Response:
     svc = _svc()
     streams = [_catalog_json(e.__dict__) for e in svc.vault.streams()]
-    queues = []
-    for q in svc.queues:
-        with translate_errors():
-            try:
-                depth = q.client.get_queue_properties().approximate_message_count
-            except Exception:  # a missing queue reads as empty, not as an error
-                depth = None
-        queues.append({"account": q.account, "queue": q.name, "approximate_messages": depth})
+    queues = [d.to_json() for d in poison.queue_depths(svc)]
     return json_response(200, {"streams": streams, "queues": queues})
 
 
@@ -342,7 +340,33 @@ def get_access(req: Request) -> Response:
 # -- service -------------------------------------------------------------------------------
 @guarded
 def health(req: Request) -> Response:
-    return json_response(200, {"status": "ok", "version": VERSION})
+    """Always 200: the app answers. ``degraded`` when a poison count cannot be read (storage is
+    down or slow), so an unreachable storage account never makes a probe restart a healthy app."""
+    counts = _poison_counts()
+    known = [c["poison_messages"] for c in counts]
+    ok = bool(counts) and None not in known
+    return json_response(
+        200,
+        {
+            "status": "ok" if ok else "degraded",
+            "version": VERSION,
+            "poison_messages": sum(n for n in known if n is not None) if ok else None,
+            "queues": counts,
+        },
+    )
+
+
+def _poison_counts() -> list[dict[str, Any]]:
+    """Per staging queue, its poison queue's approximate count (None if unreadable); [] if the
+    queues cannot even be named (settings). One attempt per count, under a short budget of its
+    own: a probe stays cheap, and answers within about that budget when storage is down."""
+    try:
+        with budget(HEALTH_BUDGET_SECONDS):
+            depths = poison.queue_depths(_svc(), staging=False, retry=False)
+    except Exception:
+        log.warning("health: the poison counts cannot be read", exc_info=True)
+        return []
+    return [{"account": d.account, "queue": d.queue, "poison_messages": d.poison_messages} for d in depths]
 
 
 @guarded

@@ -30,7 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core import MatchConditions
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceModifiedError,
+    ResourceNotFoundError,
+)
 from azure.data.tables import TableClient, UpdateMode
 
 from vault_core.azure import translate_errors
@@ -149,13 +155,36 @@ class BatchTable:
                 mode=UpdateMode.MERGE,
             )
 
-    def unreject(self, stream: str, batch_id: str) -> None:
-        """A rejected batch replayed from poison is staged again."""
+    def rejected(self, stream: str, batch_id: str) -> str | None:
+        """The ETag of the batch's row if it says ``rejected``, else None: what :meth:`unreject` needs."""
         with translate_errors(stream):
-            self.table.upsert_entity(
-                {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED, "Reason": ""},
-                mode=UpdateMode.MERGE,
-            )
+            try:
+                row = self.table.get_entity(batch_id, stream)
+            except ResourceNotFoundError:
+                return None
+        return str(row.metadata["etag"]) if row.get("State") == REJECTED else None
+
+    def unreject(self, stream: str, batch_id: str, etag: str) -> bool:
+        """A rejected batch replayed from poison is staged again; False if its row changed meanwhile.
+
+        Conditional on ``etag``, read before the replay was sent: if the writer has rejected the
+        replayed batch again in the meantime, that newer verdict and its reason stand. Never
+        creates a row: one without the batch's digest would make a producer's retry of the
+        batch look like a different batch.
+        """
+        row = {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED, "Reason": ""}
+        with translate_errors(stream):
+            try:
+                self.table.update_entity(
+                    row, mode=UpdateMode.MERGE, etag=etag, match_condition=MatchConditions.IfNotModified
+                )
+            except (ResourceModifiedError, ResourceNotFoundError):
+                return False
+            except HttpResponseError as exc:
+                if exc.status_code == 412:  # the row changed since ``etag``
+                    return False
+                raise
+        return True
 
     def status(self, stream: str, batch_id: str) -> BatchStatus | None:
         """The batch's status on ``stream``: committed (from the index) or its row; None if unknown."""

@@ -24,7 +24,7 @@ from vault_core.errors import (
     VaultError,
     WriterConflict,
 )
-from vault_core.retry import budget
+from vault_core.retry import REQUEST_BUDGET_SECONDS, budget
 
 log = logging.getLogger("vault_app")
 
@@ -102,23 +102,38 @@ def to_http_error(exc: BaseException) -> HttpError:
     return HttpError(500, "internal", "internal error; see the server log")
 
 
-def guarded(handler: Callable[[Request], Response]) -> Callable[[Request], Response]:
+Handler = Callable[[Request], Response]
+
+
+def guarded(handler: Handler) -> Handler:
     """Run a handler under one storage time budget and turn any exception into a JSON error.
 
     The budget (vault_core.retry) bounds every storage call of the request, retries included,
     so storage that is down or stalled answers 503 within seconds.
     """
+    return guarded_for(REQUEST_BUDGET_SECONDS)(handler)
 
-    def run(request: Request) -> Response:
-        try:
-            with budget():
-                return handler(request)
-        except Exception as exc:  # the boundary: nothing escapes as a stack trace
-            err = to_http_error(exc)
-            if err.status >= 500:
-                log.exception("request failed: %s %s", request.method, dict(request.route))
-            return error_response(err.status, err.code, err.message, err.headers)
 
-    run.__name__ = handler.__name__
-    run.__doc__ = handler.__doc__
-    return run
+def guarded_for(seconds: float) -> Callable[[Handler], Handler]:
+    """:func:`guarded` with a budget of its own, for operator routes that do more storage work.
+
+    Such a handler must bound its own work well within ``seconds`` (and report what is left),
+    so that it answers, rather than running into the budget and failing half done.
+    """
+
+    def wrap(handler: Handler) -> Handler:
+        def run(request: Request) -> Response:
+            try:
+                with budget(seconds):
+                    return handler(request)
+            except Exception as exc:  # the boundary: nothing escapes as a stack trace
+                err = to_http_error(exc)
+                if err.status >= 500:
+                    log.exception("request failed: %s %s", request.method, dict(request.route))
+                return error_response(err.status, err.code, err.message, err.headers)
+
+        run.__name__ = handler.__name__
+        run.__doc__ = handler.__doc__
+        return run
+
+    return wrap

@@ -42,8 +42,14 @@ def _ok(status: int, schema: str, text: str = "ok") -> dict[str, Any]:
 STREAM = _param(
     "stream", "path", "string", "stream name: 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
 )
+POISON_FILTERS = [
+    _param("stream", "query", "string", "only this stream's batches"),
+    _param("batch", "query", "string", "only the batch with this id"),
+]
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
+_opt_str = {"type": "string", "nullable": True}
+_KEY: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyHeader": []}]
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -128,6 +134,7 @@ SCHEMAS: dict[str, Any] = {
                         "account": _int,
                         "queue": {"type": "string"},
                         "approximate_messages": _opt_int,
+                        "poison_messages": _opt_int,
                     },
                 },
             },
@@ -143,14 +150,82 @@ SCHEMAS: dict[str, Any] = {
             "committed": _int,
         },
     },
-    "Health": {"type": "object", "properties": {"status": {"type": "string"}, "version": {"type": "string"}}},
+    "Health": {
+        "type": "object",
+        "properties": {
+            "status": {"type": "string", "enum": ["ok", "degraded"]},
+            "version": {"type": "string"},
+            "poison_messages": _opt_int,
+            "queues": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {"account": _int, "queue": {"type": "string"}, "poison_messages": _opt_int},
+                },
+            },
+        },
+    },
+    "PoisonMessage": {
+        "type": "object",
+        "properties": {
+            "account": _int,
+            "queue": {"type": "string", "description": "the staging queue; the message is in <queue>-poison"},
+            "message_id": {"type": "string"},
+            "inserted": _opt_int,
+            "valid": {"type": "boolean", "description": "false: not a staging envelope, never replayed"},
+            "batch_id": _opt_str,
+            "stream": _opt_str,
+            "count": _opt_int,
+            "claim_check": {"type": "boolean", "nullable": True},
+            "error": _opt_str,
+            "preview": _opt_str,
+            "status": {
+                "type": "string",
+                "nullable": True,
+                "enum": ["staging", "staged", "committed", "rejected", None],
+            },
+            "reason": _opt_str,
+        },
+    },
+    "PoisonList": {
+        "type": "object",
+        "properties": {
+            "messages": {"type": "array", "items": {"$ref": "#/components/schemas/PoisonMessage"}},
+            "queues": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "account": _int,
+                        "queue": {"type": "string"},
+                        "poison_messages": _opt_int,
+                        "peeked": _int,
+                        "truncated": {"type": "boolean"},
+                    },
+                },
+            },
+            "truncated": {"type": "boolean", "description": "some poison queue holds more than was listed"},
+        },
+    },
+    "PoisonReplay": {
+        "type": "object",
+        "properties": {
+            "replayed": _int,
+            "invalid": _int,
+            "skipped": _int,
+            "repeated": _int,
+            "complete": {"type": "boolean", "description": "false: call again to go on"},
+            "batches": {"type": "array", "items": {"$ref": "#/components/schemas/PoisonMessage"}},
+            "invalid_messages": {"type": "array", "items": {"$ref": "#/components/schemas/PoisonMessage"}},
+        },
+    },
 }
 
 PATHS: dict[str, Any] = {
     "/streams/{stream}/messages": {
         "post": {
             "summary": "Stage a batch of messages (202 once durably staged)",
-            "security": [{"functionKey": []}, {"functionKeyHeader": []}],
+            "security": _KEY,
             "parameters": [
                 STREAM,
                 _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
@@ -241,7 +316,28 @@ PATHS: dict[str, Any] = {
             "responses": {**_ok(200, "BatchStatus"), **_errors(404, 409, 503)},
         }
     },
-    "/health": {"get": {"summary": "Liveness", "responses": _ok(200, "Health")}},
+    "/poison": {
+        "get": {
+            "summary": "Poisoned batches: up to 32 per poison queue (a read-only peek), with statuses",
+            "security": _KEY,
+            "parameters": POISON_FILTERS,
+            "responses": {**_ok(200, "PoisonList"), **_errors(400, 401, 503)},
+        }
+    },
+    "/poison/replay": {
+        "post": {
+            "summary": "Send poisoned batches back to their staging queues (safe: batch ids are once-only)",
+            "security": _KEY,
+            "parameters": POISON_FILTERS,
+            "responses": {**_ok(200, "PoisonReplay"), **_errors(400, 401, 503)},
+        }
+    },
+    "/health": {
+        "get": {
+            "summary": "Liveness (always 200) and poison counts; degraded if they cannot be read",
+            "responses": _ok(200, "Health"),
+        }
+    },
     "/openapi.json": {
         "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3"}}}
     },

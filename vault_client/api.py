@@ -20,6 +20,8 @@ from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult
 
 DEFAULT_TIMEOUT = 30.0
+REPLAY_SECONDS = 20.0
+"""How long the server may work on one replay round (its storage budget): added to the timeout."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +54,15 @@ def _describe(exc: httpx.TransportError) -> str:
         return f"no answer in time ({exc.__class__.__name__})"
     text = str(exc) or exc.__class__.__name__
     return text.splitlines()[0]
+
+
+def _poison_filters(stream: str | None, batch_id: str | None) -> dict[str, str]:
+    params = {}
+    if stream is not None:
+        params["stream"] = validate_stream_name(stream)
+    if batch_id is not None:
+        params["batch"] = validate_batch_id(batch_id)
+    return params
 
 
 class ApiClient:
@@ -173,6 +184,19 @@ class ApiClient:
         return dict(
             self.get_json(f"/streams/{validate_stream_name(stream)}/batches/{validate_batch_id(batch_id)}")
         )
+
+    def poison(self, stream: str | None = None, batch_id: str | None = None) -> dict[str, Any]:
+        """``GET /poison``: up to 32 poisoned messages per poison queue, with statuses (needs the key)."""
+        return dict(self.get_json("/poison", params=_poison_filters(stream, batch_id)))
+
+    def replay_poison(self, stream: str | None = None, batch_id: str | None = None) -> dict[str, Any]:
+        """``POST /poison/replay``: one bounded round; call again while ``complete`` is false.
+
+        Safe to retry (and so retried like any request): a replayed batch is appended at most once.
+        """
+        params = _poison_filters(stream, batch_id)
+        resp = self.request("POST", "/poison/replay", params=params, wait=REPLAY_SECONDS)
+        return dict(resp.json())
 
     def access(self, stream: str) -> Access:
         doc = self.get_json(f"/streams/{validate_stream_name(stream)}/access")

@@ -6,12 +6,23 @@ import click
 
 from vault_client.wire import to_millis
 from vault_core.errors import InvalidInput
-from vault_core.names import validate_stream_name
+from vault_core.names import validate_batch_id, validate_stream_name
 
 
 def stream_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     try:
         return validate_stream_name(value)
+    except InvalidInput as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
+def optional_stream_name(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    return None if value is None else stream_name(ctx, param, value)
+
+
+def optional_batch_id(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    try:
+        return None if value is None else validate_batch_id(value)
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), ctx, param) from None
 

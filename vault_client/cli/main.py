@@ -77,7 +77,7 @@ def cli(ctx: click.Context) -> None:
 
 def _register() -> None:
     # Imported here so each command lives in its own module and this one stays the entry point.
-    from vault_client.cli import catalog, consume, export, produce, verify
+    from vault_client.cli import catalog, consume, export, poison, produce, verify
 
     for command in (
         produce.produce,
@@ -87,6 +87,7 @@ def _register() -> None:
         catalog.groups,
         export.export,
         verify.verify,
+        poison.poison,
     ):
         cli.add_command(command)
 

@@ -105,7 +105,7 @@ def connection_options(*, top: bool = False) -> Callable[[F], F]:
             show_envvar=top,
             expose_value=False,
             callback=_setter("key"),
-            help="Function key, for producing.",
+            help="Function key, for producing and the poison commands.",
         ),
         click.option(
             "--storage",

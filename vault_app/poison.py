@@ -1,0 +1,392 @@
+"""Operating the poison queues: what is parked there, putting it back, and how much there is.
+
+A batch lands in ``<queue>-poison`` when the writer gives up on it (it is then ``rejected`` in
+the batch table, with the reason; :mod:`vault_app.writer_fn`) or when the Functions host has
+failed to deliver it ``maxDequeueCount`` times. Once the cause is fixed, an operator replays
+it: the message goes back to its staging queue as a fresh message. That is always safe: the
+writer drops a batch whose id is already committed to its stream, so a batch is appended at
+most once however often it is replayed.
+
+**Listing peeks**: it is read-only, so it never hides a message from a replay running at the
+same time and changes nothing. The queue service peeks at most 32 messages (the oldest), so a
+listing shows up to 32 per poison queue, with the queue's approximate count beside them
+(``truncated`` when there is more); a replay still reaches every message.
+
+**Replaying receives** (a peeked message has no pop receipt to delete it with), page by page,
+each message invisible for :data:`REPLAY_VISIBILITY` seconds. A selected batch is sent to its
+staging queue first and deleted from poison second, so a crash in between leaves two copies,
+of which the writer appends one. Every other message received is made visible again once its
+queue has been read to the end. Receiving raises the dequeue count of poison messages; nothing
+reads it (no function is bound to a poison queue), so that is harmless. One call does bounded
+work (:data:`REPLAY_WORK_SECONDS`, :data:`REPLAY_MAX_HELD`) and says whether it read every
+poison queue to its end; if not, the caller calls again.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from azure.storage.queue import QueueClient, QueueMessage
+
+from vault_app import envelope
+from vault_app.batches import BatchStatus, BatchTable
+from vault_app.envelope import EnvelopeError
+from vault_app.services import Services, StagingQueue
+from vault_core.azure import translate_errors
+from vault_core.errors import InvalidInput, StreamNotFound, VaultError
+from vault_core.names import validate_batch_id, validate_stream_name
+
+PAGE = 32
+"""Messages per peek or receive: the queue service's maximum."""
+REPLAY_VISIBILITY = 60
+"""Seconds a message received by a replay stays invisible if the replay dies before releasing it."""
+REPLAY_WORK_SECONDS = 8.0
+"""A replay call starts no new page after this long (its answer says ``complete: false``)."""
+REPLAY_MAX_HELD = 500
+"""A replay call stops once it holds this many messages it leaves in poison: each costs one
+request to make visible again, and that must fit in the call's time budget."""
+PREVIEW_CHARS = 200
+"""How much of a message that is not an envelope a listing shows."""
+
+
+@dataclass(frozen=True)
+class Parked:
+    """One poison message, read as far as it can be read."""
+
+    account: int
+    queue: str
+    """The staging queue; the message is in ``<queue>-poison``."""
+    message_id: str
+    inserted: int | None
+    """When it entered the poison queue, ms since the epoch."""
+    batch_id: str | None = None
+    stream: str | None = None
+    count: int | None = None
+    claim_check: bool | None = None
+    error: str | None = None
+    """Why the message is not a valid staging envelope; None when it is one."""
+    preview: str | None = None
+    """The start of a message that is not an envelope: what an operator has to go on."""
+
+    @property
+    def valid(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "account": self.account,
+            "queue": self.queue,
+            "message_id": self.message_id,
+            "inserted": self.inserted,
+            "valid": self.valid,
+            "batch_id": self.batch_id,
+            "stream": self.stream,
+            "count": self.count,
+            "claim_check": self.claim_check,
+            "error": self.error,
+            "preview": self.preview,
+        }
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Which poison messages an operation applies to: ``stream`` and/or ``batch_id``; None is any."""
+
+    stream: str | None = None
+    batch_id: str | None = None
+
+    def matches(self, parked: Parked) -> bool:
+        return (self.stream is None or parked.stream == self.stream) and (
+            self.batch_id is None or parked.batch_id == self.batch_id
+        )
+
+
+def read_message(q: StagingQueue, message_id: str, inserted: datetime | None, body: str) -> Parked:
+    """A poison message as a :class:`Parked`: an envelope, or whatever of it can be read."""
+    where: dict[str, Any] = {
+        "account": q.account,
+        "queue": q.name,
+        "message_id": message_id,
+        "inserted": int(inserted.timestamp() * 1000) if inserted else None,
+    }
+    try:
+        env = envelope.decode(body)
+    except EnvelopeError as exc:
+        doc = _json_object(body)
+        return Parked(
+            **where,
+            batch_id=_checked(validate_batch_id, doc.get("id")),
+            stream=_checked(validate_stream_name, doc.get("stream")),
+            error=str(exc),
+            preview=body[:PREVIEW_CHARS],
+        )
+    claimed = env.claim is not None
+    count = env.count if claimed else len(env.messages or [])
+    return Parked(**where, batch_id=env.batch_id, stream=env.stream, count=count, claim_check=claimed)
+
+
+def _json_object(body: str) -> dict[str, Any]:
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _checked(validate: Callable[[str], str], value: Any) -> str | None:
+    """``value`` if it is a valid name of its kind (so it can be looked up), else None."""
+    try:
+        return validate(value) if isinstance(value, str) else None
+    except InvalidInput:
+        return None
+
+
+# -- counts --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QueueDepth:
+    account: int
+    queue: str
+    approximate_messages: int | None
+    poison_messages: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def queue_depths(services: Services, *, staging: bool = True, retry: bool = True) -> list[QueueDepth]:
+    """Approximate counts of every staging queue (unless ``staging`` is False) and its poison queue.
+
+    A count that cannot be read is None rather than an error: the counts are shown beside other
+    things (the catalog, ``/health``) that must not fail because one queue cannot be read.
+    Without ``retry`` each count is one attempt, so storage that refuses costs no back-off.
+    """
+    options: dict[str, Any] = {} if retry else {"retry_total": 0}
+    return [
+        QueueDepth(
+            q.account, q.name, _count(q.client, **options) if staging else None, _count(q.poison, **options)
+        )
+        for q in services.queues
+    ]
+
+
+def _count(client: QueueClient, **options: Any) -> int | None:
+    try:
+        with translate_errors():
+            count = client.get_queue_properties(**options).approximate_message_count
+    except VaultError:
+        return None
+    return None if count is None else int(count)
+
+
+# -- listing -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Listed:
+    parked: Parked
+    status: BatchStatus | None
+    """The batch's status (``rejected`` with its reason, usually); None if it is unknown."""
+
+    def to_json(self) -> dict[str, Any]:
+        status = self.status
+        return {
+            **self.parked.to_json(),
+            "status": status.status if status else None,
+            "reason": status.reason if status else None,
+        }
+
+
+@dataclass(frozen=True)
+class ListedQueue:
+    account: int
+    queue: str
+    poison_messages: int | None
+    """Approximate count of the poison queue; None if it could not be read."""
+    peeked: int
+
+    @property
+    def truncated(self) -> bool:
+        if self.poison_messages is None:
+            return self.peeked >= PAGE
+        return self.poison_messages > self.peeked
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "truncated": self.truncated}
+
+
+@dataclass(frozen=True)
+class PoisonListing:
+    messages: list[Listed]
+    queues: list[ListedQueue]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "messages": [m.to_json() for m in self.messages],
+            "queues": [q.to_json() for q in self.queues],
+            "truncated": any(q.truncated for q in self.queues),
+        }
+
+
+def list_poison(services: Services, selector: Selector | None = None) -> PoisonListing:
+    """The oldest (up to 32) messages of every poison queue that ``selector`` picks, with statuses."""
+    selector = selector or Selector()
+    statuses: dict[tuple[str, str], BatchStatus | None] = {}
+    messages, queues = [], []
+    for q in services.queues:
+        peeked = _peek(q.poison)
+        queues.append(ListedQueue(q.account, q.name, _count(q.poison), len(peeked)))
+        for m in peeked:
+            parked = read_message(q, m.id, m.inserted_on, str(m.content))
+            if selector.matches(parked):
+                messages.append(Listed(parked, _status(services.batch_table, parked, statuses)))
+    return PoisonListing(messages, queues)
+
+
+def _peek(client: QueueClient) -> list[Any]:
+    try:
+        with translate_errors():
+            return list(client.peek_messages(max_messages=PAGE))
+    except StreamNotFound:  # a poison queue that was never created holds nothing
+        return []
+
+
+def _status(
+    table: BatchTable, parked: Parked, seen: dict[tuple[str, str], BatchStatus | None]
+) -> BatchStatus | None:
+    """The batch's status, looked up once per batch (a batch can be parked more than once)."""
+    if parked.stream is None or parked.batch_id is None:
+        return None
+    key = (parked.stream, parked.batch_id)
+    if key not in seen:
+        seen[key] = table.status(*key)
+    return seen[key]
+
+
+# -- replay --------------------------------------------------------------------------------
+@dataclass
+class ReplayReport:
+    replayed: list[Parked] = field(default_factory=list)
+    invalid: list[Parked] = field(default_factory=list)
+    """Selected messages that are not envelopes: never replayed, they stay in poison."""
+    skipped: int = 0
+    """Messages the selector did not pick."""
+    repeated: int = 0
+    """Further copies of a batch this call already replayed, left in poison: the writer may
+    have failed the replayed batch again at once, and that new copy must stay for the operator."""
+    complete: bool = True
+    """False if the call stopped before reading every poison queue to its end."""
+
+    _batches: set[tuple[str | None, str | None]] = field(default_factory=set, repr=False)
+
+    def replayed_already(self, parked: Parked) -> bool:
+        return (parked.stream, parked.batch_id) in self._batches
+
+    def add_replayed(self, parked: Parked) -> None:
+        self.replayed.append(parked)
+        self._batches.add((parked.stream, parked.batch_id))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replayed": len(self.replayed),
+            "invalid": len(self.invalid),
+            "skipped": self.skipped,
+            "repeated": self.repeated,
+            "complete": self.complete,
+            "batches": [p.to_json() for p in self.replayed],
+            "invalid_messages": [p.to_json() for p in self.invalid],
+        }
+
+
+def replay(
+    services: Services, selector: Selector | None = None, *, work_seconds: float = REPLAY_WORK_SECONDS
+) -> ReplayReport:
+    """Send the selected poisoned batches back to their staging queues; each batch once per call."""
+    selector = selector or Selector()
+    report = ReplayReport()
+    stop_at = time.monotonic() + work_seconds
+    for q in services.queues:
+        if not _replay_queue(services, q, selector, report, stop_at):
+            report.complete = False
+            break
+    return report
+
+
+def _replay_queue(
+    services: Services, q: StagingQueue, selector: Selector, report: ReplayReport, stop_at: float
+) -> bool:
+    """Replay the selected batches of one poison queue; True once it has been read to its end."""
+    held: list[QueueMessage] = []  # received, still in poison: made visible again at the end
+    try:
+        while time.monotonic() < stop_at and len(held) < REPLAY_MAX_HELD:
+            page = _receive(q.poison)
+            if not page:
+                return True
+            held += page
+            for m in page:
+                if _replay_one(services, q, selector, m, report):
+                    held.remove(m)
+        return False
+    finally:
+        _release(q.poison, held)
+
+
+def _replay_one(
+    services: Services, q: StagingQueue, selector: Selector, m: QueueMessage, report: ReplayReport
+) -> bool:
+    """Replay one received poison message if it is selected and valid; True if it left poison.
+
+    The rejected status row is read before the send and turned back to ``staged`` only if it
+    is unchanged after it: a writer that rejects the replayed batch again in between wins.
+    """
+    body = str(m.content)
+    parked = read_message(q, m.id, m.inserted_on, body)
+    if not selector.matches(parked):
+        report.skipped += 1
+        return False
+    if not parked.valid or parked.stream is None or parked.batch_id is None:
+        report.invalid.append(parked)
+        return False
+    if report.replayed_already(parked):
+        report.repeated += 1
+        return False
+    table = services.batch_table
+    etag = table.rejected(parked.stream, parked.batch_id)
+    with translate_errors():
+        q.client.send_message(body, time_to_live=-1)  # fresh (dequeue count 0), never expires
+    _delete(q.poison, m)
+    if etag is not None:
+        table.unreject(parked.stream, parked.batch_id, etag)
+    report.add_replayed(parked)
+    return True
+
+
+def _receive(client: QueueClient) -> list[QueueMessage]:
+    """One page (one request): ``receive_messages`` alone would fetch a message per request."""
+    try:
+        with translate_errors():
+            pages = client.receive_messages(
+                messages_per_page=PAGE, visibility_timeout=REPLAY_VISIBILITY
+            ).by_page()
+            return list(next(pages, []))
+    except StreamNotFound:
+        return []
+
+
+def _delete(client: QueueClient, m: QueueMessage) -> None:
+    try:
+        with translate_errors():
+            client.delete_message(m.id, m.pop_receipt)
+    except VaultError:
+        pass  # it reappears in poison: a second copy, which a later replay appends at most once
+
+
+def _release(client: QueueClient, messages: list[QueueMessage]) -> None:
+    for m in messages:
+        try:
+            with translate_errors():
+                client.update_message(m.id, m.pop_receipt, visibility_timeout=0)
+        except VaultError:
+            pass  # visible again anyway after REPLAY_VISIBILITY
