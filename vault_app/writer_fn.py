@@ -193,7 +193,9 @@ def _drain(
             with translate_errors():
                 got = list(
                     queue.client.receive_messages(
-                        max_messages=DRAIN_MESSAGES, visibility_timeout=DRAIN_VISIBILITY
+                        messages_per_page=DRAIN_MESSAGES,  # one request, not one per message
+                        max_messages=DRAIN_MESSAGES,
+                        visibility_timeout=DRAIN_VISIBILITY,
                     )
                 )
         except VaultError as exc:
