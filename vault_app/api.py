@@ -20,7 +20,7 @@ from vault_app.services import Services, services
 from vault_app.staging import Stager
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
-from vault_core.format import FLAG_KEY_IS_TEXT, Message, message_id
+from vault_core.format import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.retry import budget, poll
@@ -65,16 +65,24 @@ def _wait_param(req: Request) -> float:
 
 
 def parse_time(raw: str) -> int:
-    """Milliseconds since the epoch, from milliseconds or ISO 8601 (naive means UTC)."""
-    if re.fullmatch(r"-?\d+", raw):
-        return int(raw)
+    """Milliseconds since the epoch, from milliseconds or ISO 8601 (naive means UTC).
+
+    Times before the epoch or past what a record can carry are clamped to that range: a seek
+    there means "from the start" or "at the end".
+    """
+    if re.fullmatch(r"-?\d{1,20}", raw):
+        return min(max(int(raw), 0), MAX_TIMESTAMP_MS)
     try:
         dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        raise HttpError(400, "bad_request", f"time {raw!r} is neither milliseconds nor ISO 8601") from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    return int(dt.timestamp() * 1000)
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        ms = int(dt.timestamp() * 1000)
+    except (ValueError, OverflowError):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise HttpError(
+            400, "bad_request", f"time {shown!r} is neither milliseconds (up to 20 digits) nor ISO 8601"
+        ) from None
+    return min(max(ms, 0), MAX_TIMESTAMP_MS)
 
 
 def _stream(req: Request) -> str:
@@ -254,7 +262,24 @@ def _message_line(m: Message, force_b64: bool) -> str:
 
 
 # -- raw log -------------------------------------------------------------------------------
-_RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+_RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})")
+"""One range; 19 digits is past any blob size, and keeps the numbers small to parse."""
+
+
+def parse_range(header: str | None, committed: int) -> tuple[int, int]:
+    """``[start, end)`` of a ``Range`` header against the committed length (``end`` may be
+    <= ``start`` when the range is unsatisfiable: a 416). Raises HttpError 400 if malformed."""
+    raw = (header or "bytes=0-").strip()
+    match = _RANGE.fullmatch(raw)
+    if not match or (not match.group(1) and not match.group(2)):
+        shown = raw if len(raw) <= 60 else raw[:60] + "..."
+        raise HttpError(400, "bad_request", f"unsupported Range {shown!r}: use one range, bytes=a-b")
+    if match.group(1):
+        start = int(match.group(1))
+        end = int(match.group(2)) + 1 if match.group(2) else committed
+    else:  # suffix range: the last n bytes
+        start, end = max(0, committed - int(match.group(2))), committed
+    return start, end
 
 
 @guarded
@@ -264,14 +289,7 @@ def get_log(req: Request) -> Response:
     blob = svc.vault.blob(stream)
     committed = blob.state().committed
     raw = (req.header("range") or "bytes=0-").strip()
-    match = _RANGE.fullmatch(raw)
-    if not match or (not match.group(1) and not match.group(2)):
-        raise HttpError(400, "bad_request", f"unsupported Range {raw!r}: use one range, bytes=a-b")
-    if match.group(1):
-        start = int(match.group(1))
-        end = int(match.group(2)) + 1 if match.group(2) else committed
-    else:  # suffix range: the last n bytes
-        start, end = max(0, committed - int(match.group(2))), committed
+    start, end = parse_range(raw, committed)
     if start >= committed or end <= start:
         return Response(
             416,

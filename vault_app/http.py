@@ -125,12 +125,15 @@ def guarded_for(seconds: float) -> Callable[[Handler], Handler]:
         def run(request: Request) -> Response:
             try:
                 with budget(seconds):
-                    return handler(request)
+                    response = handler(request)
             except Exception as exc:  # the boundary: nothing escapes as a stack trace
                 err = to_http_error(exc)
                 if err.status >= 500:
                     log.exception("request failed: %s %s", request.method, dict(request.route))
-                return error_response(err.status, err.code, err.message, err.headers)
+                response = error_response(err.status, err.code, err.message, err.headers)
+            # Browsers must not guess a type: a value that looks like HTML stays JSON or bytes.
+            response.headers.setdefault("X-Content-Type-Options", "nosniff")
+            return response
 
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__

@@ -43,7 +43,14 @@ def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[
             "too_large",
             f"{len(items)} messages in one batch; the maximum is {limits.max_batch_messages}",
         )
-    return [_message(item, i, limits) for i, item in enumerate(items)], batch_id
+    try:
+        return [_message(item, i, limits) for i, item in enumerate(items)], batch_id
+    except UnicodeEncodeError as exc:  # a lone surrogate (\ud800) is JSON but not Unicode text
+        raise HttpError(
+            400,
+            "bad_request",
+            f"a key or value is not valid Unicode text ({exc.reason}); send bytes as base64",
+        ) from None
 
 
 def _json(raw: bytes, where: str) -> Any:
@@ -51,6 +58,8 @@ def _json(raw: bytes, where: str) -> Any:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HttpError(400, "bad_request", f"malformed JSON in {where}: {exc}") from exc
+    except RecursionError:
+        raise HttpError(400, "bad_request", f"JSON in {where} is nested too deeply") from None
 
 
 def _message(item: Any, i: int, limits: Limits) -> NewMessage:
@@ -63,6 +72,8 @@ def _message(item: Any, i: int, limits: Limits) -> NewMessage:
     key: str | bytes = item.get("key", "")
     if type(key) is not str or item.get("key_encoding") is not None:
         key = _key(item, i)
+    elif not key.isascii():
+        key.encode()  # refuse what cannot be stored as UTF-8 now, not when it is staged
     # A character is at most 4 UTF-8 bytes: only long keys need encoding to be measured.
     if len(key) * 4 > MAX_KEY_BYTES and (n := _byte_length(key)) > MAX_KEY_BYTES:
         raise HttpError(413, "too_large", f"message {i} key is {n} bytes; the maximum is {MAX_KEY_BYTES}")
@@ -81,11 +92,20 @@ def _byte_length(key: str | bytes) -> int:
 
 def _key(item: dict[str, Any], i: int) -> str | bytes:
     key = item.get("key")
+    encoding = item.get("key_encoding")
+    if encoding not in (None, "utf-8", "text", "base64"):
+        raise HttpError(
+            400,
+            "bad_request",
+            f'message {i} key: unknown key_encoding {encoding!r} (use "utf-8" or "base64")',
+        )
     if key is None:
         return ""
-    if item.get("key_encoding") == "base64":
+    if encoding == "base64":
         return _bytes(key, "base64", i, "key")
     if isinstance(key, str):
+        if not key.isascii():
+            key.encode()
         return key
     raise HttpError(400, "bad_request", f"message {i} key must be a string")
 
