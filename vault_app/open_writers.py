@@ -1,9 +1,10 @@
 """Stream writers kept open between writer invocations, and the reaper that closes idle ones.
 
 A busy stream pays for its lease and its recovery once, not per invocation. On shutdown
-(:func:`close_all`, run at interpreter exit) every writer brings the catalog up to date and
-releases its lease, so another instance can take the stream at once rather than after the
-lease runs out.
+(:func:`close_all`: called by the local host's workers when told to terminate, and registered
+with ``atexit`` as the backstop of a normal interpreter exit) every writer brings the catalog up
+to date and releases its lease, so another instance can take the stream at once rather than
+after the lease runs out.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import FrameType
 
 from vault_local.azurite import ROOT, Azurite, free_port
 from vault_local.process import LOCAL_KEY, HostProcess
@@ -22,20 +23,32 @@ def _show(cmd: list[str]) -> str:
     return out
 
 
+def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
+    """SIGTERM or SIGINT: leave the demo through its ``finally``, which stops the host and
+    Azurite gracefully (both run in sessions of their own, so no signal reaches them but ours).
+    Further signals are ignored, so they cannot cut that cleanup short; it is bounded."""
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(0)
+
+
 def demo(args: argparse.Namespace) -> None:
     if not shutil.which("curl"):
         sys.exit("the demo uses curl: install it (apt-get install curl)")
-    data = ROOT / ".azurite"
-    data.mkdir(exist_ok=True)
+    data: Path = args.data
+    data.mkdir(parents=True, exist_ok=True)
     azurite = Azurite(location=data, blob_port=free_port(), queue_port=free_port(), table_port=free_port())
-    azurite.start()
-    print(
-        f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, "
-        f"table {azurite.table_port} (data in .azurite/)"
-    )
-    host = HostProcess(azurite.connection_string, port=args.port, echo=True).start()
-    api = host.url
+    host = HostProcess(azurite.connection_string, port=args.port, echo=True)
+    waiter: subprocess.Popen[str] | None = None
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stop_on_signal)
     try:
+        azurite.start()
+        print(
+            f"Azurite: blob {azurite.blob_port}, queue {azurite.queue_port}, "
+            f"table {azurite.table_port} (data in {data})"
+        )
+        api = host.start().url
         post = ["curl", "-s", "-H", "Content-Type: application/json"]
         _show(
             [
@@ -89,9 +102,13 @@ def demo(args: argparse.Namespace) -> None:
         print(f"\nThe vault is running at {api} (function key: {LOCAL_KEY}). OpenAPI: {api}/openapi.json")
         if args.exit:
             return
-        print("Press Ctrl-C to stop.")
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+        print("Press Ctrl-C to stop.", flush=True)
+        while True:
+            signal.pause()  # until SIGTERM or SIGINT: _stop_on_signal leaves through finally
     finally:
+        if waiter:
+            waiter.kill()  # in our process group, which a signal sent to us alone misses
+            waiter.wait()
         host.stop()
         azurite.stop()
 
@@ -120,6 +137,7 @@ def main() -> None:
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
     d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
+    d.add_argument("--data", type=Path, default=ROOT / ".azurite", help="Azurite's data directory")
     args = parser.parse_args()
     if args.command == "host":
         from vault_local.host import run

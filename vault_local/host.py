@@ -14,6 +14,8 @@ It does what ``func start`` does for this app, no more:
   language worker processes (:mod:`vault_local.worker`) with real ``azure.functions`` request and
   message objects, so the HTTP tier, the queue pollers and the function code do not share one
   GIL. A worker that dies fails its in-flight invocations and is replaced.
+* drains on SIGTERM or SIGINT, as the Functions host does when Azure stops an instance: see
+  :meth:`LocalHost._drain`.
 
 Where Core Tools exist, ``func start`` runs the same app unchanged.
 """
@@ -21,14 +23,16 @@ Where Core Tools exist, ``func start`` runs the same app unchanged.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import re
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +47,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_local.worker import (
     FunctionFailed,
@@ -55,6 +60,15 @@ from vault_local.worker import (
 
 log = logging.getLogger("vault_local.host")
 ROOT = Path(__file__).resolve().parent.parent
+
+DRAIN_GRACE = 12.0
+"""Seconds a stopping host waits for the invocations in flight. With the workers' exit
+(WORKER_EXIT_TIMEOUT) and uvicorn's own close (HTTP_CLOSE_TIMEOUT) the host is gone within
+20 s of the signal, before a platform that sent SIGTERM would send SIGKILL."""
+HTTP_CLOSE_TIMEOUT = 2
+"""Seconds uvicorn may take to close its connections once the workers are gone."""
+READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+"""Requests a drain does not wait for: safe to retry, and a long poll may have a minute left."""
 
 
 def _timespan(raw: str | None, default: float) -> float:
@@ -188,6 +202,12 @@ class LocalHost:
         self.port = port
         self.inflight_visibility = inflight_visibility
         self.stopping = threading.Event()
+        """Set when the queue pollers are to stop fetching messages."""
+        self.draining = False
+        """Set (on the event loop) by SIGTERM/SIGINT: new requests are answered 503."""
+        self._writes: set[asyncio.Future[None]] = set()
+        """One future per write request being handled, done when it has been answered."""
+        self._pollers: list[threading.Thread] = []
         self.asgi = Starlette(
             routes=[
                 Route(
@@ -200,6 +220,21 @@ class LocalHost:
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> Response:
+        if self.draining:
+            return _shutting_down()
+        if request.method in READ_METHODS:
+            return await self._route(request)
+        # A write is tracked from its first byte, so the drain waits for it: a 202 must mean
+        # that the batch is staged, never that a stopping host dropped it.
+        answered = asyncio.get_running_loop().create_future()
+        self._writes.add(answered)
+        try:
+            return await self._route(request)
+        finally:
+            self._writes.discard(answered)
+            answered.set_result(None)
+
+    async def _route(self, request: Request) -> Response:
         path = request.url.path
         if not path.startswith(self.prefix + "/"):
             return JSONResponse({"error": "not_found", "message": f"no function at {path}"}, 404)
@@ -236,6 +271,8 @@ class LocalHost:
                 sent = await run_in_threadpool(self.workers.invoke_http, meta, body)
                 resp: HttpResult = await asyncio.wrap_future(sent)
             except WorkerFailed as exc:
+                if self.draining:  # a read cut short, or an invocation past the grace period
+                    return _shutting_down()
                 return JSONResponse({"error": "worker_failed", "message": str(exc)}, 500)
             except FunctionFailed:  # what Starlette answered when the function raised in-process
                 return PlainTextResponse("Internal Server Error", 500)
@@ -275,11 +312,15 @@ class LocalHost:
         done = threading.Condition(lock)
         delay = 0.1
         with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
+            # Leaving this loop leaves the `with`, which waits for the invocations in flight,
+            # each settled as usual: that is how a drain waits for the queue functions.
             while not self.stopping.is_set():
                 with done:
                     while running > opts.threshold and not self.stopping.is_set():
                         done.wait(0.5)
                     want = opts.batch_size - running
+                if self.stopping.is_set():
+                    break
                 try:
                     got = list(
                         client.receive_messages(
@@ -372,9 +413,19 @@ class LocalHost:
 
     # -- run -------------------------------------------------------------------------------
     def serve(self, ready: Callable[[], None] | None = None) -> None:
+        """Serve until SIGTERM or SIGINT, then drain and return. Call from the main thread."""
         self.workers.start(frozenset([h.name for h in self.http] + [q.name for q in self.queues]))
         for index, q in enumerate(self.queues):
-            threading.Thread(target=self._poll, args=(q, index), name=f"poll-{q.name}", daemon=True).start()
+            poller = threading.Thread(target=self._poll, args=(q, index), name=f"poll-{q.name}", daemon=True)
+            poller.start()
+            self._pollers.append(poller)
+        try:
+            asyncio.run(self._serve(ready))
+        finally:
+            self.stopping.set()
+            self.workers.close()
+
+    async def _serve(self, ready: Callable[[], None] | None) -> None:
         config = uvicorn.Config(
             self.asgi,
             host="127.0.0.1",
@@ -382,20 +433,73 @@ class LocalHost:
             log_level="warning",
             access_log=False,
             timeout_keep_alive=30,
+            timeout_graceful_shutdown=HTTP_CLOSE_TIMEOUT,
         )
-        server = uvicorn.Server(config)
-        if ready:
-            threading.Thread(target=lambda: (self._wait_started(server), ready()), daemon=True).start()
-        try:
-            server.run()
-        finally:
-            self.stopping.set()
-            self.workers.close()
+        server = _Server(config)
+        signalled = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, signalled.set)
+        serving = asyncio.create_task(server.serve())
+        started = asyncio.create_task(_when_started(server, ready))
+        stop = asyncio.create_task(signalled.wait())
+        await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if not serving.done():  # a signal, not a failed start: drain, then stop serving
+            log.info("shutting down: draining the invocations in flight (up to %.0f s)", DRAIN_GRACE)
+            await self._drain()
+            server.should_exit = True
+        started.cancel()
+        stop.cancel()
+        await serving
+        log.info("stopped")
 
-    @staticmethod
-    def _wait_started(server: uvicorn.Server) -> None:
-        while not server.started:
-            time.sleep(0.05)
+    async def _drain(self) -> None:
+        """Stop as the Functions host stops an instance: stop the listeners, let the
+        invocations in flight finish within a grace period, then stop the language workers.
+
+        HTTP stays up meanwhile and answers new requests 503 (``Retry-After``), so a client
+        learns to retry elsewhere instead of being refused; reads in flight are not waited for.
+        Queue messages in flight are settled as usual (deleted, or returned to their queue).
+        Then each worker closes its open stream writers (see ``worker._terminate``).
+        """
+        self.draining = True
+        self.stopping.set()
+        deadline = time.monotonic() + DRAIN_GRACE
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=DRAIN_GRACE)
+        await asyncio.to_thread(self._join_pollers, deadline)
+        await asyncio.to_thread(self.workers.close)
+
+    def _join_pollers(self, deadline: float) -> None:
+        for poller in self._pollers:
+            poller.join(max(0.0, deadline - time.monotonic()))
+
+
+class _Server(uvicorn.Server):
+    """uvicorn without its own SIGTERM/SIGINT handling: it would stop serving at once, and
+    re-raise the signal on its way out (so the host would not exit 0). The host drains first,
+    then sets ``should_exit``."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+async def _when_started(server: uvicorn.Server, ready: Callable[[], None] | None) -> None:
+    while not server.started:  # uvicorn offers no event for it
+        await asyncio.sleep(0.05)
+    if ready:
+        ready()
+
+
+def _shutting_down() -> Response:
+    return JSONResponse(
+        {"error": "unavailable", "message": "the host is shutting down; retry shortly"},
+        503,
+        # The app's own 503 advice; Connection: close sends a keep-alive client to a fresh
+        # connection, which behind a load balancer is another instance.
+        headers={"Retry-After": str(RETRY_AFTER_SECONDS), "Connection": "close"},
+    )
 
 
 def load_local_settings(path: Path) -> dict[str, str]:

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from vault_local.azurite import ROOT, free_port
 
 LOCAL_KEY = "local-dev-key"
+STOP_TIMEOUT = 25.0
+"""Seconds a SIGTERM'd host gets before its group is killed: its drain takes at most 20."""
 
 
 def local_env(connection_string: str, key: str = LOCAL_KEY) -> dict[str, str]:
@@ -105,11 +107,11 @@ class HostProcess:
                 self._changed.wait(min(left, 0.5))
 
     def stop(self, kill: bool = False) -> None:
-        """SIGTERM (or SIGKILL: a crash) the whole process group."""
+        """SIGTERM (the host drains, then exits) or SIGKILL (a crash) the whole process group."""
         if self.proc and self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL if kill else signal.SIGTERM)
             try:
-                self.proc.wait(15)
+                self.proc.wait(STOP_TIMEOUT)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()

@@ -15,8 +15,11 @@ the same, with a socketpair per worker instead of gRPC:
   invocations of a worker that dies, and starts a replacement, as the Functions host does.
 
 Only plain data crosses: per frame a fixed header, a small pickled dict and the body as raw
-bytes (sent from, and received into, one ``bytes`` object: HTTP bodies reach 16 MiB). A worker
-exits when the host's end of its socket closes, so no worker outlives its host.
+bytes (sent from, and received into, one ``bytes`` object: HTTP bodies reach 16 MiB).
+
+Stopping: the host sends TERMINATE (the gRPC protocol's ``WorkerTerminate``) once it has drained
+its invocations; the worker closes the app's open stream writers and exits. A worker also exits
+that way when the host's end of its socket closes, so no worker outlives its host.
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import azure.functions as func
 from azure.functions.queue import QueueMessage
+
+from vault_app.open_writers import open_writers
 
 log = logging.getLogger("vault_local.worker")
 
@@ -50,9 +55,14 @@ START_TIMEOUT = 60.0
 """Seconds a new worker may take to import the app and report ready."""
 WAIT_FOR_WORKER = 60.0
 """Seconds an invocation waits for a worker while its replacement starts."""
+CLOSE_WRITERS_TIMEOUT = 4.0
+"""Seconds a stopping worker gives the app's open writers to close (catalog row, lease release):
+bounded, so a storage outage cannot hold the host's shutdown; a lease left behind expires."""
+WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
+"""Seconds the host waits for a worker told to terminate before it kills it."""
 
-# Frame kinds. Host → worker: HTTP, QUEUE. Worker → host: READY, RESULT, LOG.
-READY, HTTP, QUEUE, RESULT, LOG = 1, 2, 3, 4, 5
+# Frame kinds. Host → worker: HTTP, QUEUE, TERMINATE. Worker → host: READY, RESULT, LOG.
+READY, HTTP, QUEUE, RESULT, LOG, TERMINATE = 1, 2, 3, 4, 5, 6
 _HEADER = struct.Struct("!BQII")  # kind, invocation id, meta length, body length
 _INLINE = 256 * 1024
 """Bodies below this go out in one send with their header; larger ones are sent as they are."""
@@ -296,18 +306,27 @@ class Workers:
             self._watch(w)
 
     def close(self) -> None:
-        """Close every channel: the workers see EOF and exit; any that linger are killed."""
-        self._stopping.set()
+        """Stop every worker: each closes the app's open writers and exits; one that is still
+        running after WORKER_EXIT_TIMEOUT is killed. Invocations still in flight fail.
+
+        The host calls this after draining, so normally nothing is in flight. Safe to repeat.
+        """
+        self._stopping.set()  # first: the readers must not replace the workers that now exit
         with self._changed:
             self._changed.notify_all()
         for w in self._slots:
-            w.channel.close()
-        deadline = time.monotonic() + 5
+            try:
+                w.channel.send(TERMINATE, 0, {})
+            except OSError:
+                pass  # already gone
+        deadline = time.monotonic() + WORKER_EXIT_TIMEOUT
         for w in self._slots:
             try:
                 w.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 w.proc.kill()
+                w.proc.wait()
+            w.channel.close()
 
     # -- invoking --------------------------------------------------------------------------
     def invoke_http(self, meta: Mapping[str, Any], body: bytes) -> Future[HttpResult]:
@@ -573,11 +592,29 @@ def main(argv: Sequence[str] | None = None) -> None:
         try:
             kind, ident, meta, body = channel.recv()
         except (EOFError, OSError):
-            # The host is gone or closed us: end now, running invocations included, as the
-            # host's own death would end them.
-            os._exit(0)
+            kind = TERMINATE  # the host is gone or closed us: stop as if told to
         if kind in (HTTP, QUEUE):
             pool.submit(runner.run, kind, ident, meta, body)
+        elif kind == TERMINATE:
+            _terminate(args.slot)
+
+
+def _terminate(slot: int) -> NoReturn:
+    """Close the app's open stream writers, then end the process.
+
+    The host has drained (or given up waiting), so whatever still runs here is abandoned, as
+    the host's own death would abandon it: hence ``os._exit``, which does not wait for the pool's
+    threads. It also skips ``atexit``, where ``open_writers`` registers the same close (the
+    backstop of a normal interpreter exit), so the writers are closed here, explicitly: the
+    catalog row catches up with the commit record and the stream leases are released now
+    rather than expiring 15 s later. Bounded, so a storage outage cannot hold the exit.
+    """
+    closer = threading.Thread(target=open_writers.close_all, name="mv-close-writers", daemon=True)
+    closer.start()
+    closer.join(CLOSE_WRITERS_TIMEOUT)
+    if closer.is_alive():
+        log.warning("language worker %d: open writers not closed within %.0f s", slot, CLOSE_WRITERS_TIMEOUT)
+    os._exit(0)
 
 
 if __name__ == "__main__":
