@@ -313,6 +313,21 @@ BAD_POSTS = [
         413,
     ),
     ("body too large", b"x" * (16 * 1024 * 1024 + 1), "application/json", 413),
+    (
+        "deeply nested JSON",
+        b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "application/json",
+        400,
+    ),
+    ("deeply nested NDJSON", b"[" * 100_000 + b"]" * 100_000, "application/x-ndjson", 400),
+    ("lone surrogate in a value", b'{"messages": [{"value": "a\\ud800"}]}', "application/json", 400),
+    ("lone surrogate in a key", b'{"messages": [{"key": "\\udfff", "value": "v"}]}', "application/json", 400),
+    (
+        "unknown key_encoding",
+        b'{"messages": [{"key": "k", "key_encoding": "hex", "value": "v"}]}',
+        "application/json",
+        400,
+    ),
 ]
 
 
@@ -344,6 +359,8 @@ BAD_READS = [
     ("unknown stream", "/streams/nope-{s}/messages", {}, 404, "not_found"),
     ("unknown batch", "/batches/0123456789abcdef", {}, 404, "not_found"),
     ("bad range", "/streams/{s}/log", {}, 400, "bad_request"),
+    ("time of 5,000 digits", "/streams/{s}/messages", {"at": "9" * 5000}, 400, "bad_request"),
+    ("range of 5,000 digits", "/streams/{s}/log", {}, 400, "bad_request"),
 ]
 
 
@@ -361,14 +378,17 @@ def test_bad_reads_get_a_clear_4xx(
     code: str,
 ) -> None:
     post(http, vault_host.key, stream, [{"value": "something"}], params={"wait": 20})
-    headers = {"Range": "lines=1-2"} if path.endswith("/log") else {}
+    bad_range = f"bytes={'9' * 5000}-" if "digits" in case else "lines=1-2"
+    headers = {"Range": bad_range} if path.endswith("/log") else {}
     r = http.get(path.replace("{s}", stream), params=params, headers=headers)
     assert r.status_code == status, r.text
     assert r.json()["error"] == code
+    assert r.headers["x-content-type-options"] == "nosniff"
 
 
 def test_unknown_routes_and_methods_get_json_errors(http: httpx.Client) -> None:
-    assert http.get("/nothing-here").json()["error"] == "not_found"
+    missing = http.get("/nothing-here")
+    assert missing.json()["error"] == "not_found" and missing.headers["x-content-type-options"] == "nosniff"
     r = http.delete("/streams/x/messages")
     assert r.status_code == 405 and "GET" in r.headers["allow"]
 

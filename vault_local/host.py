@@ -220,6 +220,12 @@ class LocalHost:
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> Response:
+        response = await self._tracked(request)
+        # On the host's own answers (404, 405, 401, 503) too: no browser guesses a type.
+        response.headers.setdefault("X-Content-Type-Options", "nosniff")
+        return response
+
+    async def _tracked(self, request: Request) -> Response:
         if self.draining:
             return _shutting_down()
         if request.method in READ_METHODS:
