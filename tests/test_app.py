@@ -485,3 +485,13 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
         assert [m["value"] for m in read_all(client, stream)] == ["still flowing"]
     finally:
         host.stop()
+
+
+def test_max_bytes_smaller_than_the_next_record_answers_with_that_record(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    post(http, vault_host.key, stream, [{"value": "v" * 10_000}, {"value": "w"}], params={"wait": 20})
+    first = http.get(f"/streams/{stream}/messages", params={"from": 0, "max_bytes": 1}).json()
+    assert [m["value"] for m in first["messages"]] == ["v" * 10_000]  # never an empty page
+    second = http.get(f"/streams/{stream}/messages", params={"from": first["next_offset"], "max_bytes": 1})
+    assert [m["value"] for m in second.json()["messages"]] == ["w"]

@@ -163,7 +163,9 @@ class StreamReader:
             raise InvalidOffset("max_bytes must be positive")
         blob = self.blob(stream)
         try:
-            return blob.read_with_state(from_offset, max_bytes)
+            # At least a header: a max_bytes smaller than the next record still learns its
+            # length, so the read answers with that one record, never with an empty page.
+            return blob.read_with_state(from_offset, max(max_bytes, HEADER_SIZE))
         except StorageFailure as exc:
             if exc.status != 416:  # a range starting at or past the blob's end
                 raise
