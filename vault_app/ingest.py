@@ -41,6 +41,7 @@ class WireBatch(msgspec.Struct, forbid_unknown_fields=True):
 _BATCH = msgspec.json.Decoder(WireBatch)
 _LINE = msgspec.json.Decoder(WireMessage)
 _TEXT_ENCODINGS = (None, "utf-8", "text")
+_SPENT = WireMessage("")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
 
@@ -77,7 +78,17 @@ def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[
         raise HttpError(400, "bad_request", "the batch has no messages")
     if len(items) > limits.max_batch_messages:
         raise _too_many(str(len(items)), limits)
-    return [_message(item, i, limits) for i, item in enumerate(items)], batch_id
+    return _messages(items, limits), batch_id
+
+
+def _messages(items: list[WireMessage], limits: Limits) -> list[NewMessage]:
+    """The messages as bytes; each decoded string is let go as soon as it is converted, so the
+    text and the bytes of a whole batch are never in memory at once."""
+    out = []
+    for i, item in enumerate(items):
+        out.append(_message(item, i, limits))
+        items[i] = _SPENT
+    return out
 
 
 def _malformed(exc: msgspec.DecodeError, body: bytes, ndjson: bool) -> str:
