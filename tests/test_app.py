@@ -18,7 +18,7 @@ from conftest import isolated_host
 
 from vault_app.envelope import INLINE_LIMIT
 from vault_core.azure import StorageAccount
-from vault_core.format import decode
+from vault_core.format import HEADER_SIZE, NewMessage, decode, encode
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
@@ -495,3 +495,16 @@ def test_max_bytes_smaller_than_the_next_record_answers_with_that_record(
     assert [m["value"] for m in first["messages"]] == ["v" * 10_000]  # never an empty page
     second = http.get(f"/streams/{stream}/messages", params={"from": first["next_offset"], "max_bytes": 1})
     assert [m["value"] for m in second.json()["messages"]] == ["w"]
+
+
+def test_a_record_forged_inside_a_value_cannot_be_read_as_a_message(
+    http: httpx.Client, vault_host: HostProcess, stream: str
+) -> None:
+    post(http, vault_host.key, stream, [{"value": "honest"}], params={"wait": 20})
+    at = http.get(f"/streams/{stream}").json()["committed"] + HEADER_SIZE  # the next value's start
+    forged = encode([NewMessage(b"never produced", "forged")], at, 1)
+    carrier = {"key": "", "value": base64.b64encode(forged).decode(), "encoding": "base64"}
+    post(http, vault_host.key, stream, [carrier], params={"wait": 20})
+    r = http.get(f"/streams/{stream}/messages", params={"from": at})
+    assert r.status_code == 400 and r.json()["error"] == "invalid_offset"
+    assert [m["value_encoding"] for m in read_all(http, stream)] == ["utf-8", "base64"]

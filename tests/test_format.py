@@ -14,7 +14,7 @@ from vault_core.errors import (
     MessageTooLarge,
     UnsupportedVersion,
 )
-from vault_core.format import NewMessage, decode, encode, find_next_record, message_id, parse_message_id
+from vault_core.format import NewMessage, decode, encode, message_id, parse_message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 
 DATA = Path(__file__).parent / "data"
@@ -118,15 +118,6 @@ def test_a_torn_record_is_left_for_more_bytes_not_returned() -> None:
     buf = encode([NewMessage(b"one"), NewMessage(b"two")], 0, TS)
     records, end = decode(buf[:-1], 0)
     assert [r.value for r in records] == [b"one"] and end == fmt.HEADER_SIZE + 3
-
-
-def test_reader_starting_at_any_byte_finds_the_next_record() -> None:
-    messages = [NewMessage(fmt.MAGIC + bytes([i]) * i, "k") for i in range(1, 30)]
-    buf = encode(messages, 1000, TS)
-    starts = [r.offset - 1000 for r in decode(buf, 1000)[0]]
-    for pos in range(len(buf)):
-        expected = next((s for s in starts if s >= pos), None)
-        assert find_next_record(buf, 1000, pos) == expected
 
 
 def test_message_ids_sort_by_time_then_offset_and_round_trip() -> None:

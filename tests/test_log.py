@@ -449,3 +449,40 @@ def test_large_reads_fetched_in_parallel_parts_match_a_scan(
     assert got == everything
     end = vault.reader.read(stream, offset, max_bytes=max_bytes)
     assert end.messages == [] and end.next_offset == end.committed
+
+
+def forged_value(at: int) -> bytes:
+    """A value whose bytes are a complete, valid record naming ``at``, its offset in the log."""
+    return fmt.encode([NewMessage(b"never produced", "forged")], at, 1)
+
+
+def append_a_forgery(vault: Vault, stream: str) -> int:
+    """Append an honest message, then one whose value holds a forged record; its offset."""
+    with vault.writer(stream, lease_seconds=15) as w:
+        w.append([Batch([NewMessage(b"honest", "k")])])
+        at = w.state.committed + HEADER_SIZE  # where the value starts (empty key)
+        w.append([Batch([NewMessage(forged_value(at), b"")])])
+    return at
+
+
+def test_an_offset_inside_a_value_is_refused_even_if_a_valid_record_sits_there(
+    vault: Vault, stream: str
+) -> None:
+    at = append_a_forgery(vault, stream)
+    fresh = Vault(vault.account).reader  # nothing remembered: the offset must be proven
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(stream, at)
+    with pytest.raises(InvalidOffset):
+        list(fresh.scan(stream, at))
+    assert fresh.read(stream, 0).messages[0].value == b"honest"
+
+
+def test_skipping_a_corrupt_record_never_resumes_at_a_forged_one(vault: Vault, stream: str) -> None:
+    at = append_a_forgery(vault, stream)
+    container = vault.blob(stream).client
+    second = at - HEADER_SIZE
+    page = bytearray(container.download_blob(offset=0, length=PAGE_SIZE).readall())
+    page[second] ^= 0xFF  # the carrier's header is damaged: its length can no longer be trusted
+    container.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
+    got = list(vault.reader.scan(stream, skip_corrupt=True))
+    assert [m.value for m in got] == [b"honest"]  # not b"never produced"

@@ -15,8 +15,8 @@ from azure.storage.blob import BlobClient
 
 from vault_client.api import ApiClient
 from vault_client.direct import SasBlob
+from vault_client.errors import ApiError
 from vault_core.errors import InvalidOffset
-from vault_core.format import HEADER, HEADER_SIZE, MAGIC
 from vault_core.pageblob import CommitState, StreamBlob
 
 
@@ -60,14 +60,20 @@ def open_log(api: ApiClient, stream: str, *, direct: bool) -> StreamBlob:
     return ApiLogBlob(api, stream)
 
 
-def check_boundary(blob: StreamBlob, offset: int, committed: int) -> None:
-    """Raise InvalidOffset unless ``offset`` is where a record starts (or the committed end)."""
+def check_boundary(api: ApiClient, stream: str, offset: int, committed: int) -> None:
+    """Raise InvalidOffset unless ``offset`` is a record boundary the writer produced.
+
+    Bytes that parse as a record at ``offset`` are no proof (a value can hold a forged record,
+    docs/FORMAT.md §7.3), and proving it needs the stream's index: so the server, which proves
+    every read's starting offset, is asked with a one-message read.
+    """
     if offset < 0 or offset > committed:
-        raise InvalidOffset(
-            f"offset {offset} is outside the committed part of {blob.stream!r} (0-{committed})"
-        )
+        raise InvalidOffset(f"offset {offset} is outside the committed part of {stream!r} (0-{committed})")
     if offset in (0, committed):
         return
-    head = blob.read(offset, min(HEADER_SIZE, committed - offset))
-    if len(head) < HEADER_SIZE or head[:4] != MAGIC or HEADER.unpack_from(head, 0)[6] != offset:
-        raise InvalidOffset(f"offset {offset} is not the start of a record in stream {blob.stream!r}")
+    try:
+        api.read(stream, offset, limit=1, max_bytes=1)
+    except ApiError as exc:
+        if exc.status in (400, 416):
+            raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}") from exc
+        raise

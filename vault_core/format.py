@@ -308,23 +308,3 @@ def record_length_at(buf: bytes | bytearray | memoryview, pos: int) -> int | Non
         return None
     _, _, _, _, klen, vlen, _, _ = HEADER.unpack_from(buf, pos)
     return int(HEADER_SIZE + klen + vlen)
-
-
-def find_next_record(buf: bytes | bytearray | memoryview, base_offset: int, start: int = 0) -> int | None:
-    """Position of the first plausible record at or after ``buf[start]``, or None.
-
-    This is how a reader that starts at an arbitrary byte (or skips a corrupt record)
-    resynchronises. A candidate must carry the sync marker, a known version and flags,
-    in-range lengths and its own position as ``offset``, and if the whole record is in ``buf``
-    its checksum must match. A candidate cut off by the end of ``buf`` (even mid-header) is
-    returned unchecked: :func:`decode` checks it once the rest of its bytes arrive.
-    """
-    data = buf if isinstance(buf, bytes) else bytes(buf)
-    pos = data.find(MAGIC, start)
-    while pos != -1:
-        try:
-            decode(data, base_offset, pos, max_count=1)
-            return pos
-        except (CorruptRecord, UnsupportedVersion):
-            pos = data.find(MAGIC, pos + 1)
-    return None

@@ -171,6 +171,17 @@ class IndexTables:
             return None
         return self._first(stream, _time_key(timestamp - 1, _MAX48), "u")
 
+    def point_at_or_before(
+        self, stream: str, offset: int, within: int = 8 * 1024 * 1024
+    ) -> IndexPoint | None:
+        """The last index point at or before ``offset``, if one lies within ``within`` bytes of it.
+
+        Points are about one index spacing apart (1 MiB, plus at most one record), so the
+        window holds a few rows; a stream whose index is missing there gets None.
+        """
+        found = self.points(stream, max(0, offset - within), offset + 1)
+        return found[-1] if found else None
+
     def points(self, stream: str, start: int = 0, end: int | None = None) -> list[IndexPoint]:
         """Index points with ``start <= offset < end``, ascending (for planning parallel reads)."""
         upper = _offset_key(end) if end is not None else "p"

@@ -6,26 +6,27 @@ uncommitted tail is never returned. Every record's checksum is verified.
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from azure.storage.blob import ContainerClient
 
+from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
-from vault_core.errors import CorruptRecord, InvalidOffset, OffsetPastEnd, StorageFailure, StreamNotFound
-from vault_core.format import (
-    HEADER,
-    HEADER_SIZE,
-    MAGIC,
-    Message,
-    decode,
-    find_next_record,
-    record_length_at,
+from vault_core.errors import (
+    CorruptRecord,
+    FormatError,
+    InvalidOffset,
+    OffsetPastEnd,
+    StorageFailure,
+    StreamNotFound,
 )
+from vault_core.format import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 from vault_core.index import IndexTables
 from vault_core.names import validate_stream_name
 from vault_core.pageblob import CommitState, StreamBlob
@@ -54,13 +55,17 @@ def scan_blob(
     prefetch: int = SCAN_PREFETCH,
     skip_corrupt: bool = False,
     on_skip: Callable[[int, int], None] | None = None,
+    resync: Sequence[int] = (),
 ) -> Iterator[Message]:
     """Every record in ``[start, end)``; ``start`` must be a record boundary, ``end`` <= committed.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
     the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
     With ``skip_corrupt`` a corrupt record is skipped (``on_skip(offset, skipped_bytes)``)
-    and the reader resynchronises on the next verifiable record; otherwise it raises.
+    and reading resumes at the next **proven** boundary after it: the next of ``resync``
+    (ascending index points), else ``end``. Never at a sync marker found by searching, which
+    may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
+    ``skip_corrupt`` a corrupt record raises.
     """
     if start >= end:
         return
@@ -73,6 +78,7 @@ def scan_blob(
         next_range = len(pending)
         carry = b""
         base = start
+        skip_to = start  # after a corrupt record: the proven boundary where reading resumes
         while pending:
             data = pending.popleft().result()
             last = next_range == len(ranges) and not pending
@@ -80,6 +86,9 @@ def scan_blob(
                 pending.append(pool.submit(blob.read, *ranges[next_range]))
                 next_range += 1
             buf = carry + data if carry else data
+            if skip_to > base:  # still skipping: drop what lies before the boundary
+                drop = min(len(buf), skip_to - base)
+                buf, base = buf[drop:], base + drop
             pos = 0
             while True:
                 try:
@@ -89,15 +98,14 @@ def scan_blob(
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield from _records_before(buf, base, pos, bad, blob.stream)
-                    found = find_next_record(buf, base, bad + 1)
-                    if found is None:
-                        # No sync marker after the bad record in this buffer: skip to its end,
-                        # keeping the last 3 bytes in case a marker straddles into the next chunk.
-                        found = len(buf) if last else max(bad + 1, len(buf) - (len(MAGIC) - 1))
+                    over = _walk_over(buf, base, bad, end)
+                    skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if on_skip:
-                        on_skip(base + bad, found - bad)
-                    pos = found
-                    continue
+                        on_skip(base + bad, skip_to - (base + bad))
+                    pos = min(skip_to - base, len(buf))
+                    if skip_to - base <= len(buf):
+                        continue
+                    break
                 yield from records
                 break
             carry = buf[pos:]
@@ -112,6 +120,36 @@ def scan_blob(
         for f in pending:
             f.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
+    """Where the record after the corrupt one at ``buf[bad]`` starts, by the corrupt record's own
+    length, if that lands on a record that verifies (or on ``end``); else None.
+
+    This is still a walk from a proven boundary: the length is the one the writer wrote in the
+    bad record's header. If the damage is in that header, the landing almost surely fails to
+    verify (sync marker, its own offset, checksum) and the caller falls back to an index point.
+    """
+    if bad + HEADER_SIZE > len(buf) or buf[bad : bad + len(MAGIC)] != MAGIC:
+        return None
+    if HEADER.unpack_from(buf, bad)[6] != base + bad:
+        return None
+    length = record_length_at(buf, bad)
+    assert length is not None
+    landing = bad + length
+    if base + landing == end:
+        return landing
+    try:
+        records, _ = decode(buf, base, landing, max_count=1)
+    except FormatError:
+        return None
+    return landing if records else None
+
+
+def _next_boundary(resync: Sequence[int], after: int, end: int) -> int:
+    """The first proven boundary after ``after`` (``end`` if none is known before it)."""
+    i = bisect.bisect_right(resync, after)
+    return min(resync[i], end) if i < len(resync) else end
 
 
 def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> list[Message]:
@@ -131,6 +169,8 @@ class StreamReader:
         self.container = container
         self.index = index
         self.clock = clock or SystemClock()
+        self.boundaries = Boundaries(index)
+        """What this reader has proven to be record boundaries (a read may start only there)."""
 
     def blob(self, stream: str) -> StreamBlob:
         return StreamBlob.in_container(self.container, validate_stream_name(stream))
@@ -192,7 +232,7 @@ class StreamReader:
         limit = min(len(data), max_bytes, committed - from_offset)
         if limit <= 0:
             return ReadResult([], from_offset, committed)
-        _check_boundary(data, from_offset, stream)
+        self.boundaries.prove(stream, from_offset, committed, self.blob(stream).read)
         need = record_length_at(data, 0)
         if need is not None and need > limit and from_offset + need <= committed:
             data = self.blob(stream).read(from_offset, need)  # one record larger than max_bytes
@@ -206,6 +246,7 @@ class StreamReader:
             stream=stream,
             complete=from_offset + limit == committed,
         )
+        self.boundaries.learn(stream, [from_offset + pos])  # walked from a proven boundary
         return ReadResult(records, from_offset + pos, committed)
 
     def scan(
@@ -227,10 +268,12 @@ class StreamReader:
                 f"range [{from_offset}, {end}) is outside the committed part of {stream!r} [0, {committed})"
             )
         if from_offset < end:
-            head = blob.read(from_offset, min(HEADER_SIZE, end - from_offset))
-            _check_boundary(head, from_offset, stream)
+            self.boundaries.prove(stream, from_offset, committed, blob.read)
+        resync: list[int] = []
+        if skip_corrupt and self.index:
+            resync = [p.offset for p in self.index.points(stream, from_offset + 1, end)]
         yield from scan_blob(
-            blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt
+            blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt, resync=resync
         )
 
     def follow(
@@ -281,12 +324,3 @@ class StreamReader:
             if message.timestamp >= at_ms:
                 return message.offset
         return committed
-
-
-def _check_boundary(data: bytes, offset: int, stream: str) -> None:
-    """A read must start where a record starts: say so clearly instead of 'corrupt'."""
-    if len(data) < HEADER_SIZE:
-        return
-    magic, _, _, _, _, _, claimed, _ = HEADER.unpack_from(data, 0)
-    if magic != MAGIC or claimed != offset:
-        raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")

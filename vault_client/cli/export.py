@@ -54,9 +54,10 @@ def export(stream: str, path: Path, fmt: str | None, start: int, direct: bool) -
     except InvalidInput as exc:
         raise click.BadParameter(str(exc), param_hint="'--to'") from None
     s = settings()
-    blob = open_log(s.api(), stream, direct=direct)
+    api = s.api()
+    blob = open_log(api, stream, direct=direct)
     committed = blob.state().committed
-    check_boundary(blob, start, committed)
+    check_boundary(api, stream, start, committed)
     exporter = exporter_for(path, fmt)
     count = 0
     started = time.monotonic()
