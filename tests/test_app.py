@@ -359,7 +359,7 @@ BAD_READS = [
     ("unknown stream", "/streams/nope-{s}/messages", {}, 404, "not_found"),
     ("unknown batch", "/batches/0123456789abcdef", {}, 404, "not_found"),
     ("bad range", "/streams/{s}/log", {}, 400, "bad_request"),
-    ("time of 5,000 digits", "/streams/{s}/messages", {"at": "9" * 5000}, 400, "bad_request"),
+    ("time of 4,000 digits", "/streams/{s}/messages", {"at": "9" * 4000}, 400, "bad_request"),
     ("range of 5,000 digits", "/streams/{s}/log", {}, 400, "bad_request"),
 ]
 

@@ -49,6 +49,7 @@ from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
+from vault_local.http_limits import HeadersTimeoutProtocol, HttpLimits, LimitExceeded, check_url, read_body
 from vault_local.worker import (
     FunctionFailed,
     HttpResult,
@@ -67,6 +68,7 @@ DRAIN_GRACE = 12.0
 20 s of the signal, before a platform that sent SIGTERM would send SIGKILL."""
 HTTP_CLOSE_TIMEOUT = 2
 """Seconds uvicorn may take to close its connections once the workers are gone."""
+MAX_CONNECTIONS = 1000
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Requests a drain does not wait for: safe to retry, and a long poll may have a minute left."""
 
@@ -197,6 +199,9 @@ class LocalHost:
             host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
         ).strip("/")
         self.options = QueueOptions.from_host_json(host_json)
+        self.limits = HttpLimits.from_host_json(host_json)
+        self._outstanding = 0
+        self._running = asyncio.Semaphore(self.limits.max_concurrent or 1_000_000)
         self.env = env
         self.function_key = function_key
         self.port = port
@@ -220,10 +225,29 @@ class LocalHost:
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _dispatch(self, request: Request) -> Response:
-        response = await self._tracked(request)
+        try:
+            check_url(request)
+            response = await self._admitted(request)
+        except LimitExceeded as exc:
+            response = JSONResponse({"error": exc.code, "message": exc.message}, exc.status)
         # On the host's own answers (404, 405, 401, 503) too: no browser guesses a type.
         response.headers.setdefault("X-Content-Type-Options", "nosniff")
         return response
+
+    async def _admitted(self, request: Request) -> Response:
+        """The host's queue: at most maxOutstandingRequests held, maxConcurrentRequests running."""
+        if self.limits.max_outstanding is not None and self._outstanding >= self.limits.max_outstanding:
+            return JSONResponse(
+                {"error": "too_busy", "message": "the host holds as many requests as it may; retry shortly"},
+                429,
+                headers={"Retry-After": "1"},
+            )
+        self._outstanding += 1
+        try:
+            async with self._running:
+                return await self._tracked(request)
+        finally:
+            self._outstanding -= 1
 
     async def _tracked(self, request: Request) -> Response:
         if self.draining:
@@ -269,7 +293,7 @@ class LocalHost:
                 "params": dict(request.query_params),
                 "route_params": match.groupdict(),
             }
-            body = await request.body()
+            body = await read_body(request, read_only=request.method in READ_METHODS)
             try:
                 # Picking a worker may wait for a replacement and a send of up to 16 MiB may
                 # block: both off the event loop. The reply is awaited without holding a thread,
@@ -439,6 +463,10 @@ class LocalHost:
             log_level="warning",
             access_log=False,
             timeout_keep_alive=30,
+            http=HeadersTimeoutProtocol,
+            # A cap on connections (and requests in flight) before uvicorn answers 503 itself:
+            # well above what maxOutstandingRequests lets through, so that answers first.
+            limit_concurrency=MAX_CONNECTIONS,
             timeout_graceful_shutdown=HTTP_CLOSE_TIMEOUT,
         )
         server = _Server(config)

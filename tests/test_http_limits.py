@@ -1,0 +1,140 @@
+"""The local host is as strict as the Functions front end: real requests, on real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import uvicorn
+from conftest import FAST_RETRY_HOST_JSON
+
+from vault_local import http_limits
+from vault_local.azurite import Azurite, free_port
+from vault_local.process import HostProcess
+
+
+def raw_request(port: int, head: bytes, body: bytes = b"", *, pause: float = 0.0) -> tuple[bytes, float]:
+    """Send ``head`` then ``body`` (a byte every ``pause`` s if given); the answer and its time."""
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(head)
+        if not pause:
+            s.sendall(body)
+        for i in range(len(body) if pause else 0):
+            if select.select([s], [], [], pause)[0]:
+                break  # the host answered: stop trickling
+            s.sendall(body[i : i + 1])
+        answer = b""
+        while b"\r\n\r\n" not in answer or len(answer.split(b"\r\n\r\n", 1)[1]) < _length(answer):
+            part = s.recv(65536)
+            if not part:
+                break
+            answer += part
+    return answer, time.monotonic() - started
+
+
+def _length(answer: bytes) -> int:
+    for line in answer.split(b"\r\n\r\n", 1)[0].split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            return int(line.split(b":")[1])
+    return 0
+
+
+def test_a_large_body_on_a_read_route_is_refused_before_it_is_read(vault_host: HostProcess) -> None:
+    head = b"GET /api/health HTTP/1.1\r\nHost: x\r\nContent-Length: 67108864\r\n\r\n"  # 64 MiB announced
+    answer, took = raw_request(vault_host.port, head, b"x" * 1024)
+    assert answer.startswith(b"HTTP/1.1 413") and b'"too_large"' in answer
+    assert took < 5
+
+
+def test_a_body_over_the_front_ends_100_mb_is_413(vault_host: HostProcess) -> None:
+    head = (
+        f"POST /api/streams/s/messages?code={vault_host.key} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Length: {http_limits.MAX_REQUEST_BYTES + 1}\r\n\r\n"
+    ).encode()
+    answer, _ = raw_request(vault_host.port, head, b"{")
+    assert answer.startswith(b"HTTP/1.1 413")
+
+
+def test_a_body_that_trickles_in_is_408(vault_host: HostProcess) -> None:
+    head = (
+        f"POST /api/streams/s/messages?code={vault_host.key} HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    ).encode()
+    answer, took = raw_request(vault_host.port, head, b"x" * 20, pause=0.5)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer
+    assert http_limits.BODY_GRACE_SECONDS <= took < http_limits.BODY_GRACE_SECONDS + 5
+
+
+def test_a_url_over_4_kib_is_414(vault_host: HostProcess) -> None:
+    r = httpx.get(f"{vault_host.url}/streams/s/messages", params={"x": "y" * 5000})
+    assert r.status_code == 414 and r.json()["error"] == "uri_too_long"
+
+
+@pytest.fixture
+def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
+    host_json = json.loads(json.dumps(FAST_RETRY_HOST_JSON))
+    host_json["extensions"]["http"].update(maxOutstandingRequests=3, maxConcurrentRequests=1)
+    (tmp_path / "host.json").write_text(json.dumps(host_json))
+    host = HostProcess(
+        azurite.connection_string,
+        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}"},
+        args=("--host-json", str(tmp_path / "host.json")),
+    ).start()
+    yield host
+    host.stop()
+
+
+def test_requests_over_max_outstanding_get_429_with_retry_after(busy_host: HostProcess, stream: str) -> None:
+    url = f"{busy_host.url}/streams/{stream}/messages"
+    done = httpx.post(url, params={"code": busy_host.key, "wait": 20}, json={"messages": [{"value": "x"}]})
+    tail = done.json()["next_offset"]
+    answers: list[int] = []
+
+    def long_poll() -> None:  # one runs (maxConcurrentRequests 1), the others wait their turn
+        answers.append(httpx.get(url, params={"from": tail, "wait": 3}, timeout=30).status_code)
+
+    polls = [threading.Thread(target=long_poll) for _ in range(3)]
+    for t in polls:
+        t.start()
+    time.sleep(1)
+    r = httpx.get(f"{busy_host.url}/health", timeout=10)
+    for t in polls:
+        t.join()
+    assert r.status_code == 429 and r.json()["error"] == "too_busy" and int(r.headers["retry-after"]) > 0
+    assert httpx.get(f"{busy_host.url}/health", timeout=10).status_code == 200  # free again
+
+
+def test_headers_that_do_not_arrive_in_time_close_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(http_limits, "HEADERS_TIMEOUT_SECONDS", 1.0)
+
+    async def app(scope: dict[str, object], receive: object, send: object) -> None:
+        raise AssertionError("no request ever completes its headers")
+
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=port, http=http_limits.HeadersTimeoutProtocol, log_level="error"
+        )
+    )
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        while not server.started:
+            time.sleep(0.05)
+        started = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")  # and never the rest
+            assert s.recv(1024) == b""  # closed by the server
+        assert 0.9 < time.monotonic() - started < 5
+    finally:
+        server.should_exit = True
+        thread.join(10)

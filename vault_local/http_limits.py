@@ -1,0 +1,136 @@
+"""The Functions front end's limits on HTTP requests, for the local host.
+
+Azure puts a front end before the Functions host that a test against the local host would
+otherwise never meet: requests are at most 100 MB and URLs 4 KiB; the host queues at most
+``maxOutstandingRequests`` requests and runs at most ``maxConcurrentRequests`` of them
+(host.json ``extensions.http``, 200 and 100 by default on Consumption), answering 429 beyond;
+and Kestrel, the web server, gives a client 30 s to send its request headers and then expects
+its body at no less than 240 bytes/s after a 5 s grace. The local host applies the same, so a
+slow or oversized client cannot hold it any more than it could hold Azure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.requests import Request
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+MAX_REQUEST_BYTES = 104_857_600
+"""The Functions front end's request length limit (100 MB)."""
+MAX_URL_BYTES = 4096
+MAX_READ_BODY_BYTES = 64 * 1024
+"""GET, HEAD and OPTIONS carry no body any function here reads: a large one is refused."""
+HEADERS_TIMEOUT_SECONDS = 30.0
+"""Kestrel's RequestHeadersTimeout."""
+BODY_GRACE_SECONDS = 5.0
+BODY_MIN_BYTES_PER_SECOND = 240.0
+"""Kestrel's MinRequestBodyDataRate: 240 bytes/s after a 5 s grace period."""
+
+
+class LimitExceeded(Exception):
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class HttpLimits:
+    max_outstanding: int | None = 200
+    max_concurrent: int | None = 100
+
+    @classmethod
+    def from_host_json(cls, host: Mapping[str, Any]) -> HttpLimits:
+        http = host.get("extensions", {}).get("http", {})
+
+        def bound(name: str, default: int) -> int | None:
+            value = int(http.get(name, default))
+            return None if value < 0 else value  # -1 means unbounded, as in host.json
+
+        return cls(bound("maxOutstandingRequests", 200), bound("maxConcurrentRequests", 100))
+
+
+def check_url(request: Request) -> None:
+    size = len(request.url.path) + len(request.url.query) + 1
+    if size > MAX_URL_BYTES:
+        raise LimitExceeded(414, "uri_too_long", f"the URL is {size} bytes; the maximum is {MAX_URL_BYTES}")
+
+
+async def read_body(request: Request, read_only: bool) -> bytes:
+    """The body, refused as soon as it is known to be too large or to arrive too slowly."""
+    limit = MAX_READ_BODY_BYTES if read_only else MAX_REQUEST_BYTES
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise _too_large(int(declared), limit)
+    chunks: list[bytes] = []
+    received = 0
+    started = time.monotonic()
+    stream = request.stream().__aiter__()
+    while True:
+        elapsed = time.monotonic() - started
+        # The time by which the bytes so far (and one more) satisfy the minimum rate.
+        due = max(BODY_GRACE_SECONDS, (received + 1) / BODY_MIN_BYTES_PER_SECOND) - elapsed
+        try:
+            chunk = await asyncio.wait_for(stream.__anext__(), timeout=max(due, 0.1))
+        except StopAsyncIteration:
+            return b"".join(chunks)
+        except asyncio.TimeoutError:
+            raise LimitExceeded(
+                408,
+                "request_timeout",
+                f"the request body arrived at under {BODY_MIN_BYTES_PER_SECOND:.0f} bytes/s",
+            ) from None
+        received += len(chunk)
+        if received > limit:
+            raise _too_large(received, limit)
+        chunks.append(chunk)
+
+
+def _too_large(size: int, limit: int) -> LimitExceeded:
+    return LimitExceeded(
+        413, "too_large", f"the request body is {size} bytes or more; the maximum is {limit}"
+    )
+
+
+class HeadersTimeoutProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP protocol with Kestrel's header timeout: a connection that does not finish
+    a request's headers within 30 s of opening (or of the request's first byte) is closed.
+    (uvicorn has no such timeout of its own; its keep-alive timeout only covers idle gaps.)"""
+
+    _headers_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._arm()
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def _arm(self) -> None:
+        if self._headers_timer is None:
+            self._headers_timer = self.loop.call_later(HEADERS_TIMEOUT_SECONDS, self._expire)
+
+    def _disarm(self) -> None:
+        if self._headers_timer is not None:
+            self._headers_timer.cancel()
+            self._headers_timer = None
+
+    def _expire(self) -> None:
+        self._headers_timer = None
+        if not self.transport.is_closing():
+            self.transport.close()
