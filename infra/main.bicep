@@ -126,6 +126,25 @@ param maxBatchBytes int = 16777216
 @description('Lifetime in minutes of the user-delegation SAS URLs handed to consumers.')
 param sasMinutes int = 15
 
+@description('Client id (application id) of the app registration whose access tokens the API accepts; its app roles are in infra/app-roles.json (docs/SECURITY.md). Empty: no bearer tokens, function keys only.')
+param authClientId string = ''
+
+@description('Entra tenant whose access tokens the API accepts.')
+param authTenantId string = tenant().tenantId
+
+@secure()
+@description('Named function keys the app checks itself, JSON {"name": "secret"}; each key\'s permissions come from accessGrants. Empty: none.')
+param functionKeys string = ''
+
+@description('Grants of the access policy: [{"role"|"group"|"principal"|"app"|"key": "...", "allow": ["read"|"write"|"admin"], "streams": ["orders-*"]}]. The azd principal (principalId) also gets admin on every stream.')
+param accessGrants array = []
+
+@description('Stream patterns (e.g. public-*) anyone may read without a credential, comma-separated. Empty: none.')
+param anonymousReadPatterns string = ''
+
+@description('Trust App Service Authentication (Easy Auth) and its X-MS-CLIENT-PRINCIPAL header; only with Easy Auth configured on the app.')
+param easyAuth bool = false
+
 @description('Grant the app (and the azd principal) blob access on the staging accounts too; off while claim-checks live in the vault account.')
 param grantStagingBlobAccess bool = false
 
@@ -150,6 +169,19 @@ var tableNames = [
 var vaultAccountName = 'stmvault${resourceToken}'
 var hostAccountName = 'stmvhost${resourceToken}'
 var stagingAccountNames = [for i in range(0, stagingAccountCount): 'stmvq${i}${resourceToken}']
+// Whoever runs azd administers the vault (as they get its data roles below), so that a fresh
+// deployment has someone who can use it; everyone else only through accessGrants.
+var deployerGrants = empty(principalId) ? [] : [
+  {
+    principal: principalId
+    allow: [
+      'admin'
+    ]
+    streams: [
+      '*'
+    ]
+  }
+]
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: 'rg-${environmentName}'
@@ -244,6 +276,14 @@ module functionApp 'app/functionapp.bicep' = {
     maxBatchMessages: maxBatchMessages
     maxBatchBytes: maxBatchBytes
     sasMinutes: sasMinutes
+    authTenantId: empty(authClientId) ? '' : authTenantId
+    authAudiences: empty(authClientId) ? '' : '${authClientId},api://${authClientId}'
+    functionKeys: functionKeys
+    accessPolicy: string({
+      grants: concat(deployerGrants, accessGrants)
+    })
+    anonymousReadPatterns: anonymousReadPatterns
+    easyAuth: easyAuth
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
   }
