@@ -98,6 +98,9 @@ param anonymousReadPatterns string
 @description('Trust the X-MS-CLIENT-PRINCIPAL header of App Service Authentication (VAULT_EASY_AUTH).')
 param easyAuth bool
 
+@description('Subnet for VNet integration (vnetEnabled): all the app\'s outbound traffic goes through it. Empty: none.')
+param appSubnetId string = ''
+
 @minValue(1)
 @maxValue(1000)
 @description('Upper bound on the number of instances Flex Consumption may run for this app.')
@@ -293,6 +296,8 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // Isolated: outbound through the VNet, where the storage accounts' private endpoints are.
+    virtualNetworkSubnetId: empty(appSubnetId) ? null : appSubnetId
     siteConfig: {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'
