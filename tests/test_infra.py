@@ -901,6 +901,10 @@ def test_ci_workflow_is_valid_yaml() -> None:
     assert workflow["jobs"]
 
 
-@pytest.mark.parametrize("pattern", [".venv", "node_modules", "tests", "bench", "docs", ".git", "__azurite*"])
+@pytest.mark.parametrize(
+    "pattern",
+    # vault_local holds the development token issuer: it must never reach a deployment.
+    [".venv", "node_modules", "tests", "bench", "docs", ".git", "__azurite*", "vault_local"],
+)
 def test_funcignore_excludes(pattern: str) -> None:
     assert pattern in FUNCIGNORE.read_text().splitlines()

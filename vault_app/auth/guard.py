@@ -30,6 +30,7 @@ from vault_app.auth.principal import Authenticator, Unauthenticated
 from vault_app.auth.tokens import KeysUnavailable, TokenValidator
 from vault_app.config import AuthSettings
 from vault_app.http import RETRY_AFTER_SECONDS, Handler, HttpError, Request, Response
+from vault_app.services import services
 from vault_core.names import validate_stream_name
 
 log = logging.getLogger("vault_app.auth")
@@ -92,14 +93,11 @@ def authenticator_for(settings: AuthSettings) -> Authenticator:
 
 @lru_cache(maxsize=1)
 def _authenticator() -> Authenticator:
-    from vault_app.services import services  # the process's settings, loaded once
-
+    """One per process, like the storage clients: its signing key cache is shared by all requests."""
     return authenticator_for(services().settings.auth)
 
 
 def caller_of(req: Request) -> Caller:
-    from vault_app.services import services
-
     try:
         principal = _authenticator().identify(req.headers, req.query)
     except Unauthenticated as exc:
