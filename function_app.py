@@ -2,6 +2,11 @@
 
 Each trigger converts the Functions types to the app's own and calls one handler in
 ``vault_app``; all logic (and every error mapping) lives there.
+
+Every route is ANONYMOUS at the Functions level: the app checks every request itself
+(``vault_app.auth``: Entra ID tokens, its own named keys, the access policy). A FUNCTION-level
+route would make the Functions front end refuse bearer tokens, and its host keys open every
+route alike, which per-stream permissions cannot work with. See docs/SECURITY.md.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ def _response(resp: Response) -> func.HttpResponse:
     )
 
 
-@app.route(route="streams/{stream}/messages", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route="streams/{stream}/messages", methods=["POST"])
 def post_messages(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.post_messages(_request(req)))
 
@@ -73,12 +78,12 @@ def get_batch(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.get_batch(_request(req)))
 
 
-@app.route(route="poison", methods=["GET"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route="poison", methods=["GET"])
 def list_poison(req: func.HttpRequest) -> func.HttpResponse:
     return _response(poison_api.list_poison(_request(req)))
 
 
-@app.route(route="poison/replay", methods=["POST"], auth_level=func.AuthLevel.FUNCTION)
+@app.route(route="poison/replay", methods=["POST"])
 def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
     return _response(poison_api.replay_poison(_request(req)))
 
@@ -86,6 +91,11 @@ def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="health", methods=["GET"])
 def health(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.health(_request(req)))
+
+
+@app.route(route="whoami", methods=["GET"])
+def whoami(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(api.whoami(_request(req)))
 
 
 @app.route(route="openapi.json", methods=["GET"])

@@ -152,7 +152,8 @@ def read_api_mib_s(
 def latency(host: HostProcess, samples: int) -> list[float]:
     stream = f"latency-{uuid.uuid4().hex[:6]}"
     out = []
-    with httpx.Client(base_url=host.url, timeout=60) as client:
+    auth = {"x-functions-key": host.key}  # the host's key: admin, so read and write
+    with httpx.Client(base_url=host.url, timeout=60, headers=auth) as client:
         client.post(
             f"/streams/{stream}/messages",
             params={"code": host.key, "wait": 30},
@@ -164,7 +165,7 @@ def latency(host: HostProcess, samples: int) -> list[float]:
             start = time.perf_counter()
 
             def consume(t: int = tail, got: list[float] = got, start: float = start) -> None:
-                with httpx.Client(base_url=host.url, timeout=60) as reader:
+                with httpx.Client(base_url=host.url, timeout=60, headers=auth) as reader:
                     r = reader.get(f"/streams/{stream}/messages", params={"from": t, "wait": 30})
                     assert r.json()["messages"]
                     got.append(time.perf_counter() - start)

@@ -7,10 +7,14 @@
 //   ├─ staging accounts 0..n-1, each with the staging queues       app/storage-staging.bicep
 //   ├─ host account: AzureWebJobsStorage + deployment package      app/storage-host.bicep
 //   ├─ Flex Consumption plan + Function App (Python 3.11)          app/functionapp.bicep
-//   └─ data-plane role assignments                                 app/rbac.bicep
+//   ├─ data-plane role assignments                                 app/rbac.bicep
+//   └─ vnetEnabled only: VNet, private DNS zones, private endpoints app/network.bicep,
+//                                                                  app/private-endpoints.bicep
 //
 // Keyless throughout: every storage account refuses shared keys, Application Insights refuses
 // instrumentation-key-only telemetry, and the app reaches all of them with its managed identity.
+// Access to the API itself: Entra ID tokens for the app registration authClientId and the
+// access policy (docs/SECURITY.md).
 
 targetScope = 'subscription'
 
@@ -126,6 +130,25 @@ param maxBatchBytes int = 16777216
 @description('Lifetime in minutes of the user-delegation SAS URLs handed to consumers.')
 param sasMinutes int = 15
 
+@description('Client id (application id) of the app registration whose access tokens the API accepts; its app roles are in infra/app-roles.json (docs/SECURITY.md). Empty: no bearer tokens, function keys only.')
+param authClientId string = ''
+
+@description('Entra tenant whose access tokens the API accepts.')
+param authTenantId string = tenant().tenantId
+
+@secure()
+@description('Named function keys the app checks itself, JSON {"name": "secret"}; each key\'s permissions come from accessGrants. Empty: none.')
+param functionKeys string = ''
+
+@description('Grants of the access policy: [{"role"|"group"|"principal"|"app"|"key": "...", "allow": ["read"|"write"|"admin"], "streams": ["orders-*"]}]. The azd principal (principalId) also gets admin on every stream.')
+param accessGrants array = []
+
+@description('Stream patterns (e.g. public-*) anyone may read without a credential, comma-separated. Empty: none.')
+param anonymousReadPatterns string = ''
+
+@description('Trust App Service Authentication (Easy Auth) and its X-MS-CLIENT-PRINCIPAL header; only with Easy Auth configured on the app.')
+param easyAuth bool = false
+
 @description('Grant the app (and the azd principal) blob access on the staging accounts too; off while claim-checks live in the vault account.')
 param grantStagingBlobAccess bool = false
 
@@ -133,6 +156,9 @@ param grantStagingBlobAccess bool = false
 @maxValue(730)
 @description('Log Analytics retention in days.')
 param logRetentionDays int = 30
+
+@description('Network isolation: the Function App\'s outbound traffic through a virtual network, and every storage account reachable only through private endpoints in it (public network access off). Off by default.')
+param vnetEnabled bool = false
 
 var resourceToken = toLower(uniqueString(subscription().id, environmentName, location))
 var tags = {
@@ -146,10 +172,29 @@ var tableNames = [
   '${tablePrefix}batches'
   '${tablePrefix}checkpoints' // consumer-group offsets (vault_core/checkpoints.py)
 ]
+// The tables the app itself uses (the clients keep the checkpoints): its roles are on these.
+var appTableNames = [
+  '${tablePrefix}catalog'
+  '${tablePrefix}index'
+  '${tablePrefix}batches'
+]
 // Storage account names: 3-24 lowercase letters and digits; the token is 13 characters.
 var vaultAccountName = 'stmvault${resourceToken}'
 var hostAccountName = 'stmvhost${resourceToken}'
 var stagingAccountNames = [for i in range(0, stagingAccountCount): 'stmvq${i}${resourceToken}']
+// Whoever runs azd administers the vault (as they get its data roles below), so that a fresh
+// deployment has someone who can use it; everyone else only through accessGrants.
+var deployerGrants = empty(principalId) ? [] : [
+  {
+    principal: principalId
+    allow: [
+      'admin'
+    ]
+    streams: [
+      '*'
+    ]
+  }
+]
 
 resource rg 'Microsoft.Resources/resourceGroups@2024-03-01' = {
   name: 'rg-${environmentName}'
@@ -187,6 +232,7 @@ module vault 'app/storage-vault.bicep' = {
     location: location
     tags: tags
     skuName: vaultStorageSku
+    privateOnly: vnetEnabled
     streamsContainerName: streamsContainerName
     claimCheckContainerName: claimCheckContainerName
     claimCheckRetentionDays: claimCheckRetentionDays
@@ -203,6 +249,7 @@ module staging 'app/storage-staging.bicep' = [for (stagingAccountName, i) in sta
     location: location
     tags: tags
     skuName: stagingStorageSku
+    privateOnly: vnetEnabled
     queuePrefix: queuePrefix
     queueCount: stagingQueueCount
   }
@@ -215,7 +262,71 @@ module hostStorage 'app/storage-host.bicep' = {
     name: hostAccountName
     location: location
     tags: tags
+    privateOnly: vnetEnabled
     deploymentContainerName: 'app-package'
+  }
+}
+
+module network 'app/network.bicep' = if (vnetEnabled) {
+  name: 'network'
+  scope: rg
+  params: {
+    name: 'vnet-mv-${resourceToken}'
+    location: location
+    tags: tags
+  }
+}
+
+// One private endpoint per storage service the app is configured to use on each account
+// (the same services as its app settings: tests/test_infra.py checks that they agree).
+module vaultEndpoints 'app/private-endpoints.bicep' = if (vnetEnabled) {
+  name: 'endpoints-vault'
+  scope: rg
+  params: {
+    accountName: vault.outputs.name
+    services: [
+      'blob'
+      'table'
+    ]
+    subnetId: vnetEnabled ? network.outputs.endpointSubnetId : ''
+    dnsZoneIds: vnetEnabled ? network.outputs.dnsZoneIds : {}
+    location: location
+    tags: tags
+  }
+}
+
+module stagingEndpoints 'app/private-endpoints.bicep' = [for (stagingAccountName, i) in (vnetEnabled ? stagingAccountNames : []): {
+  name: 'endpoints-staging-${i}'
+  scope: rg
+  params: {
+    accountName: stagingAccountName
+    services: [
+      'queue'
+    ]
+    subnetId: vnetEnabled ? network.outputs.endpointSubnetId : ''
+    dnsZoneIds: vnetEnabled ? network.outputs.dnsZoneIds : {}
+    location: location
+    tags: tags
+  }
+  dependsOn: [
+    staging
+  ]
+}]
+
+module hostEndpoints 'app/private-endpoints.bicep' = if (vnetEnabled) {
+  name: 'endpoints-host'
+  scope: rg
+  params: {
+    accountName: hostStorage.outputs.name
+    services: [
+      'blob'
+      'queue'
+      'table'
+    ]
+    subnetId: vnetEnabled ? network.outputs.endpointSubnetId : ''
+    dnsZoneIds: vnetEnabled ? network.outputs.dnsZoneIds : {}
+    location: location
+    tags: tags
   }
 }
 
@@ -244,13 +355,26 @@ module functionApp 'app/functionapp.bicep' = {
     maxBatchMessages: maxBatchMessages
     maxBatchBytes: maxBatchBytes
     sasMinutes: sasMinutes
+    authTenantId: empty(authClientId) ? '' : authTenantId
+    authAudiences: empty(authClientId) ? '' : '${authClientId},api://${authClientId}'
+    functionKeys: functionKeys
+    accessPolicy: string({
+      grants: concat(deployerGrants, accessGrants)
+    })
+    anonymousReadPatterns: anonymousReadPatterns
+    easyAuth: easyAuth
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
+    appSubnetId: vnetEnabled ? network.outputs.appSubnetId : ''
   }
-  // Roles first, so the host's first start already has access to its storage.
+  // Roles (and, isolated, the private endpoints) first, so the host's first start already
+  // reaches its storage.
   dependsOn: [
     staging
     appRoles
+    vaultEndpoints
+    stagingEndpoints
+    hostEndpoints
   ]
 }
 
@@ -262,6 +386,12 @@ module appRoles 'app/rbac.bicep' = {
     principalId: identity.outputs.principalId
     principalType: 'ServicePrincipal'
     vaultAccountName: vault.outputs.name
+    vaultContainerNames: [
+      streamsContainerName
+      claimCheckContainerName
+    ]
+    vaultTableNames: appTableNames
+    narrowVaultScopes: true
     stagingAccountNames: stagingAccountNames
     hostAccountName: hostStorage.outputs.name
     appInsightsName: monitoring.outputs.appInsightsName
@@ -283,6 +413,12 @@ module deployerRoles 'app/rbac.bicep' = if (!empty(principalId)) {
     principalId: principalId
     principalType: principalType
     vaultAccountName: vault.outputs.name
+    vaultContainerNames: [
+      streamsContainerName
+      claimCheckContainerName
+    ]
+    vaultTableNames: appTableNames
+    narrowVaultScopes: false
     stagingAccountNames: stagingAccountNames
     hostAccountName: hostStorage.outputs.name
     appInsightsName: monitoring.outputs.appInsightsName

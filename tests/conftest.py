@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
+from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
 
 
@@ -39,15 +42,39 @@ def stream() -> str:
 
 
 @pytest.fixture(scope="session")
-def vault_host(azurite: Azurite) -> Iterator[HostProcess]:
-    """The local Functions host running function_app.py on the session's Azurite.
+def dev_issuer() -> Iterator[DevIssuer]:
+    """The development token issuer on loopback: the hosts trust it, tests mint its tokens."""
+    with DevIssuer() as issuer:
+        yield issuer
+
+
+@pytest.fixture(scope="session")
+def vault_host(azurite: Azurite, dev_issuer: DevIssuer) -> Iterator[HostProcess]:
+    """The local Functions host running function_app.py on the session's Azurite, with
+    authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
+    admin (so read and write) on every stream.
 
     ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
     ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
     """
-    host = HostProcess(azurite.connection_string, key="test-key").start()
+    host = HostProcess(azurite.connection_string, settings=dev_issuer.settings()).start()
     yield host
     host.stop()
+
+
+@functools.cache
+def app_http_functions() -> list[Any]:
+    """The HTTP functions of function_app.py, read once: azure-functions refuses to list an
+    app's functions a second time in one process (it sees each name as a duplicate)."""
+    import function_app
+    from vault_local.host import discover
+
+    return discover(function_app.app)[0]
+
+
+def key_header(host: HostProcess) -> dict[str, str]:
+    """The header that authenticates as ``host.key`` (admin on every stream)."""
+    return {"x-functions-key": host.key}
 
 
 FAST_RETRY_HOST_JSON = {
@@ -74,7 +101,9 @@ def isolated_host(
     prefix: str | None = None,
     settings: dict[str, str] | None = None,
 ) -> HostProcess:
-    """A host of its own, on queues of its own, so killing it disturbs no other test."""
+    """A host of its own, on queues of its own, so killing it disturbs no other test.
+
+    Authentication is on: ``.key`` has admin on every stream (see :class:`HostProcess`)."""
     host_json = tmp_path / "host.json"
     host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
     return HostProcess(

@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import isolated_host
+from conftest import app_http_functions, isolated_host, key_header
 
 from vault_app.envelope import INLINE_LIMIT
 from vault_core.azure import StorageAccount
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def http(vault_host: HostProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=vault_host.url, timeout=60) as client:
+    with httpx.Client(base_url=vault_host.url, timeout=60, headers=key_header(vault_host)) as client:
         yield client
 
 
@@ -275,9 +275,10 @@ def test_access_hands_out_a_read_only_sas_for_the_stream_blob(
 
 @pytest.mark.parametrize("auth", [{}, {"code": "wrong"}])
 def test_writes_without_the_function_key_get_401(
-    http: httpx.Client, stream: str, auth: dict[str, str]
+    vault_host: HostProcess, stream: str, auth: dict[str, str]
 ) -> None:
-    r = http.post(f"/streams/{stream}/messages", params=auth, json={"messages": [{"value": "x"}]})
+    url = f"{vault_host.url}/streams/{stream}/messages"
+    r = httpx.post(url, params=auth, json={"messages": [{"value": "x"}]})
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
 
 
@@ -394,11 +395,8 @@ def test_unknown_routes_and_methods_get_json_errors(http: httpx.Client) -> None:
 
 
 def test_openapi_documents_every_route_of_the_app(http: httpx.Client) -> None:
-    import function_app
-    from vault_local.host import discover
-
     spec = http.get("/openapi.json").json()
-    http_functions, _ = discover(function_app.app)
+    http_functions = app_http_functions()
     documented = {(p, m.upper()) for p, ops in spec["paths"].items() for m in ops}
     for f in http_functions:
         for method in f.methods:
@@ -435,7 +433,9 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
         faulty.stop(kill=True)  # kill -9: committed, queue message not deleted
     healthy = own_host(azurite, tmp_path, prefix=prefix).start()
     try:
-        doc = wait_committed(httpx.Client(base_url=healthy.url), r.json()["batch_id"])
+        doc = wait_committed(
+            httpx.Client(base_url=healthy.url, headers=key_header(healthy)), r.json()["batch_id"]
+        )
         deadline = time.monotonic() + 60  # the dead writer's 15 s lease must run out first
         queue = (
             StorageAccount(connection_string=azurite.connection_string)
@@ -445,7 +445,10 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
         while queue.get_queue_properties().approximate_message_count and time.monotonic() < deadline:
             time.sleep(0.5)  # the redelivered message is processed (as a duplicate) and deleted
         assert queue.get_queue_properties().approximate_message_count == 0
-        values = [m["value"] for m in read_all(httpx.Client(base_url=healthy.url), stream)]
+        values = [
+            m["value"]
+            for m in read_all(httpx.Client(base_url=healthy.url, headers=key_header(healthy)), stream)
+        ]
         assert values == [f"m{i}" for i in range(10)] and doc["first_offset"] == 0
     finally:
         healthy.stop()
@@ -467,7 +470,7 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
             {"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1}
         )
         staging.send_message(missing)
-        client = httpx.Client(base_url=host.url)
+        client = httpx.Client(base_url=host.url, headers=key_header(host))
         ok = client.post(
             f"/streams/{stream}/messages",
             params={"code": host.key, "wait": 30},

@@ -298,3 +298,69 @@ def test_claim_check_blobs_are_records_from_offset_zero_as_format_md_says() -> N
     pointer = envelope.decode(envelope.encode_claim("big-1", "orders", TS, "big-1.records", len(messages)))
     claimed = envelope.decode_claimed(pointer, body).records
     assert claimed is not None and claimed.data == body and claimed.starts == [0, records[1].offset]
+
+
+# -- SECURITY.md ----------------------------------------------------------------------------------
+SECURITY_MD = (ROOT / "docs" / "SECURITY.md").read_text(encoding="utf-8")
+README_MD = (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+def _caller(cell: str) -> Any:
+    from vault_app.auth.identity import ANONYMOUS, Principal
+
+    value = code(cell) if "`" in cell else ""
+    if cell.startswith("token with app role"):
+        return Principal("token", id="someone", roles=frozenset({value}))
+    if cell.startswith("token in group"):
+        return Principal("token", id="someone", groups=frozenset({value}))
+    if cell.startswith("token of"):
+        return Principal("token", id=value)
+    if cell.startswith("key"):
+        return Principal("key", id=value)
+    if cell == "anonymous":
+        return ANONYMOUS
+    assert cell == "token without roles or grants", cell
+    return Principal("token", id="nobody")
+
+
+def test_the_policy_example_decides_what_security_md_says() -> None:
+    from vault_app.auth.policy import Action, Policy, parse_grants, parse_patterns, permissions
+
+    policy = Policy(
+        parse_grants(first_code_block(after(SECURITY_MD, "policy-example"))), parse_patterns("public-*")
+    )
+    header, rows = first_table(after(SECURITY_MD, "decisions"))
+    assert header == ["Caller", "Action", "Stream", "Allowed"] and len(rows) >= 10
+    for caller, action, stream, allowed in rows:
+        got = permissions(_caller(caller), policy).allows(Action(action), code(stream))
+        assert got is (allowed == "yes"), (caller, action, stream)
+
+
+def test_security_md_lists_exactly_the_auth_settings() -> None:
+    from vault_app import config
+
+    [(_, rows)] = [t for t in tables(SECURITY_MD) if t[0][:2] == ["Setting", "Default"]]
+    assert [code(r[0]) for r in rows] == list(config.AUTH_SETTINGS)
+
+
+def test_the_app_roles_file_holds_roles_the_vault_understands() -> None:
+    from vault_app.auth.policy import role_permission
+
+    roles = json.loads((ROOT / "infra" / "app-roles.json").read_text())
+    assert {r["value"] for r in roles} == {"Vault.Read.All", "Vault.Write.All", "Vault.Admin"}
+    for role in roles:
+        assert role_permission(role["value"]) is not None and f"`{role['value']}`" in SECURITY_MD
+        assert set(role["allowedMemberTypes"]) == {"User", "Application"} and role["isEnabled"] is True
+
+
+def test_every_app_setting_is_in_the_readme_and_the_local_settings_sample() -> None:
+    from vault_app import config
+
+    [(_, rows)] = [t for t in tables(README_MD) if t[0][:2] == ["Setting", "Default"]]
+    documented = " ".join(r[0] for r in rows)
+    sample = json.loads((ROOT / "local.settings.sample.json").read_text())["Values"]
+    for name in config.PLAIN_SETTINGS:
+        assert f"`{name}`" in documented, f"README's settings table lacks {name}"
+        assert name in sample, f"local.settings.sample.json lacks {name}"
+    assert {n for n in sample if n.startswith("VAULT_")} == set(config.PLAIN_SETTINGS)
+    config.load_settings(sample)  # the sample is a valid configuration

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 import psutil
-from conftest import isolated_host
+from conftest import isolated_host, key_header
 from test_app import read_all
 
 from vault_app import envelope
@@ -121,7 +121,7 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         for t in threads:
             t.join(60)
 
-        client = httpx.Client(base_url=hosts[0].url, timeout=30)
+        client = httpx.Client(base_url=hosts[0].url, timeout=30, headers=key_header(hosts[0]))
         deadline = time.monotonic() + 60  # a killed writer's lease (15 s) must run out first
         pending = list(acked)
         while pending and time.monotonic() < deadline:

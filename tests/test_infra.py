@@ -410,23 +410,159 @@ def test_role_assignment_name_is_a_stable_guid(assignment: tuple[Path, str, dict
     assert assignment[2]["name"]["function"]["type"] == "guid"
 
 
+def _conditional(expr: Any) -> tuple[str, Any, Any]:
+    ops = expr["operator"]["operands"]
+    assert expr["operator"]["type"] == "conditional"
+    return ops["condition"], ops["true_value"], ops["false_value"]
+
+
 @pytest.mark.parametrize(
     ("roles_var", "expected"),
     [
-        (
-            "vaultRoles",
-            [
-                "storageBlobDataContributor",
-                "storageBlobDelegator",
-                "storageQueueDataContributor",
-                "storageTableDataContributor",
-            ],
-        ),
+        ("vaultContainerRoles", ["storageBlobDataContributor"]),
+        ("vaultTableRoles", ["storageTableDataContributor"]),
         ("hostRoles", ["storageBlobDataOwner", "storageQueueDataContributor", "storageTableDataContributor"]),
     ],
 )
 def test_role_sets(roles_var: str, expected: list[str]) -> None:
     assert doc(RBAC)["variables"][roles_var]["value"] == expected
+
+
+def test_the_vault_account_scope_carries_only_the_delegator_for_the_app() -> None:
+    # The delegation key for user-delegation SAS can only be asked for at account scope, and
+    # the Delegator role reads no data; the data roles are on the containers and tables.
+    condition, narrow, wide = _conditional(doc(RBAC)["variables"]["vaultAccountRoles"]["value"])
+    assert condition == "narrowVaultScopes" and narrow == ["storageBlobDelegator"]
+    assert wide == ["storageBlobDataContributor", "storageBlobDelegator", "storageTableDataContributor"]
+
+
+def test_no_queue_role_on_the_vault_account() -> None:
+    """The code uses no queue there (VaultStorage has no queue endpoint setting)."""
+    variables = json.dumps(
+        {k: v for k, v in doc(RBAC)["variables"].items() if k.startswith(("vault", "container", "table"))}
+    )
+    assert "storageQueueDataContributor" not in variables
+    assert not [n for n in app_config.VAULT_SERVICE_SUFFIXES if "queue" in n.lower()]
+
+
+@pytest.mark.parametrize(
+    ("assignment", "scope"),
+    [("vaultContainerAssignments", "vaultContainers"), ("vaultTableAssignments", "vaultTables")],
+)
+def test_the_apps_vault_data_roles_are_scoped_to_its_containers_and_tables(
+    assignment: str, scope: str
+) -> None:
+    config = body(doc(RBAC)["resources"][assignment]["config"])
+    assert config["scope"]["operator"]["operands"]["operand_1"] == scope
+    existing = doc(RBAC)["resources"][scope]
+    assert existing["existing"] is True
+    assert existing["type"].endswith(("/containers", "/tables"))
+
+
+def test_the_app_gets_narrow_scopes_on_the_vault_and_the_developer_the_account() -> None:
+    app, deployer = main_module("appRoles")["params"], main_module("deployerRoles")["params"]
+    assert app["narrowVaultScopes"] is True and deployer["narrowVaultScopes"] is False
+    assert app["vaultContainerNames"] == ["streamsContainerName", "claimCheckContainerName"]
+    tables = [_render(t, tablePrefix="mv") for t in doc(MAIN)["variables"][app["vaultTableNames"]]["value"]]
+    assert set(tables) == APP_TABLES
+
+
+def _app_tables() -> set[str]:
+    from vault_app.config import load_settings
+    from vault_app.services import Services
+    from vault_core.azure import azurite_connection_string
+
+    services = Services(load_settings({"VaultStorage": azurite_connection_string()}))  # no request is sent
+    index = services.vault.index
+    return {index.catalog.table_name, index.index.table_name, services.batches.table_name}
+
+
+APP_TABLES = {"mvcatalog", "mvindex", "mvbatches"}
+
+
+def test_the_app_tables_are_the_ones_the_code_uses() -> None:
+    assert _app_tables() == APP_TABLES
+
+
+# --------------------------------------------------------------------------------------------
+# Network isolation (vnetEnabled)
+
+NETWORK = INFRA / "app" / "network.bicep"
+ENDPOINTS = {"vaultEndpoints": "vault", "stagingEndpoints": "staging", "hostEndpoints": "hostStorage"}
+
+
+def test_network_isolation_is_off_by_default() -> None:
+    param = doc(MAIN)["parameters"]["vnetEnabled"]
+    assert param["type"] == "bool" and param["default"] is False
+
+
+@pytest.mark.parametrize("module", ["network", "vaultEndpoints", "hostEndpoints"])
+def test_the_network_pieces_exist_only_when_enabled(module: str) -> None:
+    assert doc(MAIN)["modules"][module]["config"]["condition"] == "vnetEnabled"
+
+
+def test_one_staging_endpoint_module_per_staging_account_when_enabled() -> None:
+    loop = doc(MAIN)["modules"]["stagingEndpoints"]["config"]["loop_type"]
+    assert _conditional(loop["detail"]["array_name"]) == ("vnetEnabled", "stagingAccountNames", [])
+
+
+@pytest.mark.parametrize("module", ["vault", "staging", "hostStorage"])
+def test_every_storage_account_is_private_when_enabled(module: str) -> None:
+    assert main_module(module)["params"]["privateOnly"] == "vnetEnabled"
+
+
+@pytest.mark.parametrize("account", STORAGE_ACCOUNTS, ids=[f"{rel(p)}:{n}" for p, n, _ in STORAGE_ACCOUNTS])
+def test_a_private_account_refuses_public_network_access(account: tuple[Path, str, dict[str, Any]]) -> None:
+    props = account[2]["properties"]
+    assert _conditional(props["publicNetworkAccess"]) == ("privateOnly", "Disabled", "Enabled")
+    assert _conditional(props["networkAcls"]["defaultAction"]) == ("privateOnly", "Deny", "Allow")
+    assert _conditional(props["networkAcls"]["bypass"]) == ("privateOnly", "None", "AzureServices")
+    assert "privateOnly" in doc(account[0])["parameters"]
+
+
+def test_the_function_app_sends_its_outbound_traffic_through_the_vnet() -> None:
+    site = _only("Microsoft.Web/sites")
+    assert _conditional(site["properties"]["virtualNetworkSubnetId"]) == (
+        {"function": {"type": "empty", "parameters": {"item_to_test": "appSubnetId"}}},
+        None,
+        "appSubnetId",
+    )
+    condition, subnet, none = _conditional(main_module("functionApp")["params"]["appSubnetId"])
+    assert condition == "vnetEnabled" and none == ""
+    assert json.dumps(subnet).count("appSubnetId") == 1 and '"network"' in json.dumps(subnet)
+
+
+def test_the_app_subnet_is_delegated_for_flex_consumption_and_zones_cover_every_service() -> None:
+    (vnet,) = [c for p, _, c in resources_of_type("Microsoft.Network/virtualNetworks") if p == NETWORK]
+    app_subnet = next(s for s in vnet["properties"]["subnets"] if s["name"] == "app")
+    assert [d["properties"]["serviceName"] for d in app_subnet["properties"]["delegations"]] == [
+        "Microsoft.App/environments"
+    ]
+    assert doc(NETWORK)["variables"]["services"]["value"] == ["blob", "queue", "table"]
+    zone = body(doc(NETWORK)["resources"]["zones"]["config"])
+    assert zone["name"].startswith("privatelink.${service}.")
+
+
+def _services(prefix: str) -> set[str]:
+    return {
+        s.name.split("__")[1].removesuffix("ServiceUri")
+        for s in app_settings()
+        if s.name.startswith(prefix + "__") and s.name.endswith("ServiceUri")
+    }
+
+
+@pytest.mark.parametrize(
+    ("module", "connection"),
+    [
+        ("vaultEndpoints", "VaultStorage"),
+        ("stagingEndpoints", "VaultStaging${i}"),
+        ("hostEndpoints", "AzureWebJobsStorage"),
+    ],
+)
+def test_each_account_gets_an_endpoint_for_every_service_the_app_uses_there(
+    module: str, connection: str
+) -> None:
+    assert set(main_module(module)["params"]["services"]) == _services(connection)
 
 
 # --------------------------------------------------------------------------------------------
@@ -765,6 +901,10 @@ def test_ci_workflow_is_valid_yaml() -> None:
     assert workflow["jobs"]
 
 
-@pytest.mark.parametrize("pattern", [".venv", "node_modules", "tests", "bench", "docs", ".git", "__azurite*"])
+@pytest.mark.parametrize(
+    "pattern",
+    # vault_local holds the development token issuer: it must never reach a deployment.
+    [".venv", "node_modules", "tests", "bench", "docs", ".git", "__azurite*", "vault_local"],
+)
 def test_funcignore_excludes(pattern: str) -> None:
     assert pattern in FUNCIGNORE.read_text().splitlines()

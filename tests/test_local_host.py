@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from conftest import isolated_host
+from conftest import isolated_host, key_header
 
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
@@ -114,7 +114,9 @@ def test_two_workers_serve_http_and_run_the_writer(two_workers: HostProcess, str
         r = post_and_wait(host, stream, [f"b{i}-0", f"b{i}-1"])
         assert r.status_code == 200, r.text
         assert r.json()["status"] == "committed" and r.json()["count"] == 2
-    doc = httpx.get(f"{host.url}/streams/{stream}/messages", params={"from": 0}).json()
+    doc = httpx.get(
+        f"{host.url}/streams/{stream}/messages", params={"from": 0}, headers=key_header(host)
+    ).json()
     assert [m["value"] for m in doc["messages"]] == [f"b{i}-{j}" for i in range(3) for j in range(2)]
     # The writer ran in a worker, and its structured log lines still reach the host's stdout.
     assert wait_until(lambda: logged(host, '"event":"appended"'))
@@ -135,12 +137,17 @@ def test_an_invalid_worker_count_stops_the_host_with_a_clear_message(
 def test_a_killed_worker_fails_its_requests_and_is_replaced(two_workers: HostProcess, stream: str) -> None:
     host = two_workers
     assert post_and_wait(host, stream, ["before"]).status_code == 200
-    end = httpx.get(f"{host.url}/streams/{stream}/messages").json()["next_offset"]
+    end = httpx.get(f"{host.url}/streams/{stream}/messages", headers=key_header(host)).json()["next_offset"]
     answers: list[httpx.Response] = []
 
     def long_poll() -> None:
         answers.append(
-            httpx.get(f"{host.url}/streams/{stream}/messages", params={"from": end, "wait": 4}, timeout=30)
+            httpx.get(
+                f"{host.url}/streams/{stream}/messages",
+                params={"from": end, "wait": 4},
+                headers=key_header(host),
+                timeout=30,
+            )
         )
 
     # Two long polls in flight: the least busy dispatch puts one on each worker.
@@ -163,7 +170,9 @@ def test_a_killed_worker_fails_its_requests_and_is_replaced(two_workers: HostPro
     # Another stream: the dead worker's writer still holds the lease of this one for up to 15 s.
     other = f"{stream}-after"
     assert post_and_wait(host, other, ["after"]).status_code == 200
-    doc = httpx.get(f"{host.url}/streams/{other}/messages", params={"from": 0}).json()
+    doc = httpx.get(
+        f"{host.url}/streams/{other}/messages", params={"from": 0}, headers=key_header(host)
+    ).json()
     assert [m["value"] for m in doc["messages"]] == ["after"]
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import isolated_host
+from conftest import isolated_host, key_header
 from test_app import read_all
 
 from vault_core.azure import StorageAccount
@@ -133,7 +133,7 @@ def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_
                 n += 1
 
         def consumer() -> None:
-            client = httpx.Client(base_url=host.url, timeout=60)
+            client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
             while not stop.is_set():
                 statuses.append(client.get(f"/streams/{streams[0]}/messages", params={"from": 0}).status_code)
                 time.sleep(0.1)
@@ -156,7 +156,7 @@ def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_
         try:
             assert 503 in statuses, "the stall was not seen"
             assert not [s for s in statuses if s >= 500 and s != 503], sorted(set(statuses))
-            client = httpx.Client(base_url=host.url, timeout=60)
+            client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
             assert_read_back_once(client, acked, timeout=60)
         finally:
             host.stop()

@@ -19,7 +19,7 @@ import pytest
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from azure.storage.queue import QueueClient, QueueServiceClient
 from click.testing import CliRunner, Result
-from conftest import isolated_host
+from conftest import isolated_host, key_header
 
 from vault_app.batches import digest
 from vault_app.envelope import encode_claim, encode_messages
@@ -42,7 +42,7 @@ def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 
 @pytest.fixture(scope="module")
 def http(host: HostProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=host.url, timeout=60) as client:
+    with httpx.Client(base_url=host.url, timeout=60, headers=key_header(host)) as client:
         yield client
 
 
@@ -289,7 +289,7 @@ def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -
     host = HostProcess(storage.connection_string).start()
     try:
         storage.stop()
-        r = httpx.get(f"{host.url}/health", timeout=30)
+        r = httpx.get(f"{host.url}/health", headers=key_header(host), timeout=30)  # admin: with counts
         doc = r.json()
         assert r.status_code == 200 and r.elapsed.total_seconds() < 5
         assert doc["status"] == "degraded" and doc["poison_messages"] is None
@@ -302,9 +302,9 @@ def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -
 @pytest.mark.parametrize(("method", "path"), [("GET", "/poison"), ("POST", "/poison/replay")])
 @pytest.mark.parametrize("auth", [{}, {"code": "wrong"}])
 def test_poison_routes_need_the_function_key(
-    http: httpx.Client, method: str, path: str, auth: dict[str, str]
+    host: HostProcess, method: str, path: str, auth: dict[str, str]
 ) -> None:
-    r = http.request(method, path, params=auth)
+    r = httpx.request(method, host.url + path, params=auth)
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
 
 

@@ -24,7 +24,7 @@ from typing import IO
 import httpx
 import psutil
 import pytest
-from conftest import isolated_host
+from conftest import isolated_host, key_header
 
 from vault_core.azure import StorageAccount
 from vault_core.errors import StreamNotFound
@@ -224,7 +224,7 @@ def test_sigterm_under_ingest_drains_releases_leases_and_loses_nothing(
         # rest, and each acknowledged message is there exactly once.
         acked = [p for p in posts if p.status == 202]
         second = isolated_host(azurite, tmp_path, prefix=prefix, settings=settings).start()
-        with httpx.Client(base_url=second.url, timeout=60) as client:
+        with httpx.Client(base_url=second.url, timeout=60, headers=key_header(second)) as client:
             for s in streams:
                 expected = {v for p in acked if p.stream == s for v in p.values}
                 values = read_back(client, s, expected)
@@ -333,6 +333,11 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
 @pytest.mark.parametrize("when", ["Tailing clicks", "Press Ctrl-C to stop"], ids=["mid-demo", "serving"])
 def test_sigterm_stops_the_demo_with_azurite_host_and_workers(demo: Demo, when: str) -> None:
     demo.out.wait_for(when, timeout=120)
+    if when == "Press Ctrl-C to stop":  # the demo ran with authentication on, and showed it
+        shown = "".join(demo.out.lines)
+        assert "Authorization: Bearer $PRODUCER_TOKEN" in shown and "x-functions-key: $VAULT_KEY" in shown
+        assert '"error":"unauthorized"' in shown and '"error":"forbidden"' in shown
+        assert '"status":"committed"' in shown and "eyJ" not in shown  # tokens shown by name only
     tree = demo.processes()
     commands = [" ".join(p.cmdline()) for p in tree]
     for started in ("azurite", "vault_local host", "vault_local.worker"):

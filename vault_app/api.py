@@ -13,6 +13,8 @@ import msgspec
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
 from vault_app import poison
+from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
+from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.http import HttpError, Request, Response, guarded, json_response
 from vault_app.ingest import parse_batch
@@ -96,7 +98,8 @@ def _svc() -> Services:
 
 # -- produce -------------------------------------------------------------------------------
 @guarded
-def post_messages(req: Request) -> Response:
+@secured(on_stream(Action.WRITE))
+def post_messages(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
     wait = _wait_param(req)
@@ -124,10 +127,14 @@ def _batch_id(req: Request) -> str:
 
 
 @guarded
-def get_batch(req: Request) -> Response:
-    """A batch by id alone: unambiguous unless producers used the same id on several streams."""
+@secured(on_some_stream(Action.READ))
+def get_batch(req: Request, caller: Caller) -> Response:
+    """A batch by id alone: unambiguous unless producers used the same id on several streams.
+
+    Only batches of streams the caller may read count: one elsewhere is "not found", as if it
+    did not exist, so an id tells nothing about streams the caller cannot read."""
     batch_id = _batch_id(req)
-    found = _svc().batch_table.find(batch_id)
+    found = [s for s in _svc().batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
     if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
     if len(found) > 1:
@@ -142,7 +149,8 @@ def get_batch(req: Request) -> Response:
 
 
 @guarded
-def get_stream_batch(req: Request) -> Response:
+@secured(on_stream(Action.READ))
+def get_stream_batch(req: Request, caller: Caller) -> Response:
     stream = _stream(req)
     batch_id = _batch_id(req)
     status: BatchStatus | None = _svc().batch_table.status(stream, batch_id)
@@ -153,11 +161,16 @@ def get_stream_batch(req: Request) -> Response:
 
 # -- catalog -------------------------------------------------------------------------------
 @guarded
-def list_streams(req: Request) -> Response:
+@secured(on_some_stream(Action.READ))
+def list_streams(req: Request, caller: Caller) -> Response:
+    """The streams the caller may read; the staging queues (shared by all streams) only for
+    admins of every stream."""
     svc = _svc()
-    streams = [_catalog_json(e.__dict__) for e in svc.vault.streams()]
-    queues = [d.to_json() for d in poison.queue_depths(svc)]
-    return json_response(200, {"streams": streams, "queues": queues})
+    streams = [_catalog_json(e.__dict__) for e in svc.vault.streams() if caller.may(Action.READ, e.stream)]
+    doc: dict[str, Any] = {"streams": streams}
+    if caller.everywhere(Action.ADMIN):
+        doc["queues"] = [d.to_json() for d in poison.queue_depths(svc)]
+    return json_response(200, doc)
 
 
 def _catalog_json(e: dict[str, Any]) -> dict[str, Any]:
@@ -173,7 +186,8 @@ def _catalog_json(e: dict[str, Any]) -> dict[str, Any]:
 
 
 @guarded
-def get_stream(req: Request) -> Response:
+@secured(on_stream(Action.READ))
+def get_stream(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
     state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
@@ -192,7 +206,8 @@ def get_stream(req: Request) -> Response:
 
 # -- consume -------------------------------------------------------------------------------
 @guarded
-def get_messages(req: Request) -> Response:
+@secured(on_stream(Action.READ))
+def get_messages(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
     limit = _int_param(req, "limit", 1000, 1, MAX_LIMIT)
@@ -292,7 +307,8 @@ def parse_range(header: str | None, committed: int) -> tuple[int, int]:
 
 
 @guarded
-def get_log(req: Request) -> Response:
+@secured(on_stream(Action.READ))
+def get_log(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
     blob = svc.vault.blob(stream)
@@ -326,13 +342,16 @@ def get_log(req: Request) -> Response:
 
 # -- direct access -------------------------------------------------------------------------
 @guarded
-def get_access(req: Request) -> Response:
+@secured(on_stream(Action.READ))
+def get_access(req: Request, caller: Caller) -> Response:
+    """A read-only SAS for the stream's blob alone, living ``VAULT_SAS_MINUTES`` at most and
+    never past the caller's token: whoever loses access loses it on the blob soon after too."""
     svc = _svc()
     stream = _stream(req)
     blob = svc.vault.blob(stream)
     state = blob.state()
     now = datetime.now(timezone.utc)
-    expires = now + timedelta(minutes=svc.settings.sas_minutes)
+    expires = sas_expiry(now, svc.settings.sas_minutes, caller.principal.expires)
     client = blob.client
     account = svc.vault_account
     common: dict[str, Any] = {
@@ -343,6 +362,8 @@ def get_access(req: Request) -> Response:
         "expiry": expires,
         "start": now - timedelta(minutes=5),
     }
+    if client.url.startswith("https://"):
+        common["protocol"] = "https"  # the SAS is refused over plain HTTP (Azurite is http only)
     if account.connection_string:
         key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get(
             "AccountKey"
@@ -361,25 +382,56 @@ def get_access(req: Request) -> Response:
             "expires": expires.isoformat(),
             "committed": state.committed,
         },
+        {"Cache-Control": "no-store"},  # a SAS is a credential: no cache may keep it
     )
+
+
+def sas_expiry(now: datetime, minutes: int, credential_expires: float | None) -> datetime:
+    expires = now + timedelta(minutes=minutes)
+    if credential_expires is not None:
+        expires = min(expires, datetime.fromtimestamp(credential_expires, timezone.utc))
+    return expires
 
 
 # -- service -------------------------------------------------------------------------------
 @guarded
-def health(req: Request) -> Response:
+@secured(anyone)
+def health(req: Request, caller: Caller) -> Response:
     """Always 200: the app answers. ``degraded`` when a poison count cannot be read (storage is
-    down or slow), so an unreachable storage account never makes a probe restart a healthy app."""
+    down or slow), so an unreachable storage account never makes a probe restart a healthy app.
+
+    Open to probes without a credential, so it says nothing about data: queue names and
+    poison counts only to admins of every stream."""
     counts = _poison_counts()
     known = [c["poison_messages"] for c in counts]
     ok = bool(counts) and None not in known
+    doc: dict[str, Any] = {"status": "ok" if ok else "degraded", "version": VERSION}
+    if caller.everywhere(Action.ADMIN):
+        doc["poison_messages"] = sum(n for n in known if n is not None) if ok else None
+        doc["queues"] = counts
+    return json_response(200, doc)
+
+
+@guarded
+@secured(anyone)
+def whoami(req: Request, caller: Caller) -> Response:
+    """The caller as the app sees it, and what it may do: for checking a credential and grants."""
+    p = caller.principal
     return json_response(
         200,
         {
-            "status": "ok" if ok else "degraded",
-            "version": VERSION,
-            "poison_messages": sum(n for n in known if n is not None) if ok else None,
-            "queues": counts,
+            "principal": {
+                "kind": p.kind,
+                "id": p.id or None,
+                "name": p.name or None,
+                "app_id": p.app_id,
+                "roles": sorted(p.roles),
+                "groups": sorted(p.groups),
+                "expires": int(p.expires) if p.expires is not None else None,
+            },
+            "permissions": {a.value: caller.permissions.patterns(a) for a in Action},
         },
+        {"Cache-Control": "no-store"},
     )
 
 

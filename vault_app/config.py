@@ -12,11 +12,18 @@ either ``NAME`` holds a connection string (Azurite, local), or identity-based se
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from vault_app.auth.policy import Policy, parse_grants, parse_patterns
+from vault_app.auth.tokens import check_url
 from vault_core.format import MAX_VALUE_BYTES
+
+T = TypeVar("T")
 
 # Connection names (the Functions "connection" property of bindings).
 VAULT_CONNECTION = "VaultStorage"
@@ -36,6 +43,34 @@ MAX_BATCH_MESSAGES = "VAULT_MAX_BATCH_MESSAGES"
 MAX_BATCH_BYTES = "VAULT_MAX_BATCH_BYTES"
 SAS_MINUTES = "VAULT_SAS_MINUTES"
 
+# Access control (docs/SECURITY.md).
+AUTH_TENANT_ID = "VAULT_AUTH_TENANT_ID"
+"""Entra tenant id: trusts its v2 and v1 token issuers. Empty: see AUTH_ISSUER."""
+AUTH_ISSUER = "VAULT_AUTH_ISSUER"
+"""Token issuers, comma-separated, instead of a tenant (other clouds, the development issuer);
+the first one's ``/.well-known/openid-configuration`` publishes the signing keys."""
+AUTH_AUDIENCE = "VAULT_AUTH_AUDIENCE"
+"""Accepted ``aud`` values, comma-separated: the app registration's client id and App ID URI."""
+FUNCTION_KEYS = "VAULT_FUNCTION_KEYS"
+"""Named function keys the app accepts, as JSON ``{"name": "secret"}`` (a secret: Key Vault)."""
+ACCESS_POLICY = "VAULT_ACCESS_POLICY"
+"""Grants, as JSON ``{"grants": [{"role"|"group"|"principal"|"app"|"key": ..., "allow": [...],
+"streams": [...]}]}``."""
+ANONYMOUS_READ = "VAULT_ANONYMOUS_READ"
+"""Stream patterns anyone may read without a credential, comma-separated. Empty: none."""
+EASY_AUTH = "VAULT_EASY_AUTH"
+"""``true``: trust the X-MS-CLIENT-PRINCIPAL header of App Service Authentication."""
+
+AUTH_SETTINGS: tuple[str, ...] = (
+    AUTH_TENANT_ID,
+    AUTH_ISSUER,
+    AUTH_AUDIENCE,
+    FUNCTION_KEYS,
+    ACCESS_POLICY,
+    ANONYMOUS_READ,
+    EASY_AUTH,
+)
+
 PLAIN_SETTINGS: tuple[str, ...] = (
     STAGING_ACCOUNTS,
     STAGING_QUEUES_PER_ACCOUNT,
@@ -47,11 +82,13 @@ PLAIN_SETTINGS: tuple[str, ...] = (
     MAX_BATCH_MESSAGES,
     MAX_BATCH_BYTES,
     SAS_MINUTES,
+    *AUTH_SETTINGS,
 )
 
 # Identity-based connection suffixes, per service the connection is used for.
 IDENTITY_SUFFIXES = ("__credential", "__clientId")
-VAULT_SERVICE_SUFFIXES = ("__blobServiceUri", "__queueServiceUri", "__tableServiceUri")
+VAULT_SERVICE_SUFFIXES = ("__blobServiceUri", "__tableServiceUri")
+"""The vault account's blobs and tables; the app uses no queue there (staging has its own accounts)."""
 STAGING_SERVICE_SUFFIXES = ("__queueServiceUri",)
 
 
@@ -75,6 +112,22 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class AuthSettings:
+    """Who may call the app (docs/SECURITY.md); build with :func:`load_auth`."""
+
+    issuers: tuple[str, ...] = ()
+    audiences: tuple[str, ...] = ()
+    keys: Mapping[str, str] = field(default_factory=dict, repr=False)
+    policy: Policy = field(default_factory=Policy)
+    easy_auth: bool = False
+
+    @property
+    def tokens(self) -> bool:
+        """Bearer tokens are accepted (an issuer and an audience are configured)."""
+        return bool(self.issuers and self.audiences)
+
+
+@dataclass(frozen=True)
 class VaultSettings:
     """Parsed settings; build with :func:`load_settings`."""
 
@@ -87,6 +140,7 @@ class VaultSettings:
     table_prefix: str = "mv"
     limits: Limits = Limits()
     sas_minutes: int = 15
+    auth: AuthSettings = AuthSettings()
 
     @property
     def queue_names(self) -> list[str]:
@@ -131,4 +185,81 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
             max_batch_bytes=_int(env, MAX_BATCH_BYTES, defaults.max_batch_bytes),
         ),
         sas_minutes=_int(env, SAS_MINUTES, 15),
+        auth=load_auth(env),
+    )
+
+
+ENTRA_AUTHORITY = "https://login.microsoftonline.com"
+_GUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_KEY_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}")
+MIN_KEY_CHARS = 16
+"""A function key shorter than this could be guessed; make them with secrets.token_urlsafe(32)."""
+
+
+def entra_issuers(tenant_id: str) -> tuple[str, ...]:
+    """The issuers of a tenant's access tokens: v2.0 (first: its metadata has the keys) and v1.0
+    (what a managed identity gets unless the app registration asks for v2 tokens)."""
+    return (f"{ENTRA_AUTHORITY}/{tenant_id}/v2.0", f"https://sts.windows.net/{tenant_id}/")
+
+
+def _list(env: Mapping[str, str], name: str) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(v.strip() for v in (env.get(name) or "").split(",") if v.strip()))
+
+
+def _parsed(name: str, parse: Callable[[str], T], raw: str) -> T:
+    try:
+        return parse(raw)
+    except ValueError as exc:
+        raise ValueError(f"setting {name}: {exc}") from None
+
+
+def _keys(raw: str) -> dict[str, str]:
+    if not raw.strip():
+        return {}
+    try:
+        doc = json.loads(raw)
+    except ValueError:
+        raise ValueError('expected JSON {"name": "secret", ...}') from None
+    if not isinstance(doc, dict):
+        raise ValueError('expected JSON {"name": "secret", ...}')
+    for name, secret in doc.items():
+        if not _KEY_NAME.fullmatch(name):
+            raise ValueError(f"key name {name!r}: use 1-64 of A-Z a-z 0-9 . _ -")
+        if not isinstance(secret, str) or len(secret) < MIN_KEY_CHARS:
+            raise ValueError(f"key {name!r} must be a string of at least {MIN_KEY_CHARS} characters")
+    if len(set(doc.values())) != len(doc):
+        raise ValueError("two keys have the same secret")
+    return dict(doc)
+
+
+def _bool(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "false", "0"):
+        return False
+    if raw in ("true", "1"):
+        return True
+    raise ValueError(f"setting {name} must be true or false, got {raw!r}")
+
+
+def load_auth(env: Mapping[str, str]) -> AuthSettings:
+    """Fail at start on anything half-configured, rather than fail open (or shut) at a request."""
+    tenant = (env.get(AUTH_TENANT_ID) or "").strip()
+    if tenant and not _GUID.fullmatch(tenant):
+        raise ValueError(f"setting {AUTH_TENANT_ID} must be a tenant id (a GUID), got {tenant!r}")
+    issuers = _list(env, AUTH_ISSUER) or (entra_issuers(tenant) if tenant else ())
+    audiences = _list(env, AUTH_AUDIENCE)
+    if issuers and not audiences:
+        raise ValueError(f"setting {AUTH_AUDIENCE} is needed with an issuer: tokens for any app would pass")
+    if audiences and not issuers:
+        raise ValueError(f"setting {AUTH_AUDIENCE} needs {AUTH_TENANT_ID} or {AUTH_ISSUER}")
+    for issuer in issuers:
+        _parsed(AUTH_ISSUER, check_url, issuer)
+    grants = _parsed(ACCESS_POLICY, parse_grants, env.get(ACCESS_POLICY) or "")
+    anonymous = _parsed(ANONYMOUS_READ, parse_patterns, env.get(ANONYMOUS_READ) or "")
+    return AuthSettings(
+        issuers=issuers,
+        audiences=audiences,
+        keys=_parsed(FUNCTION_KEYS, _keys, env.get(FUNCTION_KEYS) or ""),
+        policy=Policy(grants, anonymous),
+        easy_auth=_bool(env, EASY_AUTH),
     )

@@ -49,7 +49,7 @@ POISON_FILTERS = [
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
 _opt_str = {"type": "string", "nullable": True}
-_KEY: list[dict[str, list[str]]] = [{"functionKey": []}, {"functionKeyHeader": []}]
+CREDENTIALS: list[dict[str, list[str]]] = [{"entraId": []}, {"functionKey": []}, {"functionKeyHeader": []}]
 
 SCHEMAS: dict[str, Any] = {
     "Error": {
@@ -150,6 +150,30 @@ SCHEMAS: dict[str, Any] = {
             "committed": _int,
         },
     },
+    "WhoAmI": {
+        "type": "object",
+        "properties": {
+            "principal": {
+                "type": "object",
+                "properties": {
+                    "kind": {"type": "string", "enum": ["anonymous", "key", "token", "easyauth"]},
+                    "id": _opt_str,
+                    "name": _opt_str,
+                    "app_id": _opt_str,
+                    "roles": {"type": "array", "items": {"type": "string"}},
+                    "groups": {"type": "array", "items": {"type": "string"}},
+                    "expires": _opt_int,
+                },
+            },
+            "permissions": {
+                "type": "object",
+                "description": "stream patterns per action (admin includes read and write)",
+                "properties": {
+                    a: {"type": "array", "items": {"type": "string"}} for a in ("read", "write", "admin")
+                },
+            },
+        },
+    },
     "Health": {
         "type": "object",
         "properties": {
@@ -225,7 +249,6 @@ PATHS: dict[str, Any] = {
     "/streams/{stream}/messages": {
         "post": {
             "summary": "Stage a batch of messages (202 once durably staged)",
-            "security": _KEY,
             "parameters": [
                 STREAM,
                 _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
@@ -241,7 +264,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 **_ok(202, "BatchStatus", "staged"),
                 **_ok(200, "BatchStatus", "committed within wait"),
-                **_errors(400, 401, 413, 422, 503),
+                **_errors(400, 413, 422, 503),
             },
         },
         "get": {
@@ -319,17 +342,15 @@ PATHS: dict[str, Any] = {
     "/poison": {
         "get": {
             "summary": "Poisoned batches: up to 32 per poison queue (a read-only peek), with statuses",
-            "security": _KEY,
             "parameters": POISON_FILTERS,
-            "responses": {**_ok(200, "PoisonList"), **_errors(400, 401, 503)},
+            "responses": {**_ok(200, "PoisonList"), **_errors(400, 503)},
         }
     },
     "/poison/replay": {
         "post": {
             "summary": "Send poisoned batches back to their staging queues (safe: batch ids are once-only)",
-            "security": _KEY,
             "parameters": POISON_FILTERS,
-            "responses": {**_ok(200, "PoisonReplay"), **_errors(400, 401, 503)},
+            "responses": {**_ok(200, "PoisonReplay"), **_errors(400, 503)},
         }
     },
     "/health": {
@@ -338,10 +359,56 @@ PATHS: dict[str, Any] = {
             "responses": _ok(200, "Health"),
         }
     },
+    "/whoami": {
+        "get": {
+            "summary": "The caller as the app sees it, and the stream patterns it may use",
+            "responses": _ok(200, "WhoAmI"),
+        }
+    },
     "/openapi.json": {
-        "get": {"summary": "This document", "responses": {"200": {"description": "OpenAPI 3"}}}
+        "get": {
+            "summary": "This document",
+            "security": [],
+            "responses": {"200": {"description": "OpenAPI 3"}},
+        }
     },
 }
+
+NEEDS: dict[tuple[str, str], str] = {
+    ("/streams/{stream}/messages", "post"): "write on the stream",
+    ("/streams/{stream}/messages", "get"): "read on the stream",
+    ("/streams/{stream}/log", "get"): "read on the stream",
+    ("/streams/{stream}/access", "get"): "read on the stream",
+    ("/streams/{stream}", "get"): "read on the stream",
+    ("/streams/{stream}/batches/{id}", "get"): "read on the stream",
+    ("/streams", "get"): "read on some stream; lists those it may read, queues only for admin on *",
+    ("/batches/{id}", "get"): "read on some stream; a batch of a stream it may not read is 404",
+    ("/poison", "get"): "admin on the stream of ?stream=, or on every stream (*) without it",
+    ("/poison/replay", "post"): "admin on the stream of ?stream=, or on every stream (*) without it",
+    ("/health", "get"): "nothing; queue names and poison counts only for admin on *",
+    ("/whoami", "get"): "nothing",
+}
+"""What each operation needs (docs/SECURITY.md); a test checks that every operation says."""
+OPEN = {"nothing", "nothing; queue names and poison counts only for admin on *"}
+
+
+def _secure(paths: dict[str, Any]) -> None:
+    """Every operation but this document's: the credentials it takes, the permission it needs,
+    and its 401 (credential missing or not acceptable) and 403 (not permitted) answers."""
+    for (path, method), needs in NEEDS.items():
+        op = paths[path][method]
+        op["x-vault-permission"] = needs
+        reads = needs.startswith("read")
+        # {}: no credential at all, for open routes, and for reads of streams an operator
+        # opened to anonymous callers (VAULT_ANONYMOUS_READ).
+        op["security"] = [*CREDENTIALS, {}] if needs in OPEN or reads else CREDENTIALS
+        op["description"] = f"Needs: {needs}." + (
+            " Anonymous callers only for streams in VAULT_ANONYMOUS_READ." if reads else ""
+        )
+        op["responses"].update(_errors(401) if needs in OPEN else _errors(401, 403))
+
+
+_secure(PATHS)
 
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -355,7 +422,22 @@ SPEC: dict[str, Any] = {
     "components": {
         "schemas": SCHEMAS,
         "securitySchemes": {
-            "functionKey": {"type": "apiKey", "in": "query", "name": "code"},
+            "entraId": {
+                "type": "http",
+                "scheme": "bearer",
+                "bearerFormat": "JWT",
+                "description": "An Entra ID access token for the app registration (VAULT_AUTH_AUDIENCE), "
+                "e.g. scope api://<client-id>/.default. App roles Vault.Read.All, Vault.Write.All, "
+                "Vault.Admin (or Vault.<Action>.<pattern>) and the grants of VAULT_ACCESS_POLICY decide "
+                "what it may do. See docs/SECURITY.md.",
+            },
+            "functionKey": {
+                "type": "apiKey",
+                "in": "query",
+                "name": "code",
+                "description": "One of the app's named keys (VAULT_FUNCTION_KEYS), checked by the app; "
+                "its grants come from VAULT_ACCESS_POLICY. The header is better: URLs get logged.",
+            },
             "functionKeyHeader": {"type": "apiKey", "in": "header", "name": "x-functions-key"},
         },
     },

@@ -1,10 +1,13 @@
 """The operator routes over the poison queues (docs/API.md "Poison queues"); the logic is in
-:mod:`vault_app.poison`. Both need the function key; a later change adds real admin roles.
+:mod:`vault_app.poison`. Both need ``admin``: on the stream of ``?stream=``, or on every stream
+without it (poison queues are shared by all streams).
 """
 
 from __future__ import annotations
 
 from vault_app import poison
+from vault_app.auth.guard import Caller, on_some_stream, secured
+from vault_app.auth.policy import Action
 from vault_app.http import HttpError, Request, Response, guarded_for, json_response
 from vault_app.services import services
 from vault_core.names import validate_batch_id, validate_stream_name
@@ -14,10 +17,10 @@ POISON_BUDGET_SECONDS = 20.0
 (``poison.REPLAY_WORK_SECONDS``) and stays under the 30 s that clients commonly wait."""
 PARAMETERS = ("stream", "batch")
 IGNORED = ("code",)
-"""The function key may come as ``?code=``; it is the host's business, not a filter."""
+"""The function key may come as ``?code=``; it is the credential, not a filter."""
 
 
-def _selector(req: Request) -> poison.Selector:
+def _selector(req: Request, caller: Caller) -> poison.Selector:
     """The filters of the query; an unknown parameter is refused rather than ignored, because
     ignoring a mistyped filter would widen a replay to every poisoned batch."""
     unknown = sorted(set(req.query) - set(PARAMETERS) - set(IGNORED))
@@ -29,21 +32,28 @@ def _selector(req: Request) -> poison.Selector:
         )
     stream = req.query.get("stream") or None
     batch = req.query.get("batch") or None
-    return poison.Selector(
+    selector = poison.Selector(
         stream=validate_stream_name(stream) if stream is not None else None,
         batch_id=validate_batch_id(batch) if batch is not None else None,
     )
+    if selector.stream is not None:
+        caller.require(Action.ADMIN, selector.stream)
+    else:
+        caller.require_everywhere(Action.ADMIN, "to see every poison queue; or filter with ?stream=")
+    return selector
 
 
 @guarded_for(POISON_BUDGET_SECONDS)
-def list_poison(req: Request) -> Response:
+@secured(on_some_stream(Action.ADMIN))
+def list_poison(req: Request, caller: Caller) -> Response:
     """Peeks (read-only): up to 32 messages per poison queue, with each queue's approximate count."""
-    selector = _selector(req)
+    selector = _selector(req, caller)
     return json_response(200, poison.list_poison(services(), selector).to_json())
 
 
 @guarded_for(POISON_BUDGET_SECONDS)
-def replay_poison(req: Request) -> Response:
+@secured(on_some_stream(Action.ADMIN))
+def replay_poison(req: Request, caller: Caller) -> Response:
     """Bounded work per call; ``complete: false`` asks the caller to call again."""
-    selector = _selector(req)
+    selector = _selector(req, caller)
     return json_response(200, poison.replay(services(), selector).to_json())

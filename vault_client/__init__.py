@@ -13,6 +13,7 @@ from vault_client.errors import (
     ApiUnavailable,
     BufferFull,
     EndpointUnreachable,
+    Forbidden,
     ProducerClosed,
     Unauthorized,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "Delivery",
     "DirectSource",
     "EndpointUnreachable",
+    "Forbidden",
     "GroupLag",
     "GroupMember",
     "Message",

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from vault_client.auth import TokenCredential, auth_for
 from vault_client.errors import ApiError, EndpointUnreachable, api_error
 from vault_client.retry import RETRIABLE_STATUS, RetryPolicy, parse_retry_after
 from vault_client.wire import decode_message
@@ -66,13 +67,21 @@ def _poison_filters(stream: str | None, batch_id: str | None) -> dict[str, str]:
 
 
 class ApiClient:
-    """One vault endpoint. Thread-safe: the producer's senders and consumers share one."""
+    """One vault endpoint. Thread-safe: the producer's senders and consumers share one.
+
+    Credentials (at most one; none is anonymous, for streams an operator opened to everybody):
+    ``key`` (a function key), ``token`` (a bearer token), or ``credential`` with ``scope``
+    (azure-identity's ``DefaultAzureCredential()`` and ``"api://<client-id>/.default"``).
+    """
 
     def __init__(
         self,
         url: str,
         key: str | None = None,
         *,
+        token: str | None = None,
+        credential: TokenCredential | None = None,
+        scope: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         transport: httpx.BaseTransport | None = None,
@@ -84,13 +93,28 @@ class ApiClient:
         self.retry = retry or RetryPolicy()
         self.retries = 0
         """Requests tried again so far (throttling, unavailability, connection errors)."""
-        headers = {"x-functions-key": key} if key else {}
+        self._credentials = (token, credential, scope)
+        self._max_connections = max_connections
         self._http = httpx.Client(
             base_url=self.url,
-            headers=headers,
+            auth=auth_for(key, token, credential, scope),
             timeout=httpx.Timeout(timeout),
             transport=transport,
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+
+    def copy(self) -> ApiClient:
+        """A client of its own (to close separately) with the same endpoint, credential and policy."""
+        token, credential, scope = self._credentials
+        return ApiClient(
+            self.url,
+            self.key,
+            token=token,
+            credential=credential,
+            scope=scope,
+            timeout=self.timeout,
+            retry=self.retry,
+            max_connections=self._max_connections,
         )
 
     # -- plumbing ------------------------------------------------------------------------------
@@ -185,8 +209,12 @@ class ApiClient:
             self.get_json(f"/streams/{validate_stream_name(stream)}/batches/{validate_batch_id(batch_id)}")
         )
 
+    def whoami(self) -> dict[str, Any]:
+        """``GET /whoami``: the caller as the vault sees it, and the stream patterns it may use."""
+        return dict(self.get_json("/whoami"))
+
     def poison(self, stream: str | None = None, batch_id: str | None = None) -> dict[str, Any]:
-        """``GET /poison``: up to 32 poisoned messages per poison queue, with statuses (needs the key)."""
+        """``GET /poison``: up to 32 poisoned messages per poison queue, with statuses (needs admin)."""
         return dict(self.get_json("/poison", params=_poison_filters(stream, batch_id)))
 
     def replay_poison(self, stream: str | None = None, batch_id: str | None = None) -> dict[str, Any]:

@@ -28,6 +28,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from vault_client.api import ApiClient
+from vault_client.auth import TokenCredential
 from vault_client.direct import AccessProvider, DirectSource
 from vault_client.groups import GroupMember
 from vault_client.sources import ApiSource, Source
@@ -95,18 +96,23 @@ class Consumer:
         stream: str,
         *,
         key: str | None = None,
+        token: str | None = None,
+        credential: TokenCredential | None = None,
+        scope: str | None = None,
         direct: bool = False,
         api: ApiClient | None = None,
         page_size: int | None = None,
         max_bytes: int | None = None,
         **options: Any,
     ) -> Consumer:
-        """A consumer of the vault at ``url``; ``direct`` reads the blob with the SAS the API hands out."""
+        """A consumer of the vault at ``url``; ``direct`` reads the blob with the SAS the API hands out.
+
+        Credentials as for :class:`ApiClient`: ``key``, ``token``, or ``credential`` + ``scope``."""
         owned = api is None
         if api is None:
             if url is None:
                 raise InvalidInput("give the vault's url or an ApiClient")
-            api = ApiClient(url, key)
+            api = ApiClient(url, key, token=token, credential=credential, scope=scope)
         seeker = ApiSource(api, stream)
         source: Source
         if direct:

@@ -10,7 +10,8 @@ through the API or straight from the blob::
     ├── ApiInvalidOffset            + InvalidOffset       400/416 invalid_offset
     ├── ApiTooLarge                 + MessageTooLarge     413 too_large
     ├── ApiNotFound                 + StreamNotFound      404 not_found
-    ├── Unauthorized                                      401 (missing or wrong function key)
+    ├── Unauthorized                                      401 (no credential, or one the vault refused)
+    │   └── Forbidden                                     403 (a known caller without the permission)
     └── ApiUnavailable              + StorageUnavailable  429/502/503/504 (retriable)
     EndpointUnreachable(StorageUnavailable)               connection refused, DNS, timeouts
     BufferFull(VaultError)                                the producer's memory bound was hit
@@ -64,6 +65,10 @@ class Unauthorized(ApiError):
     pass
 
 
+class Forbidden(Unauthorized):
+    """The vault knows the caller, and its access policy does not allow this."""
+
+
 class ApiUnavailable(ApiError, StorageUnavailable):
     retriable = True
 
@@ -90,12 +95,13 @@ _BY_CODE: dict[str, type[ApiError]] = {
     "too_large": ApiTooLarge,
     "not_found": ApiNotFound,
     "unauthorized": Unauthorized,
+    "forbidden": Forbidden,
     "unavailable": ApiUnavailable,
 }
 _BY_STATUS: dict[int, type[ApiError]] = {
     400: ApiBadRequest,
     401: Unauthorized,
-    403: Unauthorized,
+    403: Forbidden,
     404: ApiNotFound,
     413: ApiTooLarge,
     416: ApiInvalidOffset,

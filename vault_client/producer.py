@@ -22,6 +22,7 @@ from types import TracebackType
 from typing import Any, Literal
 
 from vault_client.api import DEFAULT_TIMEOUT, ApiClient
+from vault_client.auth import TokenCredential
 from vault_client.batching import Accumulator, OpenBatch
 from vault_client.errors import BufferFull, ProducerClosed
 from vault_client.results import SendResult
@@ -60,6 +61,9 @@ class Producer:
         key: str | None = None,
         *,
         api: ApiClient | None = None,
+        token: str | None = None,
+        credential: TokenCredential | None = None,
+        scope: str | None = None,
         batch_max_messages: int = 1000,
         batch_max_bytes: int = 1024 * 1024,
         linger: float = 0.05,
@@ -72,7 +76,8 @@ class Producer:
         retry: RetryPolicy | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        """Producer for the vault at ``url`` with function ``key`` (or an existing ``api`` client).
+        """Producer for the vault at ``url`` with a function ``key``, a bearer ``token``, or a
+        ``credential`` and its ``scope`` (see :class:`ApiClient`), or an existing ``api`` client.
 
         ``max_in_flight`` sender threads post batches concurrently; with ``ordered`` (the
         default) at most one batch per stream is in flight, so a stream's batches are staged
@@ -90,7 +95,9 @@ class Producer:
         if on_full not in ("block", "raise"):
             raise ValueError('on_full must be "block" or "raise"')
         self._owns_api = api is None
-        self.api = api or ApiClient(str(url), key, timeout=timeout, retry=retry)
+        self.api = api or ApiClient(
+            str(url), key, token=token, credential=credential, scope=scope, timeout=timeout, retry=retry
+        )
         self.wait = wait
         self.ordered = ordered
         self.max_buffer_bytes = max_buffer_bytes
@@ -202,7 +209,7 @@ class Producer:
         """A batch's status for SendResult.wait_committed, which may run after close()."""
         if not (self._closed and self._owns_api):
             return self.api.batch(batch_id, stream)
-        with ApiClient(self.api.url, self.api.key, timeout=self.api.timeout, retry=self.api.retry) as api:
+        with self.api.copy() as api:
             return api.batch(batch_id, stream)
 
     def stats(self) -> ProducerStats:

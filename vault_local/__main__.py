@@ -1,4 +1,5 @@
-"""``python -m vault_local host|demo``: the local Functions host, or Azurite + host + a demo."""
+"""``python -m vault_local host|demo|issuer``: the local Functions host, Azurite + host + a demo,
+or the development token issuer alone."""
 
 from __future__ import annotations
 
@@ -13,14 +14,28 @@ from pathlib import Path
 from types import FrameType
 
 from vault_local.azurite import ROOT, Azurite, free_port
-from vault_local.process import LOCAL_KEY, HostProcess
+from vault_local.dev_issuer import DevIssuer
+from vault_local.process import HostProcess, new_key
 
 
-def _show(cmd: list[str]) -> str:
-    print("\n$ " + " ".join(shlex.quote(c) for c in cmd), flush=True)
-    out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
-    print(out.strip()[:1500])
-    return out
+class Shown:
+    """Runs curl commands and prints them, with each credential shown by its variable name:
+    a token is a screenful, and what matters is which one was used."""
+
+    def __init__(self, names: dict[str, str]) -> None:
+        self.names = names  # value -> $NAME
+
+    def __call__(self, cmd: list[str]) -> str:
+        print("\n$ " + " ".join(self._arg(c) for c in cmd), flush=True)
+        out = subprocess.run(cmd, capture_output=True, text=True, check=False).stdout
+        print(out.strip()[:1500])
+        return out
+
+    def _arg(self, arg: str) -> str:
+        for value, name in self.names.items():
+            if value in arg:  # double quotes, so that the line works pasted into a shell
+                return '"' + arg.replace(value, name) + '"'
+        return shlex.quote(arg)
 
 
 def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -38,7 +53,16 @@ def demo(args: argparse.Namespace) -> None:
     data: Path = args.data
     data.mkdir(parents=True, exist_ok=True)
     azurite = Azurite(location=data, blob_port=free_port(), queue_port=free_port(), table_port=free_port())
-    host = HostProcess(azurite.connection_string, port=args.port, echo=True)
+    # Authentication is on, as in Azure: a development issuer on loopback (its RSA key made
+    # now, in memory) signs the tokens, and the app validates them like Entra ID's.
+    issuer = DevIssuer().start()
+    key = new_key()
+    host = HostProcess(
+        azurite.connection_string, port=args.port, key=key, settings=issuer.settings(), echo=True
+    )
+    producer = issuer.mint("demo-producer", roles=["Vault.Write.All"], lifetime=8 * 3600)
+    reader = issuer.mint("demo-reader", roles=["Vault.Read.All"], lifetime=8 * 3600)
+    show = Shown({producer: "$PRODUCER_TOKEN", reader: "$READER_TOKEN", key: "$VAULT_KEY"})
     waiter: subprocess.Popen[str] | None = None
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, _stop_on_signal)
@@ -49,32 +73,55 @@ def demo(args: argparse.Namespace) -> None:
             f"table {azurite.table_port} (data in {data})"
         )
         api = host.start().url
+        print(f"\nDevelopment issuer {issuer.url}; the app trusts it for audience {issuer.audience}.")
+        print("PRODUCER_TOKEN: a token of demo-producer with app role Vault.Write.All (write, every stream)")
+        print("READER_TOKEN:   a token of demo-reader with app role Vault.Read.All (read, every stream)")
+        print(
+            "VAULT_KEY:      the function key 'local', granted admin on every stream by VAULT_ACCESS_POLICY"
+        )
+        as_producer = ["-H", f"Authorization: Bearer {producer}"]
+        as_reader = ["-H", f"Authorization: Bearer {reader}"]
         post = ["curl", "-s", "-H", "Content-Type: application/json"]
-        _show(
+        show(
             [
                 *post,
+                *as_producer,
                 "-d",
                 '{"messages":[{"key":"order-1","value":"{\\"total\\": 42}"},'
                 '{"key":"order-2","value":"{\\"total\\": 7}"}]}',
-                f"{api}/streams/orders/messages?code={LOCAL_KEY}&wait=10",
+                f"{api}/streams/orders/messages?wait=10",
             ]
         )
-        _show(
+        show(
             [
                 "curl",
                 "-s",
                 "-H",
                 "Content-Type: application/x-ndjson",
+                "-H",
+                f"x-functions-key: {key}",
                 "--data-binary",
                 '{"key":"u1","value":"click /home"}\n{"key":"u2","value":"click /cart"}\n',
-                f"{api}/streams/clicks/messages?code={LOCAL_KEY}&wait=10",
+                f"{api}/streams/clicks/messages?wait=10",
             ]
         )
-        _show(["curl", "-s", f"{api}/streams/orders/messages?from=0"])
-        _show(["curl", "-s", "-H", "Accept: application/x-ndjson", f"{api}/streams/clicks/messages?from=0"])
-        _show(["curl", "-s", f"{api}/streams"])
+        show(["curl", "-s", *as_reader, f"{api}/streams/orders/messages?from=0"])
+        show(
+            [
+                "curl",
+                "-s",
+                *as_reader,
+                "-H",
+                "Accept: application/x-ndjson",
+                f"{api}/streams/clicks/messages?from=0",
+            ]
+        )
+        show(["curl", "-s", *as_reader, f"{api}/streams"])
+        print("\nWithout a credential, and with a read-only token on a write:")
+        show(["curl", "-s", "-i", f"{api}/streams/orders/messages?from=0"])
+        show([*post, *as_reader, "-d", '{"messages":[{"value":"x"}]}', f"{api}/streams/orders/messages"])
         tail = subprocess.run(
-            ["curl", "-s", "-D", "-", "-o", "/dev/null", f"{api}/streams/clicks/messages?from=0"],
+            ["curl", "-s", *as_reader, "-D", "-", "-o", "/dev/null", f"{api}/streams/clicks/messages?from=0"],
             capture_output=True,
             text=True,
             check=False,
@@ -85,21 +132,26 @@ def demo(args: argparse.Namespace) -> None:
         )
         print(f"\nTailing clicks from offset {nxt} (long poll, wait=10) while a producer posts...")
         waiter = subprocess.Popen(
-            ["curl", "-s", f"{api}/streams/clicks/messages?from={nxt}&wait=10"],
+            ["curl", "-s", *as_reader, f"{api}/streams/clicks/messages?from={nxt}&wait=10"],
             stdout=subprocess.PIPE,
             text=True,
         )
         time.sleep(1)
-        _show(
+        show(
             [
                 *post,
+                *as_producer,
                 "-d",
                 '{"messages":[{"key":"u3","value":"click /checkout"}]}',
-                f"{api}/streams/clicks/messages?code={LOCAL_KEY}",
+                f"{api}/streams/clicks/messages",
             ]
         )
         print("tail got: " + (waiter.communicate(timeout=30)[0] or "").strip())
-        print(f"\nThe vault is running at {api} (function key: {LOCAL_KEY}). OpenAPI: {api}/openapi.json")
+        print(f"\nThe vault is running at {api}. OpenAPI: {api}/openapi.json")
+        print(f"  function key (admin on every stream): export VAULT_KEY={key}")
+        mint = '{"sub": "me", "roles": ["Vault.Read.All"]}'
+        print(f"  mint a token: curl -s -X POST {issuer.url}/token -d '{mint}'")
+        print(f"  then: vault --url {api} --token TOKEN streams   (docs/SECURITY.md, docs/CLIENT.md)")
         if args.exit:
             return
         print("Press Ctrl-C to stop.", flush=True)
@@ -111,6 +163,7 @@ def demo(args: argparse.Namespace) -> None:
             waiter.wait()
         host.stop()
         azurite.stop()
+        issuer.stop()
 
 
 def main() -> None:
@@ -138,6 +191,12 @@ def main() -> None:
     d.add_argument("--port", type=int, default=7071)
     d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
     d.add_argument("--data", type=Path, default=ROOT / ".azurite", help="Azurite's data directory")
+    sub.add_parser("issuer", help="a development token issuer on loopback (see --help)", add_help=False)
+    if sys.argv[1:2] == ["issuer"]:
+        from vault_local.dev_issuer import main as issuer_main
+
+        issuer_main(sys.argv[2:])
+        return
     args = parser.parse_args()
     if args.command == "host":
         from vault_local.host import run

@@ -5,7 +5,8 @@ It does what ``func start`` does for this app, no more:
 * reads the functions, their triggers, routes, methods and auth levels **from the app object
   itself** (``FunctionApp.get_functions()``): there is no second route table;
 * serves HTTP triggers under ``/api`` (``extensions.http.routePrefix``) with uvicorn;
-  function-level routes need the key (``?code=`` or ``x-functions-key``), as in Azure;
+  function-level routes need the key (``?code=`` or ``x-functions-key``, compared in constant
+  time), as in Azure (this app's routes are all anonymous at this level: the app checks);
 * runs queue triggers against the configured storage with the host's semantics, read from
   ``host.json``: ``batchSize``, ``newBatchThreshold``, ``visibilityTimeout`` after a failure,
   ``maxPollingInterval`` back-off when idle, and ``maxDequeueCount`` → ``<queue>-poison``.
@@ -24,10 +25,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
 import json
 import logging
 import os
 import re
+import secrets
 import signal
 import sys
 import threading
@@ -326,7 +329,7 @@ class LocalHost:
 
     def _authorised(self, request: Request) -> bool:
         given = request.query_params.get("code") or request.headers.get("x-functions-key")
-        return given is not None and given == self.function_key
+        return given is not None and key_matches(given, self.function_key)
 
     # -- queues ----------------------------------------------------------------------------
     def _queue_client(self, q: QueueFunction, name: str) -> QueueClient:
@@ -526,6 +529,12 @@ async def _when_started(server: uvicorn.Server, ready: Callable[[], None] | None
         ready()
 
 
+def key_matches(given: str, key: str) -> bool:
+    """In constant time, as the Functions host compares keys: an early exit at the first wrong
+    character would tell an attacker, by the time taken, how much of a guess was right."""
+    return hmac.compare_digest(given.encode("utf-8", "surrogatepass"), key.encode("utf-8", "surrogatepass"))
+
+
 def _shutting_down() -> Response:
     return JSONResponse(
         {"error": "unavailable", "message": "the host is shutting down; retry shortly"},
@@ -567,7 +576,9 @@ def run(
     import function_app  # imported after the environment is set, as the host does
 
     host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
-    key = os.environ.get("LOCAL_FUNCTION_KEY") or "local-dev-key"
+    # Function-level routes only (this app has none: it checks credentials itself). Unset: a
+    # key made for this run, so no well-known key ever opens a route.
+    key = os.environ.get("LOCAL_FUNCTION_KEY") or secrets.token_urlsafe(24)
     # The workers inherit this environment (local settings included) and import the same
     # function_app; the --fault seam goes to them, since the writer runs there.
     workers = Workers(processes, threads, app_dir=Path(function_app.__file__).resolve().parent, fault=fault)

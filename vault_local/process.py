@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -12,18 +14,32 @@ from collections.abc import Mapping
 
 from vault_local.azurite import ROOT, free_port
 
-LOCAL_KEY = "local-dev-key"
+LOCAL_KEY_NAME = "local"
+"""The name of the function key a local host accepts (``VAULT_FUNCTION_KEYS``)."""
 STOP_TIMEOUT = 25.0
 """Seconds a SIGTERM'd host gets before its group is killed: its drain takes at most 20."""
 
 
-def local_env(connection_string: str, key: str = LOCAL_KEY) -> dict[str, str]:
-    """Settings for the host on one Azurite: every connection points at it."""
+def new_key() -> str:
+    """A function key made for one run: no key is ever written into the repository."""
+    return secrets.token_urlsafe(24)
+
+
+def admin_policy(key_name: str = LOCAL_KEY_NAME) -> str:
+    """``VAULT_ACCESS_POLICY`` granting the named key admin (so read and write) on every stream."""
+    return json.dumps({"grants": [{"key": key_name, "allow": ["admin"], "streams": ["*"]}]})
+
+
+def local_env(connection_string: str, key: str) -> dict[str, str]:
+    """Settings for the host on one Azurite: every connection points at it, and ``key`` is
+    the app's function key ``local`` with admin on every stream (authentication stays on)."""
     return {
         "AzureWebJobsStorage": connection_string,
         "VaultStorage": connection_string,
         "VaultStaging0": connection_string,
         "LOCAL_FUNCTION_KEY": key,
+        "VAULT_FUNCTION_KEYS": json.dumps({LOCAL_KEY_NAME: key}),
+        "VAULT_ACCESS_POLICY": admin_policy(),
         "FUNCTIONS_WORKER_RUNTIME": "python",
     }
 
@@ -36,15 +52,16 @@ class HostProcess:
         connection_string: str,
         *,
         port: int | None = None,
-        key: str = LOCAL_KEY,
+        key: str | None = None,
         settings: Mapping[str, str] | None = None,
         args: tuple[str, ...] = (),
         echo: bool = False,
     ) -> None:
         self.connection_string = connection_string
         self.port = port or free_port()
-        self.key = key
-        self.env = {**local_env(connection_string, key), **(settings or {})}
+        self.key = key or new_key()
+        """The function key with admin on every stream (unless ``settings`` change the policy)."""
+        self.env = {**local_env(connection_string, self.key), **(settings or {})}
         self.args = args
         self.echo = echo
         self.lines: list[str] = []

@@ -76,6 +76,31 @@ param maxBatchBytes int
 @description('Lifetime in minutes of the user-delegation SAS URLs the consume API hands out (VAULT_SAS_MINUTES).')
 param sasMinutes int
 
+@description('Entra tenant whose access tokens the API accepts (VAULT_AUTH_TENANT_ID); empty with no audience.')
+param authTenantId string
+
+@description('Token issuers instead of the tenant\'s, comma-separated (VAULT_AUTH_ISSUER): other clouds. Empty: the tenant\'s v2.0 and v1.0 issuers.')
+param authIssuers string = ''
+
+@description('Accepted token audiences, comma-separated (VAULT_AUTH_AUDIENCE): the app registration\'s client id and App ID URI. Empty: no bearer tokens.')
+param authAudiences string
+
+@secure()
+@description('Named function keys the app itself checks, JSON {"name": "secret"} (VAULT_FUNCTION_KEYS). Empty: none.')
+param functionKeys string
+
+@description('The access policy, JSON {"grants": [...]} (VAULT_ACCESS_POLICY); docs/SECURITY.md.')
+param accessPolicy string
+
+@description('Stream patterns anyone may read without a credential, comma-separated (VAULT_ANONYMOUS_READ).')
+param anonymousReadPatterns string
+
+@description('Trust the X-MS-CLIENT-PRINCIPAL header of App Service Authentication (VAULT_EASY_AUTH).')
+param easyAuth bool
+
+@description('Subnet for VNet integration (vnetEnabled): all the app\'s outbound traffic goes through it. Empty: none.')
+param appSubnetId string = ''
+
 @minValue(1)
 @maxValue(1000)
 @description('Upper bound on the number of instances Flex Consumption may run for this app.')
@@ -168,6 +193,35 @@ var plainSettings = [
     name: 'VAULT_SAS_MINUTES'
     value: string(sasMinutes)
   }
+  // Access control (docs/SECURITY.md): the app checks every request itself.
+  {
+    name: 'VAULT_AUTH_TENANT_ID'
+    value: authTenantId
+  }
+  {
+    name: 'VAULT_AUTH_ISSUER'
+    value: authIssuers
+  }
+  {
+    name: 'VAULT_AUTH_AUDIENCE'
+    value: authAudiences
+  }
+  {
+    name: 'VAULT_FUNCTION_KEYS'
+    value: functionKeys
+  }
+  {
+    name: 'VAULT_ACCESS_POLICY'
+    value: accessPolicy
+  }
+  {
+    name: 'VAULT_ANONYMOUS_READ'
+    value: anonymousReadPatterns
+  }
+  {
+    name: 'VAULT_EASY_AUTH'
+    value: string(easyAuth)
+  }
 ]
 
 // Connection "VaultStorage": the vault account.
@@ -175,10 +229,6 @@ var vaultSettings = [
   {
     name: 'VaultStorage__blobServiceUri'
     value: 'https://${vaultAccountName}.blob.${storageSuffix}'
-  }
-  {
-    name: 'VaultStorage__queueServiceUri'
-    value: 'https://${vaultAccountName}.queue.${storageSuffix}'
   }
   {
     name: 'VaultStorage__tableServiceUri'
@@ -246,6 +296,8 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
   properties: {
     serverFarmId: plan.id
     httpsOnly: true
+    // Isolated: outbound through the VNet, where the storage accounts' private endpoints are.
+    virtualNetworkSubnetId: empty(appSubnetId) ? null : appSubnetId
     siteConfig: {
       minTlsVersion: '1.2'
       ftpsState: 'Disabled'

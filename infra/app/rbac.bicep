@@ -1,8 +1,9 @@
 // Data-plane role assignments for one principal: the app's managed identity, or (optionally)
 // the developer who runs azd, so that local runs and scripts can reach the same accounts.
-// Least privilege: data roles scoped to each storage account (no control-plane roles, no
-// subscription or resource-group scope). Assignment names are guid(scope, principal, role):
-// stable across re-deployments, so `azd provision` is idempotent.
+// Least privilege: only data roles (no control-plane roles, no subscription or resource-group
+// scope), only the ones the code uses, and for the app's identity (narrowVaultScopes) on the
+// vault's containers and tables rather than the account. Assignment names are
+// guid(scope, principal, role): stable across re-deployments, so `azd provision` is idempotent.
 
 @description('Object (principal) id to grant the roles to.')
 param principalId string
@@ -16,6 +17,15 @@ param principalType string
 
 @description('Vault storage account name.')
 param vaultAccountName string
+
+@description('The vault\'s blob containers the app uses (stream page blobs, claim-checks).')
+param vaultContainerNames array
+
+@description('The vault\'s tables the app uses (catalog, index, batches).')
+param vaultTableNames array
+
+@description('Grant the vault\'s data roles on vaultContainerNames and vaultTableNames only (the app), not on the whole account (a developer, whose tools also create containers and tables and keep consumer-group checkpoints there).')
+param narrowVaultScopes bool
 
 @description('Staging storage account names.')
 param stagingAccountNames array
@@ -43,22 +53,31 @@ var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88' // Stor
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor
 var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb' // Monitoring Metrics Publisher
 
-// Vault account.
+// Vault account. No queue role: the app uses no queue there (staging has its own accounts).
 // - Storage Blob Data Contributor, not Owner: the app reads/writes page blobs, takes blob
 //   leases and deletes claim-check blobs, all of which Contributor allows. Owner would add
 //   only POSIX ACL management, which a flat-namespace (non-HNS) account does not even have.
+//   The app gets it on its two containers only (vaultContainerRoles).
 // - Storage Blob Delegator: getUserDelegationKey, to sign the user-delegation SAS URLs the
-//   consume API returns. (Blob Data Contributor also carries that action; the explicit
-//   assignment keeps SAS working if the data role is ever narrowed to container scope,
-//   since the delegation key can only be requested at account scope.)
-// - Storage Queue Data Contributor: the vault's queue endpoint (VaultStorage__queueServiceUri).
-// - Storage Table Data Contributor: catalog, index and batches tables.
-var vaultRoles = [
+//   access API returns. It is the only role needed at account scope (the delegation key can
+//   only be requested there) and it grants no data access of its own.
+// - Storage Table Data Contributor: the catalog, index and batches tables, each by name
+//   for the app (vaultTableRoles).
+var vaultAccountRoles = narrowVaultScopes ? [
+  storageBlobDelegator
+] : [
   storageBlobDataContributor
   storageBlobDelegator
-  storageQueueDataContributor
   storageTableDataContributor
 ]
+var vaultContainerRoles = [
+  storageBlobDataContributor
+]
+var vaultTableRoles = [
+  storageTableDataContributor
+]
+var containerGrants = narrowVaultScopes ? vaultContainerNames : []
+var tableGrants = narrowVaultScopes ? vaultTableNames : []
 
 // Host account: the Functions host documents Storage Blob Data Owner for AzureWebJobsStorage
 // (it manages its own containers, keys and singleton leases there), plus queue and table
@@ -85,11 +104,40 @@ resource appInsights 'Microsoft.Insights/components@2020-02-02' existing = {
   name: appInsightsName
 }
 
-resource vaultAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for role in vaultRoles: {
+resource vaultContainers 'Microsoft.Storage/storageAccounts/blobServices/containers@2023-05-01' existing = [for container in containerGrants: {
+  name: '${vaultAccountName}/default/${container}'
+}]
+
+resource vaultTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for table in tableGrants: {
+  name: '${vaultAccountName}/default/${table}'
+}]
+
+resource vaultAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for role in vaultAccountRoles: {
   name: guid(vault.id, principalId, role)
   scope: vault
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', role)
+    principalId: principalId
+    principalType: principalType
+  }
+}]
+
+// One role per container (vaultContainerRoles has one role: a loop over pairs would hide that).
+resource vaultContainerAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for i in range(0, length(containerGrants)): {
+  name: guid(vaultContainers[i].id, principalId, vaultContainerRoles[0])
+  scope: vaultContainers[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vaultContainerRoles[0])
+    principalId: principalId
+    principalType: principalType
+  }
+}]
+
+resource vaultTableAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for i in range(0, length(tableGrants)): {
+  name: guid(vaultTables[i].id, principalId, vaultTableRoles[0])
+  scope: vaultTables[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vaultTableRoles[0])
     principalId: principalId
     principalType: principalType
   }

@@ -14,6 +14,9 @@ param location string
 @description('Tags applied to the account.')
 param tags object
 
+@description('Reachable only through private endpoints (vnetEnabled): public network access off.')
+param privateOnly bool
+
 @description('Blob container that holds the app package deployed by azd (Flex Consumption).')
 param deploymentContainerName string
 
@@ -35,10 +38,12 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     defaultToOAuthAuthentication: true
     allowBlobPublicAccess: false
     allowCrossTenantReplication: false
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: privateOnly ? 'Disabled' : 'Enabled'
     networkAcls: {
-      bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      // Isolated: no exception for "trusted Azure services" either; the app comes in
+      // through its private endpoints.
+      bypass: privateOnly ? 'None' : 'AzureServices'
+      defaultAction: privateOnly ? 'Deny' : 'Allow'
     }
   }
 }

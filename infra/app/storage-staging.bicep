@@ -15,6 +15,9 @@ param location string
 @description('Tags applied to the account.')
 param tags object
 
+@description('Reachable only through private endpoints (vnetEnabled): public network access off.')
+param privateOnly bool
+
 @description('Redundancy SKU of the staging account (messages stay here only until written to the vault).')
 @allowed([
   'Standard_LRS'
@@ -48,10 +51,12 @@ resource account 'Microsoft.Storage/storageAccounts@2023-05-01' = {
     defaultToOAuthAuthentication: true
     allowBlobPublicAccess: false
     allowCrossTenantReplication: false
-    publicNetworkAccess: 'Enabled'
+    publicNetworkAccess: privateOnly ? 'Disabled' : 'Enabled'
     networkAcls: {
-      bypass: 'AzureServices'
-      defaultAction: 'Allow'
+      // Isolated: no exception for "trusted Azure services" either; the app comes in
+      // through its private endpoints.
+      bypass: privateOnly ? 'None' : 'AzureServices'
+      defaultAction: privateOnly ? 'Deny' : 'Allow'
     }
   }
 }

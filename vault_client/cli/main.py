@@ -68,8 +68,9 @@ class VaultGroup(click.Group):
 def cli(ctx: click.Context) -> None:
     """Produce to and consume from Message Vault streams.
 
-    The endpoint and key come from --url/--key or VAULT_URL/VAULT_KEY; consumer groups keep
-    their checkpoints in the Azure Tables of --storage or VAULT_STORAGE_CONNECTION.
+    The endpoint comes from --url or VAULT_URL; the credential from --key/VAULT_KEY,
+    --token/VAULT_TOKEN, or --use-azure-credential with --scope (VAULT_SCOPE); consumer groups
+    keep their checkpoints in the Azure Tables of --storage or VAULT_STORAGE_CONNECTION.
     """
     s = ctx.ensure_object(CliSettings)
     ctx.call_on_close(s.close)
@@ -77,7 +78,7 @@ def cli(ctx: click.Context) -> None:
 
 def _register() -> None:
     # Imported here so each command lives in its own module and this one stays the entry point.
-    from vault_client.cli import catalog, consume, export, poison, produce, verify
+    from vault_client.cli import catalog, consume, export, poison, produce, verify, whoami
 
     for command in (
         produce.produce,
@@ -88,6 +89,7 @@ def _register() -> None:
         export.export,
         verify.verify,
         poison.poison,
+        whoami.whoami,
     ):
         cli.add_command(command)
 

@@ -1,4 +1,9 @@
-"""Where the CLI's endpoint, key and checkpoint storage come from: flags, else environment variables.
+"""Where the CLI's endpoint, credential and checkpoint storage come from: flags, else environment
+variables.
+
+The credential is one of ``--key`` (a function key), ``--token`` (a bearer token, e.g. from
+``az account get-access-token``) or ``--use-azure-credential`` (``DefaultAzureCredential``: the
+Azure CLI login, a managed identity, environment variables...) with ``--scope``; none is anonymous.
 
 The connection options are accepted both before the command (``vault --url U consume s``)
 and after it (``vault consume s --url U``); a flag given after the command wins. Only the
@@ -23,6 +28,9 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 ENV_URL = "VAULT_URL"
 ENV_KEY = "VAULT_KEY"
+ENV_TOKEN = "VAULT_TOKEN"
+ENV_AZURE_CREDENTIAL = "VAULT_USE_AZURE_CREDENTIAL"
+ENV_SCOPE = "VAULT_SCOPE"
 ENV_STORAGE = "VAULT_STORAGE_CONNECTION"
 ENV_TABLE = "VAULT_CHECKPOINT_TABLE"
 
@@ -31,6 +39,9 @@ ENV_TABLE = "VAULT_CHECKPOINT_TABLE"
 class CliSettings:
     url: str | None = None
     key: str | None = None
+    token: str | None = None
+    use_azure_credential: bool = False
+    scope: str | None = None
     storage: str | None = None
     table: str = DEFAULT_TABLE
     timeout: float = 30.0
@@ -44,8 +55,31 @@ class CliSettings:
             if not self.url:
                 raise click.UsageError(f"no vault URL: pass --url or set {ENV_URL}")
             policy = RetryPolicy(attempts=self.retries + 1, base=0.2, deadline=max(self.timeout * 2, 10.0))
+            given = [n for n, v in (("--key", self.key), ("--token", self.token)) if v]
+            if self.use_azure_credential:
+                given.append("--use-azure-credential")
+            if len(given) > 1:
+                raise click.UsageError(f"give one credential, not {' and '.join(given)}")
+            credential = None
+            if self.use_azure_credential:
+                if not self.scope:
+                    raise click.UsageError(
+                        f"--use-azure-credential needs the vault's scope: pass --scope or set {ENV_SCOPE} "
+                        "(api://<client-id>/.default)"
+                    )
+                from azure.identity import DefaultAzureCredential  # only needed for this
+
+                credential = DefaultAzureCredential()
             try:
-                self._api = ApiClient(self.url, self.key, timeout=self.timeout, retry=policy)
+                self._api = ApiClient(
+                    self.url,
+                    self.key,
+                    token=self.token,
+                    credential=credential,
+                    scope=self.scope if credential else None,
+                    timeout=self.timeout,
+                    retry=policy,
+                )
             except InvalidInput as exc:  # a malformed --url is a usage error, like any bad argument
                 raise click.UsageError(str(exc)) from None
         return self._api
@@ -105,7 +139,35 @@ def connection_options(*, top: bool = False) -> Callable[[F], F]:
             show_envvar=top,
             expose_value=False,
             callback=_setter("key"),
-            help="Function key, for producing and the poison commands.",
+            help="Function key (x-functions-key); what it may do is the vault's access policy.",
+        ),
+        click.option(
+            "--token",
+            metavar="TOKEN",
+            envvar=env(ENV_TOKEN),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("token"),
+            help="Bearer token for the vault's audience (az account get-access-token --scope SCOPE).",
+        ),
+        click.option(
+            "--use-azure-credential",
+            is_flag=True,
+            default=None,
+            envvar=env(ENV_AZURE_CREDENTIAL),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("use_azure_credential"),
+            help="Sign in with DefaultAzureCredential (az login, managed identity, ...) for --scope.",
+        ),
+        click.option(
+            "--scope",
+            metavar="SCOPE",
+            envvar=env(ENV_SCOPE),
+            show_envvar=top,
+            expose_value=False,
+            callback=_setter("scope"),
+            help="The vault's scope for --use-azure-credential: api://<client-id>/.default.",
         ),
         click.option(
             "--storage",
