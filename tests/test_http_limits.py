@@ -100,7 +100,8 @@ def test_requests_over_max_outstanding_get_429_with_retry_after(busy_host: HostP
     answers: list[int] = []
 
     def long_poll() -> None:  # one runs (maxConcurrentRequests 1), the others wait their turn
-        answers.append(httpx.get(url, params={"from": tail, "wait": 3}, timeout=30).status_code)
+        params = {"code": busy_host.key, "from": tail, "wait": 3}
+        answers.append(httpx.get(url, params=params, timeout=30).status_code)
 
     polls = [threading.Thread(target=long_poll) for _ in range(3)]
     for t in polls:
@@ -109,6 +110,7 @@ def test_requests_over_max_outstanding_get_429_with_retry_after(busy_host: HostP
     r = httpx.get(f"{busy_host.url}/health", timeout=10)
     for t in polls:
         t.join()
+    assert answers == [200, 200, 200]  # each held until its wait ran out
     assert r.status_code == 429 and r.json()["error"] == "too_busy" and int(r.headers["retry-after"]) > 0
     assert httpx.get(f"{busy_host.url}/health", timeout=10).status_code == 200  # free again
 
