@@ -258,6 +258,7 @@ def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -
             _release(queue, [m])
             continue
         _delete(queue, m)
+        log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
 
 
 def _release(queue: StagingQueue, messages: list[_Held]) -> None:
