@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 from bench.cluster import (
     Acked,
@@ -66,6 +67,7 @@ from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
 SCENARIOS = {"8 streams": 8, "1 hot stream": 1}
+CORES = psutil.cpu_count() or 2
 
 
 @dataclass
@@ -185,6 +187,9 @@ def saturated(cfg: Config, run: Run) -> None:
     messages = len(acked) * args.per_batch
     rate = messages / (end - start)
     azurite_ms = cpu["azurite"] * 1e6 / messages
+    # Everything this benchmark runs, per message: on 2 cores, 2 / that is the most any
+    # configuration could commit if nothing else ran on the machine.
+    ours_ms = (cpu["azurite"] + cpu["hosts"] + cpu["bench"]) * 1e6 / messages
     run.figures |= {
         "saturated msgs/s": rate,
         "saturated hand-backs": sum(handbacks(h) for h in run.hosts) - before,
@@ -192,6 +197,8 @@ def saturated(cfg: Config, run: Run) -> None:
         "Azurite CPU ms / 1,000 msgs": azurite_ms,
         "msgs/s / Azurite-bound ceiling": rate * azurite_ms / 1e6,
         "host CPU ms / 1,000 msgs": cpu["hosts"] * 1e6 / messages,
+        "benchmark CPU ms / 1,000 msgs": cpu["bench"] * 1e6 / messages,
+        "msgs/s / 2-core ceiling": rate * ours_ms / (CORES * 1e6),
         "machine busy cores": cpu["machine"] / cpu["wall"],
         "other jobs cores": cpu["other"] / cpu["wall"],
         "benchmark cores": cpu["bench"] / cpu["wall"],
@@ -252,11 +259,15 @@ def _rows(m: dict[str, float]) -> dict[str, Any]:
         "hand-backs paced / saturated": f"{m['paced hand-backs']:,.0f} / {m['saturated hand-backs']:,.0f}",
         "lease holder changes": f"{m['lease holder changes']:g}",
         "poisoned / lost / duplicated / non-2xx, all rounds": " / ".join(f"{m[k]:,.0f}" for k in TOTALS),
-        "Azurite CPU ms per 1,000 msgs; msgs/s / its 1-core ceiling": (
-            f"{m['Azurite CPU ms / 1,000 msgs']:.1f}; {m['msgs/s / Azurite-bound ceiling']:.2f}"
+        "CPU ms per 1,000 msgs: Azurite / hosts / benchmark": (
+            f"{m['Azurite CPU ms / 1,000 msgs']:.0f} / {m['host CPU ms / 1,000 msgs']:.0f}"
+            f" / {m['benchmark CPU ms / 1,000 msgs']:.0f}"
         ),
-        "CPU cores busy: machine / other jobs / benchmark": (
-            f"{m['machine busy cores']:.2f} / {m['other jobs cores']:.2f} / {m['benchmark cores']:.2f}"
+        "msgs/s / ceiling: Azurite's 1 core / the machine's 2 cores": (
+            f"{m['msgs/s / Azurite-bound ceiling']:.2f} / {m['msgs/s / 2-core ceiling']:.2f}"
+        ),
+        "CPU cores busy: machine / other jobs": (
+            f"{m['machine busy cores']:.2f} / {m['other jobs cores']:.2f}"
         ),
     }
 
