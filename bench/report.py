@@ -12,12 +12,18 @@ from pathlib import Path
 from bench.common import RESULTS
 
 ROOT = Path(__file__).resolve().parent.parent
-ORDER = ["core", "ingest", "spark_read", "client"]
+ORDER = ["core", "ingest", "spark_read", "client", "scaleout", "scaleout_requeue", "recovery"]
 TITLES = {
     "core": "Core log (issue 2): writer and reader vs raw page-blob calls",
     "ingest": "Function App end to end (issue 3): HTTP ingest, staging, writer, read API",
     "spark_read": "Spark (issue 4): data source vs raw parallel range downloads",
     "client": "Python client (issue 6): producer and consumers",
+    "scaleout": "Scale-out: 1, 2 and 3 writer instances on the same queues and storage",
+    "scaleout_requeue": (
+        "Scale-out before the queue owners (commit 72582df: a batch that met a leased stream was "
+        "re-queued for 1 s)"
+    ),
+    "recovery": "Recovery: a killed writer instance, and a 10 s storage stall",
 }
 
 NOTES = {
@@ -61,6 +67,70 @@ NOTES = {
         "from any Python data source."
     ),
     "client": "Both targets met. The producer ratio is the median of back-to-back paired runs.",
+    "scaleout": (
+        "Each host is one instance (HTTP and the queue-triggered writer, one language worker), all on "
+        "one disk-backed Azurite and one queue prefix; the producers post round robin over the hosts. "
+        "Each configuration has a paced phase for latency (1,500 msgs/s, well under what one host "
+        "sustains: POST to committed for every batch, from the `b` row that "
+        "`GET /streams/{s}/batches/{id}` reads, polled every 0.1 s; about 180 batches per round, so "
+        "p99 is about the second largest) and a saturated phase for msgs/s (8 threads back to back, "
+        "until every acknowledged message is committed). Host counts ran 1, 2, 3, 3, 2, 1 per "
+        "scenario; figures are the medians of the two rounds, failures are summed. **All targets "
+        "met**, with the queue owners of docs/ARCHITECTURE.md §3.7: nothing poisoned, lost or "
+        "duplicated (every stream read back), no stream ever changed its writing host, and with 3 "
+        "hosts msgs/s and p99 at 1.16 and 0.88 of one host's (8 streams) and 1.38 and 0.84 (1 hot "
+        "stream). The machine is shared, and the msgs/s ratios move with it: the full run before "
+        "this one gave 0.95 and 1.08 (8 streams), 0.87 and 0.98 (1 hot stream); here other jobs "
+        "took up to 0.9 of a core while the 1-host configurations ran. The hand-backs are now "
+        "batches that reached an instance which does not own their queue and were passed straight "
+        "back; a non-owner then pauses 1 s, so there are at most about one per second per queue and "
+        "instance. **What limits msgs/s is the machine's 2 cores**, not Azurite and not "
+        "contention: the machine is 1.6 to 1.95 cores busy, Azurite uses about half of its one "
+        "core, and our processes reach 0.5 to 0.8 of the 2-core ceiling (2 cores divided by the "
+        "CPU that Azurite, the hosts and the benchmark spend per message), the rest idle or "
+        "taken by other jobs. One host alone is also limited by its single HTTP process and worker; three "
+        "hosts spent a quarter to a third more host CPU per message in the earlier run (three "
+        "sets of processes and queue pollers on 2 cores), about the same in this one. On Azure "
+        "each instance has a machine of its own."
+    ),
+    "scaleout_requeue": (
+        "The same benchmark on the design that docs/ARCHITECTURE.md §3.7 replaced: the writer took a "
+        "stream's lease wherever a batch landed and handed batches of streams leased elsewhere back "
+        "for 1 s; run at commit 72582df (the benchmark with that design; it sampled every second "
+        "batch, so p99 is the largest of about 90). **Targets missed by far**: with 3 hosts 0.38 "
+        "(8 streams) and 0.68 (1 hot stream) of one host's msgs/s, p99 26x and 43x. Under the "
+        "paced load a batch was handed back 2.3 times on average with 3 hosts on 8 streams (420 "
+        "hand-backs for 180 batches), each time for at least 1 s, and the stream leases kept "
+        "moving between hosts; the hand-backs also cost storage work (Azurite CPU per 1,000 msgs "
+        "132 ms with one host, 233 ms with three). Nothing was lost, duplicated or poisoned: the "
+        "stream lease kept the log correct, only slow."
+    ),
+    "recovery": (
+        "**Kill**: host A takes the staging queues while 8 threads post 20 batches/s of 100 x 1 KiB "
+        "into 4 streams through it; host B starts and polls the same queues; then the producers "
+        "switch to B and A's process group gets SIGKILL while its writer is busy (its last commit "
+        "0.05 to 0.16 s before). **Met**: every batch acknowledged before the kill was committed "
+        "15.2 to 15.3 s after it (target: under 30 s). That is the 15 s for which a dead "
+        "instance's claims last, by design: its queue owner and stream leases (15 s, renewed every "
+        "5 s) and the invisibility of the messages it had taken (drained ones 15 s, renewed; on the "
+        "local host the trigger messages too, `--inflight-visibility`); the batches it held "
+        "reappear at 15 s and are committed within a few tenths of a second. Batches posted through "
+        "B commit from about 12 s on, when A's owner leases run out. The few connection errors are "
+        "POSTs in flight to A when it died, retried on B with the same Idempotency-Key. **On Azure "
+        "one batch per queue can take longer**: the Functions host keeps a trigger message "
+        "invisible for 10 minutes (docs/ARCHITECTURE.md §9), so the batch of each invocation "
+        "that was running in the killed instance waits that out; drained batches and leases come "
+        "back within 15 s. **Stall**: one host under the same load, Azurite frozen with SIGSTOP "
+        "for 10 s. POSTs during the stall answered 503 (the 4 s storage budget), never 500, and were "
+        "retried after 0.5 s. After SIGCONT the first commit came within 0.1 to 0.3 s, three 1 s "
+        "buckets in a row reached 90% of the steady rate after 2 to 5 s, and the commits missed "
+        "during the stall were made up after 5 to 15 s. The 1 s criterion is coarse: an append "
+        "commits several batches at once, so even steady buckets hold 1,600 to 2,400 messages. "
+        "Where it took 4 to 5 s, the writers of some queues resumed only that long after SIGCONT "
+        "while the others resumed at once; the cause was not pinned down (most likely storage "
+        "calls in flight during the stall that were retried after the storage clients' back-off). "
+        "Nothing was poisoned, lost or duplicated in either test."
+    ),
 }
 
 HEADER = """# Benchmarks

@@ -16,11 +16,14 @@ import httpx
 import pytest
 from conftest import app_http_functions, isolated_host, key_header
 
+from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT
+from vault_app.open_writers import OpenWriters
+from vault_app.services import Services
 from vault_core.azure import StorageAccount
 from vault_core.format import HEADER_SIZE, NewMessage, decode, encode
 from vault_local.azurite import Azurite
-from vault_local.process import HostProcess
+from vault_local.process import HostProcess, local_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -452,6 +455,77 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
         assert values == [f"m{i}" for i in range(10)] and doc["first_offset"] == 0
     finally:
         healthy.stop()
+
+
+def test_each_staging_queue_has_one_owner_until_it_idles_or_its_process_stops(azurite: Azurite) -> None:
+    """docs/ARCHITECTURE.md §3.7: the owner lease of a queue, as two instances see it."""
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    services = Services(load_settings({**local_env(azurite.connection_string), "VAULT_QUEUE_PREFIX": prefix}))
+    services.ensure()
+    queue = services.queues[0]
+    first, second = OpenWriters(idle_seconds=60), OpenWriters(idle_seconds=60)
+    try:
+        assert first.own(services, queue) and not second.own(services, queue)
+        first.done(queue)
+        first.keep_owned(now=time.monotonic() + 30)  # busy enough: renewed, kept
+        assert first.own(services, queue) and first.owned() == [f"0/{queue.name}"]
+        first.keep_owned(now=time.monotonic() + 61)  # an invocation is still running: kept
+        first.done(queue)
+        first.keep_owned(now=time.monotonic() + 61)  # idle: released for the others at once
+        assert first.owned() == [] and second.own(services, queue) and not first.own(services, queue)
+        second.done(queue)
+        second.close_all()  # a process that exits releases what it owns
+        assert first.own(services, queue)
+        first.done(queue)
+    finally:
+        first.close_all()
+        second.close_all()
+
+
+def test_two_instances_on_the_same_queue_write_every_batch_once_through_its_owner(
+    azurite: Azurite, tmp_path: Path
+) -> None:
+    """Scale-out: both instances take POSTs and poll the queue; one of them writes it, the other
+    passes the batches it receives on, and nothing is lost, duplicated or poisoned."""
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    streams = [f"own-{uuid.uuid4().hex[:6]}-{i}" for i in range(3)]
+    hosts = [own_host(azurite, tmp_path, prefix=prefix).start() for _ in range(2)]
+    try:
+
+        def produce(p: int) -> list[tuple[str, str]]:
+            sent = []
+            for n in range(12):
+                host, stream, value = hosts[n % 2], streams[(p + n) % 3], f"p{p}-{n}"
+                r = httpx.post(
+                    f"{host.url}/streams/{stream}/messages",
+                    params={"code": host.key},
+                    json={"messages": [{"value": value}]},
+                    timeout=30,
+                )
+                assert r.status_code == 202, r.text
+                sent.append((stream, value))
+            return sent
+
+        with ThreadPoolExecutor(4) as pool:
+            sent = [x for batch in pool.map(produce, range(4)) for x in batch]
+        client = httpx.Client(base_url=hosts[0].url, timeout=30)
+        deadline = time.monotonic() + 60
+        while sum(len(read_all(client, s)) for s in streams) < len(sent) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for stream in streams:
+            got = [m["value"] for m in read_all(client, stream)]
+            assert sorted(got) == sorted(v for s, v in sent if s == stream)
+        writers = [h for h in hosts if any('"event":"appended"' in line for line in h.lines)]
+        assert len(writers) == 1, "one instance owns the queue and writes all of its streams"
+        poison = (
+            StorageAccount(connection_string=azurite.connection_string)
+            .queue_service()
+            .get_queue_client(f"{prefix}-0-poison")
+        )
+        assert poison.get_queue_properties().approximate_message_count == 0
+    finally:
+        for h in hosts:
+            h.stop()
 
 
 def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flowing(

@@ -1,10 +1,13 @@
-"""Stream writers kept open between writer invocations, and the reaper that closes idle ones.
+"""Stream writers kept open between writer invocations, the staging queues this process owns,
+and the reaper that closes idle ones.
 
-A busy stream pays for its lease and its recovery once, not per invocation. On shutdown
-(:func:`close_all`: called by the local host's workers when told to terminate, and registered
-with ``atexit`` as the backstop of a normal interpreter exit) every writer brings the catalog up
-to date and releases its lease, so another instance can take the stream at once rather than
-after the lease runs out.
+A busy stream pays for its lease and its recovery once, not per invocation. A staging queue is
+written by one instance at a time, its **owner** (docs/ARCHITECTURE.md §3.7): the instance
+that holds the queue's owner lease, an empty page blob ``_owners/<account>/<queue>`` in the
+claim-check container. On shutdown (:func:`close_all`: called by the local host's workers when
+told to terminate, and registered with ``atexit`` as the backstop of a normal interpreter exit)
+every writer brings the catalog up to date and releases its lease, and then every owned queue
+is released, so another instance can take over at once rather than after the leases run out.
 """
 
 from __future__ import annotations
@@ -13,9 +16,16 @@ import atexit
 import logging
 import threading
 import time
+import uuid
+from dataclasses import dataclass
 
-from vault_app.services import Services
-from vault_core.errors import LeaseLost, VaultError
+from azure.core import MatchConditions
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.blob import BlobClient, BlobLeaseClient
+
+from vault_app.services import Services, StagingQueue
+from vault_core.azure import translate_errors
+from vault_core.errors import LeaseLost, StreamLeased, StreamNotFound, VaultError
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
@@ -25,7 +35,24 @@ WRITER_LEASE_SECONDS = 15
 The writer renews it during long appends, so a short lease costs nothing while alive."""
 
 WRITER_IDLE_SECONDS = 10.0
-"""How long a stream's writer (and its lease) stays open after its last append."""
+"""How long a stream's writer (and its lease) stays open after its last append; a staging queue
+stays owned this long after its last invocation."""
+
+OWNER_BLOB_PREFIX = "_owners/"
+"""Owner leases of the staging queues: ``_owners/<account>/<queue>`` in the claim-check
+container. Empty page blobs: the lifecycle rule deletes only block blobs, and no claim-check
+blob starts with ``_`` (stream names begin with a letter or digit)."""
+
+
+@dataclass
+class _Owned:
+    """A staging queue this process owns: its lease, when it was last used and renewed, and how
+    many invocations of it are running (a busy queue is never released)."""
+
+    lease: BlobLeaseClient
+    used: float
+    renewed: float
+    running: int = 0
 
 
 class OpenWriters:
@@ -40,6 +67,10 @@ class OpenWriters:
     def __init__(self, idle_seconds: float = WRITER_IDLE_SECONDS) -> None:
         self.idle_seconds = idle_seconds
         self._open: dict[str, tuple[StreamWriter, float]] = {}
+        self._owned: dict[str, _Owned] = {}
+        self.owner_id = str(uuid.uuid4())
+        """The lease id of every owner lease taken here: taking a lease it already holds (say,
+        after a renewal failed during a storage stall) succeeds instead of locking it out."""
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
 
@@ -62,6 +93,66 @@ class OpenWriters:
             self._start_reaper()
         return results
 
+    # -- owning staging queues -------------------------------------------------------------
+    def own(self, services: Services, queue: StagingQueue) -> bool:
+        """Is this process the queue's owner (the one instance that writes its batches)?
+
+        True if it owns the queue already, or took its free owner lease now; then the caller
+        must call :meth:`done` when its invocation ends. False if another instance holds it.
+        Raises StorageUnavailable if storage cannot say.
+        """
+        key = _key(queue)
+        with self._lock:
+            owned = self._owned.get(key)
+            if owned is not None:
+                owned.running += 1
+                return True
+        lease = _acquire_owner(services.claimcheck.get_blob_client(OWNER_BLOB_PREFIX + key), self.owner_id)
+        if lease is None:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            owned = self._owned.setdefault(key, _Owned(lease, now, now))
+            owned.running += 1
+            self._start_reaper()
+        log.info("this instance now owns staging queue %s", key)
+        return True
+
+    def done(self, queue: StagingQueue) -> None:
+        """An invocation of an owned queue ended: the queue's idle time starts now."""
+        with self._lock:
+            owned = self._owned.get(_key(queue))
+            if owned is not None:
+                owned.running = max(0, owned.running - 1)
+                owned.used = time.monotonic()
+
+    def owned(self) -> list[str]:
+        with self._lock:
+            return sorted(self._owned)
+
+    def keep_owned(self, now: float | None = None) -> None:
+        """Release queues idle for idle_seconds; renew the others' leases every third of them."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            idle = [k for k, o in self._owned.items() if not o.running and now - o.used >= self.idle_seconds]
+            # Released under the lock: an invocation starting meanwhile must not take the lease
+            # again (same lease id) just before this release drops it.
+            for key in idle:
+                _release_owner(key, self._owned.pop(key).lease)
+            due = [(k, o) for k, o in self._owned.items() if now - o.renewed >= WRITER_LEASE_SECONDS / 3]
+        for key, owned in due:
+            try:
+                with translate_errors():
+                    owned.lease.renew()
+                owned.renewed = now
+            except VaultError as exc:
+                # Taken over after a stall, or storage down: forget it. If the lease is still
+                # ours, the next invocation takes it again (same lease id); if not, it is a loser.
+                log.info("ownership of staging queue %s not renewed: %s", key, exc)
+                with self._lock:
+                    if self._owned.get(key) is owned:
+                        del self._owned[key]
+
     def _take(self, stream: str) -> StreamWriter | None:
         entry = self._open.pop(stream, None)
         return entry[0] if entry else None
@@ -74,11 +165,16 @@ class OpenWriters:
         self._close(writers)
 
     def close_all(self) -> None:
-        """Close every open writer now: catalog up to date, leases released."""
+        """Close every open writer now (catalog up to date, leases released), then release the
+        owned queues: their next owner finds every stream free."""
         with self._lock:
             writers = [w for w, _ in self._open.values()]
             self._open.clear()
+            owned = list(self._owned.items())
+            self._owned.clear()
         self._close(writers)
+        for key, o in owned:
+            _release_owner(key, o.lease)
 
     @staticmethod
     def _close(writers: list[StreamWriter]) -> None:
@@ -96,10 +192,43 @@ class OpenWriters:
     def _reap(self) -> None:
         while True:
             time.sleep(1.0)
+            # Writers first: a queue idles no sooner than the streams it carries, so its next
+            # owner finds their leases released.
             self.close_idle()
+            self.keep_owned()
             with self._lock:
-                if not self._open:
+                if not self._open and not self._owned:
                     return
+
+
+def _key(queue: StagingQueue) -> str:
+    return f"{queue.account}/{queue.name}"
+
+
+def _acquire_owner(blob: BlobClient, lease_id: str) -> BlobLeaseClient | None:
+    """The queue's owner lease, or None if another instance holds it."""
+    for _ in range(2):
+        try:
+            with translate_errors():
+                return blob.acquire_lease(lease_duration=WRITER_LEASE_SECONDS, lease_id=lease_id)
+        except StreamLeased:
+            return None
+        except StreamNotFound:  # the queue's first owner: create the lease blob, then lease it
+            with translate_errors():
+                try:
+                    blob.create_page_blob(size=0, match_condition=MatchConditions.IfMissing)
+                except ResourceExistsError:
+                    pass
+    return None
+
+
+def _release_owner(key: str, lease: BlobLeaseClient) -> None:
+    try:
+        with translate_errors():
+            lease.release()
+        log.info("staging queue %s released", key)
+    except VaultError as exc:  # expired or taken: nothing to release
+        log.info("ownership of staging queue %s not released: %s", key, exc)
 
 
 open_writers = OpenWriters()

@@ -4,6 +4,11 @@ It appends the trigger's batch under the stream's lease and, while it holds leas
 further pending batches from the same queue, so many small producer batches become a few
 large page writes ("throughput comes from batching, not from more writers").
 
+Only the queue's **owner** does that (docs/ARCHITECTURE.md §3.7): with several instances polling
+the same queues, one instance at a time holds a queue's owner lease and writes all of its
+streams; any other instance that receives a batch of the queue passes it straight back for the
+owner's next drain and pauses its own polling of the queue for NOT_OWNER_PAUSE_SECONDS.
+
 Exactly once: every batch carries its id into the commit record; a batch redelivered after
 its commit (the process died before the queue message was deleted) is recognised by the
 writer and not appended again.
@@ -56,6 +61,9 @@ LEASED_RETRY_SECONDS = 1
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
 UNAVAILABLE_RETRY_SECONDS = 5
 """Delay before a batch handed back because storage could not be reached."""
+NOT_OWNER_PAUSE_SECONDS = 1.0
+"""How long an invocation that received a batch of a queue another instance owns waits, after
+handing the batch back, before it returns (and its instance polls that queue again)."""
 
 TRANSIENT = (StorageUnavailable, WriterConflict)
 """Failures that trying again later can cure: never a reason to poison a batch."""
@@ -97,6 +105,22 @@ class _Plan:
 
 
 def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+    try:
+        owner = open_writers.own(services, queue)
+    except TRANSIENT as exc:
+        _hand_back_trigger(queue, trigger, exc)
+        return
+    if not owner:
+        _pass_to_owner(queue, trigger)
+        return
+    try:
+        _write_owned(services, queue, trigger)
+    finally:
+        open_writers.done(queue)
+
+
+def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+    """This instance owns the queue: append the trigger's batch and whatever else is pending."""
     claims = services.claims
     try:
         first = claims.load(envelope.decode(trigger.body))
@@ -252,6 +276,16 @@ def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException)
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
+def _pass_to_owner(queue: StagingQueue, trigger: Staged) -> None:
+    """Another instance owns the queue: its batch goes back at once, visible to the owner's next
+    drain, and this invocation then pauses, so that this instance's poller of the queue takes
+    one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""
+    with translate_errors():
+        queue.client.send_message(trigger.body, visibility_timeout=0, time_to_live=-1)
+    log.info("batch of message %s handed back to %s for its owner", trigger.id, queue.name)
+    time.sleep(NOT_OWNER_PAUSE_SECONDS)
+
+
 def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -> None:
     """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
     for m in messages:
@@ -262,6 +296,7 @@ def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -
             _release(queue, [m])
             continue
         _delete(queue, m)
+        log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
 
 
 def _release(queue: StagingQueue, messages: list[_Held]) -> None:

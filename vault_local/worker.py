@@ -117,7 +117,8 @@ def queue_worker(function_index: int, workers: int) -> int:
     Pinned, unlike HTTP: the writer keeps a stream's blob lease and its open writer in the
     process between invocations (``vault_app.writer_fn.OpenWriters``), and a stream lives on one
     queue, so consecutive invocations of a queue landing on different workers would contend for
-    the lease. That stays correct (the loser re-queues its batch with a 5 s delay) but is slow.
+    the queue's ownership and the stream leases. That stays correct (the loser passes its batch
+    on, docs/ARCHITECTURE.md §3.7) but is slow.
     The real host promises no such affinity; the app does not depend on it.
     """
     return function_index % workers

@@ -1,0 +1,380 @@
+"""Recovery benchmark (issue 9): a killed writer instance, and a storage stall.
+
+    ./dev bench recovery          (python -m bench.recovery)
+
+**Kill.** Hosts A and B (two instances) on one disk-backed Azurite and one queue prefix; A
+starts first and takes the staging queues (and stream leases) while the producers POST through
+it; B starts after and polls the same queues. Under steady ingest into 4 streams, the
+producers switch to B and A's whole process group is SIGKILLed, while A's writer holds the
+queue and stream leases and drained messages. Measured: the time from the kill until every
+batch acknowledged (202) before it is committed (the ``b`` rows ``GET /streams/{s}/batches/{id}``
+reads, polled every 0.1 s), against a target of 30 s, which includes the 15 s for which A's
+leases and drained messages stay locked. Repeated ``--kills`` times; then every stream is read
+back (lost or duplicated messages).
+
+**Stall.** One host under the same steady ingest; Azurite is frozen (SIGSTOP) for 10 s, then
+resumed (SIGCONT). The committed rate is counted in 1 s buckets from the host's ``appended``
+events; the steady rate is the median bucket of the 10 s before the stall. Measured from
+SIGCONT: the first commit; the end of the first of three 1 s buckets in a row at >= 90% of the
+steady rate; and when the commits missed during the stall are made up. Also every HTTP status
+the producers got (202 and 503 expected, never 500). Repeated ``--stalls`` times.
+
+The load is paced (``--rate`` batches/s of 100 x 1 KiB from 8 threads, well below what one host
+sustains), so that "steady" is a rate the system keeps, not the edge of its capacity; POSTs
+that fail (503 during the stall, or a connection cut by the kill) are retried after 0.5 s with
+the same Idempotency-Key, and the schedule's late batches go out as soon as they can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import time
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.cluster import (
+    Append,
+    Producers,
+    Sampler,
+    appends,
+    audit,
+    delete_queues,
+    drop_stream,
+    handbacks,
+    poison_count,
+    save_logs,
+    settle,
+    spread_streams,
+    start_hosts,
+    stop_hosts,
+)
+from bench.common import report
+from vault_core.azure import StorageAccount
+from vault_core.vault import Vault
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+
+STREAMS = 4
+PER_BATCH = 100
+RECOVERY_TARGET_SECONDS = 30.0
+
+
+@dataclass
+class Env:
+    azurite: Azurite
+    account: StorageAccount
+    vault: Vault
+    args: argparse.Namespace
+
+
+@dataclass
+class Kill:
+    seconds: float
+    """From the kill until every batch acknowledged before it is committed."""
+    pending: int
+    """Batches acknowledged before the kill and not yet committed at the kill."""
+    first_commit: float
+    """From the kill until the first batch posted after it (through B) is committed."""
+    last_append: float
+    """From A's last commit to the kill: A's writer was busy when it died."""
+    lost: int
+    duplicated: int
+    poisoned: int
+    handbacks: int
+    statuses: Counter[str]
+
+
+# -- the kill ----------------------------------------------------------------------------------
+def feed(producers: Producers, sampler: Sampler, seconds: float) -> None:
+    """Let the producers run for ``seconds``, watching every acknowledged batch."""
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        sampler.watch(producers.snapshot())
+        time.sleep(0.1)
+
+
+def kill_once(env: Env) -> Kill:
+    prefix = f"rk{uuid.uuid4().hex[:8]}"
+    streams = spread_streams(f"rk-{uuid.uuid4().hex[:6]}", STREAMS)
+    hosts: list[HostProcess] = []
+    producers: Producers | None = None
+    try:
+        hosts += start_hosts(env.azurite.connection_string, 1, prefix)
+        a = hosts[0]
+        producers = Producers([a], streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.rate)
+        with Sampler(env.vault) as sampler:
+            producers.start()
+            feed(producers, sampler, 3)  # A's pollers awake, A owns the queues
+            hosts += start_hosts(env.azurite.connection_string, 1, prefix)
+            b = hosts[1]
+            feed(producers, sampler, env.args.steady)
+            before = producers.snapshot()
+            sampler.watch(before)
+            producers.hosts = [b]
+            killed, killed_at = time.perf_counter(), time.time()
+            a.stop(kill=True)
+            pending = sampler.waiting()
+            while not all(x.batch_id in sampler.seen for x in before):
+                if time.perf_counter() - killed > 120:
+                    raise TimeoutError("batches acknowledged before the kill not committed after 120 s")
+                sampler.watch(producers.snapshot())
+                time.sleep(0.05)
+            recovered = max(sampler.seen[x.batch_id] for x in before) - killed
+            after = _first_commit_after(producers, sampler, killed)
+            producers.stop()
+            acked = producers.snapshot()
+            sampler.watch(acked)
+            if not sampler.wait_all(timeout=60):
+                raise TimeoutError("batches acknowledged by B not committed after 60 s")
+        found = audit(env.vault, acked, streams, PER_BATCH)
+        return Kill(
+            recovered,
+            pending,
+            after,
+            killed_at - max(e.at for e in appends([a])),
+            found.lost,
+            found.duplicated,
+            poison_count(env.account, prefix),
+            sum(handbacks(h) for h in hosts),
+            producers.statuses,
+        )
+    finally:
+        if producers:
+            producers.stop()
+        stop_hosts(hosts)
+        if env.args.logs:
+            save_logs(env.args.logs, prefix, hosts)
+        delete_queues(env.account, prefix)
+        for s in streams:
+            drop_stream(env.vault, s)
+
+
+def _first_commit_after(producers: Producers, sampler: Sampler, killed: float) -> float:
+    """Seconds from the kill until the first batch first posted after it was committed."""
+    deadline = time.perf_counter() + 60
+    while time.perf_counter() < deadline:
+        acked = producers.snapshot()
+        sampler.watch(acked)
+        done = [sampler.seen[x.batch_id] for x in acked if x.posted > killed and x.batch_id in sampler.seen]
+        if done:
+            return min(done) - killed
+        time.sleep(0.05)
+    raise TimeoutError("nothing posted after the kill was committed within 60 s")
+
+
+# -- the stall ---------------------------------------------------------------------------------
+@dataclass
+class Stall:
+    steady: float
+    """Median committed msgs/s of the 1 s buckets before the stall."""
+    seconds: float
+    """From SIGCONT until three 1 s buckets in a row reach 90% of ``steady`` (1 s resolution)."""
+    first_commit: float
+    """From SIGCONT until the first commit."""
+    made_up: float
+    """From SIGCONT until the stall's shortfall of commits is made up (see :func:`made_up`)."""
+    buckets: list[int]
+    before: list[int]
+    lost: int
+    duplicated: int
+    poisoned: int
+    statuses: Counter[str]
+
+
+def buckets(events: Sequence[Append], start: float, seconds: int) -> list[int]:
+    """Committed messages in each second from ``start`` (wall clock)."""
+    out = [0] * seconds
+    for e in events:
+        k = int(e.at - start)
+        if 0 <= k < seconds:
+            out[k] += e.messages
+    return out
+
+
+def back_to_steady(after: list[int], steady: float, hold: int = 3) -> float:
+    for k in range(len(after) - hold + 1):
+        if all(n >= 0.9 * steady for n in after[k : k + hold]):
+            return float(k + 1)  # by the end of the first good bucket
+    return float("inf")
+
+
+def made_up(events: Sequence[Append], stopped: float, resumed: float, steady: float) -> float:
+    """Seconds from ``resumed`` until the messages committed since ``stopped`` reach ``steady``
+    times the time since ``stopped``, less half a second's worth: the stall's shortfall is
+    made up (the producers' late batches are written)."""
+    total = 0
+    for e in sorted(events, key=lambda e: e.at):
+        if e.at < stopped:
+            continue
+        total += e.messages
+        if e.at >= resumed and total >= steady * (e.at - stopped - 0.5):
+            return e.at - resumed
+    return float("inf")
+
+
+def stall_once(env: Env) -> Stall:
+    prefix = f"rs{uuid.uuid4().hex[:8]}"
+    streams = spread_streams(f"rs-{uuid.uuid4().hex[:6]}", STREAMS)
+    hosts: list[HostProcess] = []
+    producers: Producers | None = None
+    process = env.azurite.process
+    assert process is not None
+    try:
+        hosts += start_hosts(env.azurite.connection_string, 1, prefix)
+        producers = Producers(hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.rate)
+        producers.start()
+        time.sleep(3)  # warm: pollers awake, writers open
+        calm = time.time()
+        time.sleep(env.args.steady)
+        stopped = time.time()
+        process.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(env.args.stall)
+        finally:
+            process.send_signal(signal.SIGCONT)
+        resumed = time.time()
+        time.sleep(env.args.after)
+        producers.stop()
+        events = appends(hosts)
+        before = buckets(events, calm, int(stopped - calm))
+        steady = statistics.median(before)
+        after = buckets(events, resumed, int(env.args.after))
+        later = [e.at - resumed for e in events if e.at >= resumed]
+        settle(env.vault, producers.snapshot(), timeout=120)
+        found = audit(env.vault, producers.snapshot(), streams, PER_BATCH)
+        return Stall(
+            steady,
+            back_to_steady(after, steady),
+            min(later) if later else float("inf"),
+            made_up(events, stopped, resumed, steady),
+            after,
+            before,
+            found.lost,
+            found.duplicated,
+            poison_count(env.account, prefix),
+            producers.statuses,
+        )
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGCONT)  # never leave it frozen
+        if producers:
+            producers.stop()
+        stop_hosts(hosts)
+        if env.args.logs:
+            save_logs(env.args.logs, prefix, hosts)
+        delete_queues(env.account, prefix)
+        for s in streams:
+            drop_stream(env.vault, s)
+
+
+# -- report ------------------------------------------------------------------------------------
+def _statuses(counts: Sequence[Counter[str]]) -> str:
+    total: Counter[str] = Counter()
+    for c in counts:
+        total.update(c)
+    return ", ".join(f"{k}: {v:,}" for k, v in sorted(total.items()))
+
+
+def kill_figures(kills: list[Kill]) -> dict[str, Any]:
+    times = [k.seconds for k in kills]
+    return {
+        "kill: seconds to commit every batch acknowledged before it, each run": _each(times, "{:.1f}"),
+        "kill: median s": statistics.median(times),
+        "kill: max s (< 30)": max(times),
+        "kill: batches acknowledged, not yet committed at the kill, each run": _each(
+            [k.pending for k in kills], "{}"
+        ),
+        "kill: s from A's last commit to the kill, each run": _each([k.last_append for k in kills], "{:.2f}"),
+        "kill: s until the first batch posted after the kill commits, each run": _each(
+            [k.first_commit for k in kills], "{:.1f}"
+        ),
+        "kill: hand-backs, all runs": sum(k.handbacks for k in kills),
+        "kill: poisoned / lost / duplicated, all runs": (
+            f"{sum(k.poisoned for k in kills)} / {sum(k.lost for k in kills)} / "
+            f"{sum(k.duplicated for k in kills)}"
+        ),
+        "kill: HTTP answers (all runs)": _statuses([k.statuses for k in kills]),
+    }
+
+
+def stall_figures(stalls: list[Stall], frozen: float) -> dict[str, Any]:
+    times = [s.seconds for s in stalls]
+    return {
+        "stall: seconds frozen": frozen,
+        "stall: steady committed msgs/s before, each run": _each([s.steady for s in stalls], "{:,.0f}"),
+        "stall: s from SIGCONT to 3 s in a row at >= 90% of steady, each run": _each(times, "{:g}"),
+        "stall: median s": statistics.median(times),
+        "stall: s from SIGCONT to the first commit, each run": _each(
+            [s.first_commit for s in stalls], "{:.1f}"
+        ),
+        "stall: s from SIGCONT until the commits missed in the stall are made up, each run": _each(
+            [s.made_up for s in stalls], "{:.1f}"
+        ),
+        "stall: committed msgs in each second before the stall (first run)": _each(
+            stalls[0].before, "{}", " "
+        ),
+        "stall: committed msgs in each second after SIGCONT (first run)": _each(stalls[0].buckets, "{}", " "),
+        "stall: poisoned / lost / duplicated, all runs": (
+            f"{sum(s.poisoned for s in stalls)} / {sum(s.lost for s in stalls)} / "
+            f"{sum(s.duplicated for s in stalls)}"
+        ),
+        "stall: HTTP answers (all runs; 202 and 503 only)": _statuses([s.statuses for s in stalls]),
+    }
+
+
+def _each(values: Sequence[float], fmt: str, sep: str = ", ") -> str:
+    return sep.join(fmt.format(v) for v in values)
+
+
+def summarise(
+    kills: list[Kill], stalls: list[Stall], args: argparse.Namespace, seconds: float
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "load: producer threads; batches/s of 100 x 1 KiB; streams": (
+            f"{args.producers}; {args.rate:g}; {STREAMS}"
+        ),
+    }
+    if kills:
+        figures |= kill_figures(kills)
+    if stalls:
+        figures |= stall_figures(stalls, args.stall)
+    figures["benchmark seconds"] = seconds
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--kills", type=int, default=3)
+    parser.add_argument("--stalls", type=int, default=3)
+    parser.add_argument("--producers", type=int, default=8)
+    parser.add_argument("--rate", type=float, default=20, help="batches/s of 100 x 1 KiB, all threads")
+    parser.add_argument("--steady", type=float, default=10, help="seconds of steady ingest before the fault")
+    parser.add_argument("--stall", type=float, default=10, help="seconds Azurite stays frozen")
+    parser.add_argument("--after", type=float, default=20, help="seconds of ingest after SIGCONT")
+    parser.add_argument("--logs", type=Path, help="keep every host's output in this directory")
+    args = parser.parse_args()
+    t0 = time.monotonic()
+    azurite = Azurite().start()  # on disk: never SIGKILLed, only frozen and resumed
+    try:
+        account = StorageAccount(connection_string=azurite.connection_string)
+        env = Env(azurite, account, Vault(account).ensure(), args)
+        kills, stalls = [], []
+        for _ in range(args.kills):
+            kills.append(kill_once(env))
+            print("kill:", kills[-1], flush=True)
+        for _ in range(args.stalls):
+            stalls.append(stall_once(env))
+            print("stall:", stalls[-1], flush=True)
+        report("recovery", "./dev bench recovery", summarise(kills, stalls, args, time.monotonic() - t0))
+    finally:
+        azurite.cleanup()
+
+
+if __name__ == "__main__":
+    main()
