@@ -460,7 +460,8 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
 def test_each_staging_queue_has_one_owner_until_it_idles_or_its_process_stops(azurite: Azurite) -> None:
     """docs/ARCHITECTURE.md §3.7: the owner lease of a queue, as two instances see it."""
     prefix = f"q{uuid.uuid4().hex[:8]}"
-    services = Services(load_settings({**local_env(azurite.connection_string), "VAULT_QUEUE_PREFIX": prefix}))
+    env = {**local_env(azurite.connection_string, "owner-test-key-0123456789"), "VAULT_QUEUE_PREFIX": prefix}
+    services = Services(load_settings(env))
     services.ensure()
     queue = services.queues[0]
     first, second = OpenWriters(idle_seconds=60), OpenWriters(idle_seconds=60)
@@ -508,7 +509,7 @@ def test_two_instances_on_the_same_queue_write_every_batch_once_through_its_owne
 
         with ThreadPoolExecutor(4) as pool:
             sent = [x for batch in pool.map(produce, range(4)) for x in batch]
-        client = httpx.Client(base_url=hosts[0].url, timeout=30)
+        client = httpx.Client(base_url=hosts[0].url, timeout=30, params={"code": hosts[0].key})
         deadline = time.monotonic() + 60
         while sum(len(read_all(client, s)) for s in streams) < len(sent) and time.monotonic() < deadline:
             time.sleep(0.5)
