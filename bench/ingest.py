@@ -139,9 +139,9 @@ def read_api_mib_s(
             r = pool.request(
                 "GET",
                 f"{host.url}/streams/{stream}/messages?from={offset}&limit=10000&max_bytes={4 * MIB}",
-                headers={"Accept": "application/x-ndjson"},
+                headers={"Accept": "application/x-ndjson", "x-functions-key": host.key},
             )
-            assert r.status == 200 and r.data
+            assert r.status == 200 and r.data, r.data[:300]
             offset = int(r.headers["x-next-offset"])
 
     mib = committed / MIB
