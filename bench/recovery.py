@@ -99,6 +99,20 @@ def feed(producers: Producers, sampler: Sampler, seconds: float) -> None:
         time.sleep(0.1)
 
 
+def tear_down(
+    env: Env, prefix: str, hosts: list[HostProcess], producers: Producers | None, streams: list[str]
+) -> None:
+    """Stop what a run started and delete what it wrote, so the next run starts clean."""
+    if producers:
+        producers.stop()
+    stop_hosts(hosts)
+    if env.args.logs:
+        save_logs(env.args.logs, prefix, hosts)
+    delete_queues(env.account, prefix)
+    for s in streams:
+        drop_stream(env.vault, s)
+
+
 def kill_once(env: Env) -> Kill:
     prefix = f"rk{uuid.uuid4().hex[:8]}"
     streams = spread_streams(f"rk-{uuid.uuid4().hex[:6]}", STREAMS)
@@ -145,14 +159,7 @@ def kill_once(env: Env) -> Kill:
             producers.statuses,
         )
     finally:
-        if producers:
-            producers.stop()
-        stop_hosts(hosts)
-        if env.args.logs:
-            save_logs(env.args.logs, prefix, hosts)
-        delete_queues(env.account, prefix)
-        for s in streams:
-            drop_stream(env.vault, s)
+        tear_down(env, prefix, hosts, producers, streams)
 
 
 def _first_commit_after(producers: Producers, sampler: Sampler, killed: float) -> float:
@@ -263,14 +270,7 @@ def stall_once(env: Env) -> Stall:
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGCONT)  # never leave it frozen
-        if producers:
-            producers.stop()
-        stop_hosts(hosts)
-        if env.args.logs:
-            save_logs(env.args.logs, prefix, hosts)
-        delete_queues(env.account, prefix)
-        for s in streams:
-            drop_stream(env.vault, s)
+        tear_down(env, prefix, hosts, producers, streams)
 
 
 # -- report ------------------------------------------------------------------------------------
