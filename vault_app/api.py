@@ -239,7 +239,7 @@ def get_messages(req: Request, caller: Caller) -> Response:
 def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
     try:
         data, state = _read_ahead.fetch(reader, stream, offset, max_bytes)
-        return reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+        return reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
     except OffsetPastEnd as exc:
         raise HttpError(416, "invalid_offset", str(exc)) from exc
 
