@@ -67,7 +67,7 @@ def app_http_functions() -> list[Any]:
     """The HTTP functions of function_app.py, read once: azure-functions refuses to list an
     app's functions a second time in one process (it sees each name as a duplicate)."""
     import function_app
-    from vault_local.host import discover
+    from vault_local.routes import discover
 
     return discover(function_app.app)[0]
 

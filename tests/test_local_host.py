@@ -17,8 +17,9 @@ import pytest
 from conftest import isolated_host, key_header
 
 from vault_local.azurite import Azurite
+from vault_local.channel import Channel
 from vault_local.process import HostProcess
-from vault_local.worker import Channel, least_busy, queue_worker, worker_settings
+from vault_local.workers import least_busy, queue_worker, worker_settings
 
 
 def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:

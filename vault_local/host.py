@@ -29,7 +29,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import secrets
 import signal
 import sys
@@ -53,7 +52,8 @@ from starlette.routing import Route
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_local.http_limits import HeadersTimeoutProtocol, HttpLimits, LimitExceeded, check_url, read_body
-from vault_local.worker import (
+from vault_local.routes import QueueFunction, discover
+from vault_local.workers import (
     FunctionFailed,
     HttpResult,
     WorkerFailed,
@@ -109,79 +109,6 @@ class QueueOptions:
     def threshold(self) -> int:
         # The host's default: fetch a new batch when half of batchSize is still running.
         return self.new_batch_threshold if self.new_batch_threshold is not None else self.batch_size // 2
-
-
-@dataclass(frozen=True)
-class HttpFunction:
-    name: str
-    route: str
-    pattern: re.Pattern[str]
-    methods: frozenset[str]
-    auth_level: str
-    arg_name: str
-    fn: Callable[..., Any]
-
-
-@dataclass(frozen=True)
-class QueueFunction:
-    name: str
-    queue_name: str
-    connection: str
-    arg_name: str
-    fn: Callable[..., Any]
-
-
-def _route_pattern(route: str) -> re.Pattern[str]:
-    # Route templates: {name} matches one path segment, as in the Functions host.
-    regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", route.strip("/"))
-    return re.compile(f"^{regex}$")
-
-
-def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunction]]:
-    """Read every function's trigger from the app object (the app is the route table)."""
-    http: list[HttpFunction] = []
-    queues: list[QueueFunction] = []
-    for f in app.get_functions():
-        name = str(f.get_function_name())
-        found = f.get_trigger()
-        if found is None:
-            raise ValueError(f"function {name} has no trigger")
-        trigger: dict[str, Any] = found.get_dict_repr()
-        kind = trigger["type"]
-        if kind == "httpTrigger":
-            route = str(trigger.get("route") or name)
-            methods = frozenset(
-                str(getattr(m, "value", m)).upper()
-                for m in trigger.get("methods")
-                or ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"]
-            )
-            auth = str(getattr(trigger.get("authLevel"), "value", trigger.get("authLevel") or "function"))
-            http.append(
-                HttpFunction(
-                    name,
-                    route,
-                    _route_pattern(route),
-                    methods,
-                    auth.lower(),
-                    trigger["name"],
-                    f.get_user_function(),
-                )
-            )
-        elif kind == "queueTrigger":
-            queues.append(
-                QueueFunction(
-                    name,
-                    trigger["queueName"],
-                    trigger["connection"],
-                    trigger["name"],
-                    f.get_user_function(),
-                )
-            )
-        else:
-            raise ValueError(f"the local host does not run {kind} triggers ({name})")
-    # Literal routes before templated ones, longer before shorter, like the host's route ordering.
-    http.sort(key=lambda h: (h.route.count("{"), -len(h.route)))
-    return http, queues
 
 
 class LocalHost:
