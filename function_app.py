@@ -3,6 +3,11 @@
 Each trigger converts the Functions types to the app's own and calls one handler in
 ``vault_app``; all logic (and every error mapping) lives there.
 
+The HTTP functions are ``async def``: the Python worker runs them on its event loop, so a
+request that waits (a long poll) holds a coroutine, not one of the worker's threads; the app
+runs its blocking storage calls in a thread pool of its own (``vault_app.http.in_thread``).
+The queue-triggered writer is a plain function, run in the worker's thread pool.
+
 Every route is ANONYMOUS at the Functions level: the app checks every request itself
 (``vault_app.auth``: Entra ID tokens, its own named keys, the access policy). A FUNCTION-level
 route would make the Functions front end refuse bearer tokens, and its host keys open every
@@ -39,68 +44,68 @@ def _response(resp: Response) -> func.HttpResponse:
 
 
 @app.route(route="streams/{stream}/messages", methods=["POST"])
-def post_messages(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.post_messages(_request(req)))
+async def post_messages(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.post_messages(_request(req)))
 
 
 @app.route(route="streams/{stream}/messages", methods=["GET"])
-def get_messages(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_messages(_request(req)))
+async def get_messages(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_messages(_request(req)))
 
 
 @app.route(route="streams/{stream}/log", methods=["GET"])
-def get_log(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_log(_request(req)))
+async def get_log(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_log(_request(req)))
 
 
 @app.route(route="streams/{stream}/access", methods=["GET"])
-def get_access(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_access(_request(req)))
+async def get_access(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_access(_request(req)))
 
 
 @app.route(route="streams/{stream}", methods=["GET"])
-def get_stream(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_stream(_request(req)))
+async def get_stream(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_stream(_request(req)))
 
 
 @app.route(route="streams", methods=["GET"])
-def list_streams(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.list_streams(_request(req)))
+async def list_streams(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.list_streams(_request(req)))
 
 
 @app.route(route="streams/{stream}/batches/{id}", methods=["GET"])
-def get_stream_batch(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_stream_batch(_request(req)))
+async def get_stream_batch(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_stream_batch(_request(req)))
 
 
 @app.route(route="batches/{id}", methods=["GET"])
-def get_batch(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.get_batch(_request(req)))
+async def get_batch(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.get_batch(_request(req)))
 
 
 @app.route(route="poison", methods=["GET"])
-def list_poison(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(poison_api.list_poison(_request(req)))
+async def list_poison(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await poison_api.list_poison(_request(req)))
 
 
 @app.route(route="poison/replay", methods=["POST"])
-def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(poison_api.replay_poison(_request(req)))
+async def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await poison_api.replay_poison(_request(req)))
 
 
 @app.route(route="health", methods=["GET"])
-def health(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.health(_request(req)))
+async def health(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.health(_request(req)))
 
 
 @app.route(route="whoami", methods=["GET"])
-def whoami(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.whoami(_request(req)))
+async def whoami(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.whoami(_request(req)))
 
 
 @app.route(route="openapi.json", methods=["GET"])
-def openapi(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(api.openapi(_request(req)))
+async def openapi(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await api.openapi(_request(req)))
 
 
 def _register_writer(account: int, queue_name: str) -> None:

@@ -294,7 +294,9 @@ def check_content(s: Setup, route: str, who: str, r: httpx.Response, *, minimal:
     elif route == "GET health":
         assert r.json()["status"] == "ok"
         assert set(r.json()) == (
-            {"status", "version"} if minimal else {"status", "version", "queues", "poison_messages"}
+            {"status", "version"}
+            if minimal
+            else {"status", "version", "queues", "poison_messages", "waiting"}
         )
     elif route == "GET whoami":
         kind = r.json()["principal"]["kind"]

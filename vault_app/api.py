@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import contextlib
 import json
 import logging
 import re
+import time
+import weakref
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
+from functools import lru_cache
 from typing import Any
 
 import msgspec
@@ -16,17 +22,19 @@ from vault_app import poison
 from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
-from vault_app.http import HttpError, Request, Response, guarded, json_response
+from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
 from vault_app.readahead import ReadAhead
-from vault_app.services import Services, services
+from vault_app.services import Services, StagingQueue, services
 from vault_app.staging import Stager
+from vault_app.tail import Busy, Tails, WaitSlots
+from vault_core.aio import async_clients
 from vault_core.azure import translate_errors
-from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
+from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable, VaultError
 from vault_core.format import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
-from vault_core.retry import budget, poll
+from vault_core.retry import budget
 
 VERSION = "0.1.0"
 MAX_WAIT_SECONDS = 60
@@ -99,23 +107,48 @@ def _svc() -> Services:
 # -- produce -------------------------------------------------------------------------------
 @guarded
 @secured(on_stream(Action.WRITE))
-def post_messages(req: Request, caller: Caller) -> Response:
+async def post_messages(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
     wait = _wait_param(req)
+    batch_id, status = await in_thread(_stage, svc, req, stream)
+    if wait > 0 and status.status != COMMITTED:
+        status = await _committed_within(svc, stream, batch_id, wait) or status
+    return json_response(200 if status.status == COMMITTED else 202, status.to_json())
+
+
+def _stage(svc: Services, req: Request, stream: str) -> tuple[str, BatchStatus]:
     messages, producer_id = parse_batch(req.body, req.header("content-type"), svc.settings.limits)
     key = req.header("idempotency-key")
     if key is not None and not 0 < len(key) <= 200:
         raise HttpError(400, "bad_request", "Idempotency-Key must be 1-200 characters")
     batch_id = batch_id_for(stream, key, producer_id)
-    status = Stager(svc).stage(stream, batch_id, messages)
-    if wait > 0 and status.status != COMMITTED:
-        table = svc.batch_table
-        try:
-            status = poll(lambda: table.committed(stream, batch_id), lambda s: s is not None, wait) or status
-        except StorageUnavailable:
-            pass  # the batch is staged: that is the answer (202), not a 503 that invites a resend
-    return json_response(200 if status.status == COMMITTED else 202, status.to_json())
+    return batch_id, Stager(svc).stage(stream, batch_id, messages)
+
+
+async def _committed_within(svc: Services, stream: str, batch_id: str, wait: float) -> BatchStatus | None:
+    """The batch's status once committed, if that happens within ``wait`` seconds.
+
+    The batch is staged already, so whatever happens here the answer is at least a 202: when too
+    many requests wait, or storage cannot be read, it is the 202 at once (a 429 or 503 would
+    invite a resend). The batch table is read only when the stream's commit record moves.
+    """
+    try:
+        async with _wait_slots().slot():
+            deadline = time.monotonic() + wait
+            seen = -1
+            while (left := deadline - time.monotonic()) > 0:
+                committed = await _tails().wait_past(stream, seen, left)
+                if committed is None or committed <= seen:
+                    return None
+                seen = committed
+                with budget():
+                    found = await in_thread(svc.batch_table.committed, stream, batch_id)
+                if found is not None:
+                    return found
+    except (Busy, StorageUnavailable):
+        pass
+    return None
 
 
 def _batch_id(req: Request) -> str:
@@ -207,33 +240,65 @@ def get_stream(req: Request, caller: Caller) -> Response:
 # -- consume -------------------------------------------------------------------------------
 @guarded
 @secured(on_stream(Action.READ))
-def get_messages(req: Request, caller: Caller) -> Response:
+async def get_messages(req: Request, caller: Caller) -> Response:
+    """A page of messages; with ``wait``, at the end of the log, the first page that arrives.
+
+    The wait is a coroutine on the stream's shared tail watch (vault_app.tail): no thread and no
+    storage call of its own; the read and the formatting run in a thread."""
     svc = _svc()
     stream = _stream(req)
-    limit = _int_param(req, "limit", 1000, 1, MAX_LIMIT)
-    max_bytes = _int_param(req, "max_bytes", 1024 * 1024, 1, MAX_RANGE_BYTES)
+    page = _PageRequest(
+        stream,
+        limit=_int_param(req, "limit", 1000, 1, MAX_LIMIT),
+        max_bytes=_int_param(req, "max_bytes", 1024 * 1024, 1, MAX_RANGE_BYTES),
+        force_b64=req.query.get("encoding") == "base64",
+        ndjson=NDJSON in (req.header("accept") or ""),
+    )
     wait = _wait_param(req)
-    force_b64 = req.query.get("encoding") == "base64"
     reader = svc.vault.reader
     if req.query.get("at"):
         if req.query.get("from"):
             raise HttpError(400, "bad_request", "give either from or at, not both")
-        offset = reader.seek_time(stream, parse_time(req.query["at"]))
+        offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
     else:
         offset = _int_param(req, "from", 0, 0, 2**62)
-    result = _read(reader, stream, offset, limit, max_bytes)
-    if not result.messages and wait > 0:
-        result = poll(
-            lambda: _read(reader, stream, offset, limit, max_bytes), lambda r: bool(r.messages), wait
-        )
+    found, response = await in_thread(_page, reader, page, offset)
+    if found or wait <= 0:
+        return response
+    async with _wait_slots().slot():
+        deadline = time.monotonic() + wait
+        while (left := deadline - time.monotonic()) > 0:
+            committed = await _tails().wait_past(stream, offset, left)
+            if committed is None or committed <= offset:
+                break  # the wait is over: the empty page
+            with budget():  # a fresh budget: the wait may have outlasted the request's
+                found, response = await in_thread(_page, reader, page, offset)
+            if found:
+                break
+    return response
+
+
+@dataclass(frozen=True)
+class _PageRequest:
+    stream: str
+    limit: int
+    max_bytes: int
+    force_b64: bool
+    ndjson: bool
+
+
+def _page(reader: StreamReader, page: _PageRequest, offset: int) -> tuple[bool, Response]:
+    """Read and format one page: whether it has messages, and the response."""
+    stream, max_bytes = page.stream, page.max_bytes
+    result = _read(reader, stream, offset, page.limit, max_bytes)
     # Before formatting: a sequential consumer's next range downloads while this one is built.
     _read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
-    lines = [wire_line(m, force_b64) for m in result.messages]
-    if NDJSON in (req.header("accept") or ""):
-        return Response(200, _ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
-    page = WirePage(stream, result.next_offset, result.committed, lines)
-    return Response(200, _ENCODER.encode(page), headers)
+    lines = [wire_line(m, page.force_b64) for m in result.messages]
+    if page.ndjson:
+        return bool(lines), Response(200, _ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
+    body = WirePage(stream, result.next_offset, result.committed, lines)
+    return bool(lines), Response(200, _ENCODER.encode(body), headers)
 
 
 def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
@@ -242,6 +307,30 @@ def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes:
         return reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
     except OffsetPastEnd as exc:
         raise HttpError(416, "invalid_offset", str(exc)) from exc
+
+
+# -- waiting -------------------------------------------------------------------------------
+_tails_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tails] = weakref.WeakKeyDictionary()
+
+
+def _tails() -> Tails:
+    """The stream watches of the running event loop (the worker has one)."""
+    loop = asyncio.get_running_loop()
+    tails = _tails_by_loop.get(loop)
+    if tails is None:
+        svc = _svc()
+
+        async def committed(stream: str) -> int:
+            clients = async_clients(svc.vault_account)
+            return (await clients.commit_state(svc.settings.streams_container, stream)).committed
+
+        tails = _tails_by_loop[loop] = Tails(committed)
+    return tails
+
+
+@lru_cache(maxsize=1)
+def _wait_slots() -> WaitSlots:
+    return WaitSlots(_svc().settings.max_waiting)
 
 
 class WireLine(msgspec.Struct):
@@ -396,19 +485,21 @@ def sas_expiry(now: datetime, minutes: int, credential_expires: float | None) ->
 # -- service -------------------------------------------------------------------------------
 @guarded
 @secured(anyone)
-def health(req: Request, caller: Caller) -> Response:
+async def health(req: Request, caller: Caller) -> Response:
     """Always 200: the app answers. ``degraded`` when a poison count cannot be read (storage is
     down or slow), so an unreachable storage account never makes a probe restart a healthy app.
 
     Open to probes without a credential, so it says nothing about data: queue names and
-    poison counts only to admins of every stream."""
-    counts = _poison_counts()
+    poison counts only to admins of every stream. A coroutine with async storage calls made
+    side by side: a probe needs no thread, so busy threads never make it slow."""
+    counts = await _poison_counts()
     known = [c["poison_messages"] for c in counts]
     ok = bool(counts) and None not in known
     doc: dict[str, Any] = {"status": "ok" if ok else "degraded", "version": VERSION}
     if caller.everywhere(Action.ADMIN):
         doc["poison_messages"] = sum(n for n in known if n is not None) if ok else None
         doc["queues"] = counts
+        doc["waiting"] = _wait_slots().waiting  # in this worker process: how close to VAULT_MAX_WAITING
     return json_response(200, doc)
 
 
@@ -435,17 +526,35 @@ def whoami(req: Request, caller: Caller) -> Response:
     )
 
 
-def _poison_counts() -> list[dict[str, Any]]:
+async def _poison_counts() -> list[dict[str, Any]]:
     """Per staging queue, its poison queue's approximate count (None if unreadable); [] if the
-    queues cannot even be named (settings). One attempt per count, under a short budget of its
-    own: a probe stays cheap, and answers within about that budget when storage is down."""
+    queues cannot even be named (settings). One attempt per count, all at once, under a short
+    budget of their own: a probe stays cheap, and answers within about that budget when storage
+    is down."""
     try:
-        with budget(HEALTH_BUDGET_SECONDS):
-            depths = poison.queue_depths(_svc(), staging=False, retry=False)
+        svc = _svc()
+        queues = svc.queues
+        accounts = svc.staging_accounts
     except Exception:
-        log.warning("health: the poison counts cannot be read", exc_info=True)
+        log.warning("health: the poison queues cannot be named", exc_info=True)
         return []
-    return [{"account": d.account, "queue": d.queue, "poison_messages": d.poison_messages} for d in depths]
+
+    async def count(q: StagingQueue) -> int | None:
+        try:
+            return await async_clients(accounts[q.account]).queue_length(q.poison.queue_name)
+        except VaultError:
+            return None
+
+    found: list[int | None] = [None] * len(queues)
+    # The budget bounds each attempt; the outer bound is the probe's promise, whatever hangs.
+    with budget(HEALTH_BUDGET_SECONDS), contextlib.suppress(asyncio.TimeoutError):
+        found = await asyncio.wait_for(
+            asyncio.gather(*(count(q) for q in queues)), HEALTH_BUDGET_SECONDS + 0.5
+        )
+    return [
+        {"account": q.account, "queue": q.name, "poison_messages": n}
+        for q, n in zip(queues, found, strict=True)
+    ]
 
 
 @guarded

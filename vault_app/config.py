@@ -42,6 +42,7 @@ MAX_MESSAGE_BYTES = "VAULT_MAX_MESSAGE_BYTES"
 MAX_BATCH_MESSAGES = "VAULT_MAX_BATCH_MESSAGES"
 MAX_BATCH_BYTES = "VAULT_MAX_BATCH_BYTES"
 SAS_MINUTES = "VAULT_SAS_MINUTES"
+MAX_WAITING = "VAULT_MAX_WAITING"
 
 # Access control (docs/SECURITY.md).
 AUTH_TENANT_ID = "VAULT_AUTH_TENANT_ID"
@@ -140,6 +141,8 @@ class VaultSettings:
     table_prefix: str = "mv"
     limits: Limits = Limits()
     sas_minutes: int = 15
+    max_waiting: int = 400
+    """Requests that may wait (``?wait=``) at once per worker process; past it: 429."""
     auth: AuthSettings = AuthSettings()
 
     @property
@@ -185,6 +188,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
             max_batch_bytes=_int(env, MAX_BATCH_BYTES, defaults.max_batch_bytes),
         ),
         sas_minutes=_int(env, SAS_MINUTES, 15),
+        max_waiting=_int(env, MAX_WAITING, 400),
         auth=load_auth(env),
     )
 

@@ -7,13 +7,20 @@ JSON ``{"error": code, "message": text}``; nothing leaks a stack trace.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping
+import os
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from vault_app.batches import IdempotencyMismatch
+from vault_app.tail import Busy
 from vault_core.errors import (
     InvalidInput,
     InvalidOffset,
@@ -72,6 +79,8 @@ def error_response(
 
 
 RETRY_AFTER_SECONDS = 5
+BUSY_RETRY_AFTER_SECONDS = 2
+"""A consumer told to come back when too many requests wait: soon, as waiters leave often."""
 
 
 def to_http_error(exc: BaseException) -> HttpError:
@@ -88,6 +97,8 @@ def to_http_error(exc: BaseException) -> HttpError:
         return HttpError(400, "invalid_offset", str(exc))
     if isinstance(exc, InvalidInput):
         return HttpError(400, "bad_request", str(exc))
+    if isinstance(exc, Busy):
+        return HttpError(429, "busy", f"{exc}; retry shortly", {"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)})
     if isinstance(exc, StreamNotFound):
         return HttpError(404, "not_found", str(exc))
     if isinstance(exc, (StorageUnavailable, WriterConflict)):
@@ -103,40 +114,79 @@ def to_http_error(exc: BaseException) -> HttpError:
 
 
 Handler = Callable[[Request], Response]
+AsyncHandler = Callable[[Request], Awaitable[Response]]
+T = TypeVar("T")
+
+_threads = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="mv-request")
+"""Where a request's blocking storage calls run: the HTTP functions are ``async def`` (a waiting
+request holds no thread), and the synchronous core (shared with the writer, Spark and the
+client) runs here, one short call at a time. Sized like the Python worker's own pool."""
 
 
-def guarded(handler: Handler) -> Handler:
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` off the event loop, with the caller's context (so its storage budget)."""
+    call = functools.partial(contextvars.copy_context().run, fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_threads, call)
+
+
+def guarded(handler: Handler | AsyncHandler) -> AsyncHandler:
     """Run a handler under one storage time budget and turn any exception into a JSON error.
 
     The budget (vault_core.retry) bounds every storage call of the request, retries included,
-    so storage that is down or stalled answers 503 within seconds.
+    so storage that is down or stalled answers 503 within seconds. A synchronous handler runs
+    in a thread (:func:`in_thread`), a coroutine on the event loop.
     """
     return guarded_for(REQUEST_BUDGET_SECONDS)(handler)
 
 
-def guarded_for(seconds: float) -> Callable[[Handler], Handler]:
+def guarded_for(seconds: float) -> Callable[[Handler | AsyncHandler], AsyncHandler]:
     """:func:`guarded` with a budget of its own, for operator routes that do more storage work.
 
     Such a handler must bound its own work well within ``seconds`` (and report what is left),
     so that it answers, rather than running into the budget and failing half done.
     """
 
-    def wrap(handler: Handler) -> Handler:
-        def run(request: Request) -> Response:
-            try:
-                with budget(seconds):
-                    response = handler(request)
-            except Exception as exc:  # the boundary: nothing escapes as a stack trace
-                err = to_http_error(exc)
-                if err.status >= 500:
-                    log.exception("request failed: %s %s", request.method, dict(request.route))
-                response = error_response(err.status, err.code, err.message, err.headers)
-            # Browsers must not guess a type: a value that looks like HTML stays JSON or bytes.
-            response.headers.setdefault("X-Content-Type-Options", "nosniff")
-            return response
+    def wrap(handler: Handler | AsyncHandler) -> AsyncHandler:
+        if inspect.iscoroutinefunction(handler):
+            coroutine: AsyncHandler = handler
+
+            async def run(request: Request) -> Response:
+                try:
+                    with budget(seconds):
+                        response = await coroutine(request)
+                except Exception as exc:  # the boundary: nothing escapes as a stack trace
+                    response = _failed(request, exc)
+                return _finished(response)
+
+        else:
+            blocking: Handler = handler  # type: ignore[assignment]
+
+            def run_blocking(request: Request) -> Response:
+                try:
+                    with budget(seconds):
+                        response = blocking(request)
+                except Exception as exc:
+                    response = _failed(request, exc)
+                return _finished(response)
+
+            async def run(request: Request) -> Response:
+                return await in_thread(run_blocking, request)
 
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__
         return run
 
     return wrap
+
+
+def _failed(request: Request, exc: Exception) -> Response:
+    err = to_http_error(exc)
+    if err.status >= 500:
+        log.error("request failed: %s %s", request.method, dict(request.route), exc_info=exc)
+    return error_response(err.status, err.code, err.message, err.headers)
+
+
+def _finished(response: Response) -> Response:
+    # Browsers must not guess a type: a value that looks like HTML stays JSON or bytes.
+    response.headers.setdefault("X-Content-Type-Options", "nosniff")
+    return response

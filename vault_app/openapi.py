@@ -187,6 +187,7 @@ SCHEMAS: dict[str, Any] = {
                     "properties": {"account": _int, "queue": {"type": "string"}, "poison_messages": _opt_int},
                 },
             },
+            "waiting": _int,
         },
     },
     "PoisonMessage": {
@@ -286,7 +287,7 @@ PATHS: dict[str, Any] = {
                         "application/x-ndjson": {"schema": {"type": "string"}},
                     },
                 },
-                **_errors(400, 404, 416),
+                **_errors(400, 404, 416, 429),
             },
         },
     },

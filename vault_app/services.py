@@ -64,13 +64,19 @@ class Services:
         return BatchTable(self.batches, self.vault.index)
 
     @cached_property
+    def staging_accounts(self) -> list[StorageAccount]:
+        """The staging accounts (scale units), in order: account ``i`` is ``VaultStaging{i}``."""
+        return [
+            StorageAccount.from_settings(self.settings.env, config.staging_connection(account))
+            for account in range(self.settings.staging_accounts)
+        ]
+
+    @cached_property
     def queues(self) -> list[StagingQueue]:
         """Every staging queue, account by account: the shards a stream hashes onto."""
         out = []
-        for account in range(self.settings.staging_accounts):
-            service = StorageAccount.from_settings(
-                self.settings.env, config.staging_connection(account)
-            ).queue_service()
+        for account, storage in enumerate(self.staging_accounts):
+            service = storage.queue_service()
             for name in self.settings.queue_names:
                 out.append(
                     StagingQueue(

@@ -19,8 +19,9 @@ before it looks the stream up, so denial never tells whether a stream exists.
 
 from __future__ import annotations
 
+import inspect
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -29,7 +30,7 @@ from vault_app.auth.policy import Action, Permissions, permissions
 from vault_app.auth.principal import Authenticator, Unauthenticated
 from vault_app.auth.tokens import KeysUnavailable, TokenValidator
 from vault_app.config import AuthSettings
-from vault_app.http import RETRY_AFTER_SECONDS, Handler, HttpError, Request, Response
+from vault_app.http import RETRY_AFTER_SECONDS, AsyncHandler, Handler, HttpError, Request, Response, in_thread
 from vault_app.services import services
 from vault_core.names import validate_stream_name
 
@@ -147,15 +148,35 @@ def anyone(caller: Caller, req: Request) -> None:
 
 
 SecuredHandler = Callable[[Request, Caller], Response]
+AsyncSecuredHandler = Callable[[Request, Caller], Awaitable[Response]]
 
 
-def secured(rule: Rule) -> Callable[[SecuredHandler], Handler]:
-    def wrap(handler: SecuredHandler) -> Handler:
-        def run(req: Request) -> Response:
-            caller = caller_of(req)
-            rule(caller, req)
-            return handler(req, caller)
+def secured(rule: Rule) -> Callable[[SecuredHandler | AsyncSecuredHandler], Handler | AsyncHandler]:
+    """Check ``rule`` before the handler runs; a coroutine handler stays a coroutine."""
 
+    def wrap(handler: SecuredHandler | AsyncSecuredHandler) -> Handler | AsyncHandler:
+        run: Handler | AsyncHandler
+        if inspect.iscoroutinefunction(handler):
+            coroutine: AsyncSecuredHandler = handler
+
+            async def run_async(req: Request) -> Response:
+                # A bearer token may need the issuer's signing keys fetched (blocking I/O, rare):
+                # off the event loop. Keys and anonymous callers are a few microseconds of CPU.
+                bearer = (req.header("authorization") or "").lower().startswith("bearer ")
+                caller = await in_thread(caller_of, req) if bearer else caller_of(req)
+                rule(caller, req)
+                return await coroutine(req, caller)
+
+            run = run_async
+        else:
+            blocking: SecuredHandler = handler  # type: ignore[assignment]
+
+            def run_blocking(req: Request) -> Response:
+                caller = caller_of(req)
+                rule(caller, req)
+                return blocking(req, caller)
+
+            run = run_blocking
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__
         return run

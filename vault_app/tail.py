@@ -1,0 +1,143 @@
+"""Waiting for a stream to grow: one commit-record poll per stream per process, shared.
+
+Every request that waits on a stream (a consumer's long poll at the end of the log, a producer's
+``?wait=`` for its batch) waits here, as a coroutine, on that stream's :class:`_Watch`. One task
+per watched stream polls the stream's commit record (one ``Get Blob Properties``, async) and wakes
+all its waiters when the committed length changes. So a thousand consumers tailing one stream
+cost one poll, not a thousand, and none of them holds a thread.
+
+Polling backs off from :data:`FIRST_POLL` to :data:`LONGEST_POLL` while a stream stays quiet and
+starts again at the first step once it moves: a stream that just grew is likely to grow again
+soon. The process polls at most :data:`MAX_POLLS_PER_SECOND` times a second across all streams,
+so many quiet streams stretch each other's interval rather than load the storage account (and
+the producers that share it).
+
+How many requests may wait at once is bounded per process (:class:`WaitSlots`): past the bound a
+long poll is answered ``429`` with ``Retry-After`` at once, so waiting consumers can never crowd
+out producers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+
+from vault_core.errors import VaultError
+from vault_core.retry import budget
+
+log = logging.getLogger("vault_app.tail")
+
+FIRST_POLL = 0.05
+"""Seconds before a stream's second poll; doubled while nothing changes."""
+LONGEST_POLL = 1.0
+"""Seconds between polls of a quiet stream: the most a waiter on it lags a commit, normally."""
+MAX_POLLS_PER_SECOND = 50.0
+"""Commit-record polls per second this process makes at most, across all watched streams."""
+POLL_BUDGET_SECONDS = 2.0
+"""Each poll's storage time: a stalled account makes a poll fail, not hang."""
+
+ReadCommitted = Callable[[str], Awaitable[int]]
+
+
+@dataclass
+class _Watch:
+    committed: int | None = None
+    waiters: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Tails:
+    """The watched streams of one event loop."""
+
+    def __init__(
+        self,
+        read_committed: ReadCommitted,
+        *,
+        first: float = FIRST_POLL,
+        longest: float = LONGEST_POLL,
+        max_polls_per_second: float = MAX_POLLS_PER_SECOND,
+    ) -> None:
+        self._read = read_committed
+        self._first = first
+        self._longest = longest
+        self._max_rate = max_polls_per_second
+        self._watches: dict[str, _Watch] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def watched(self) -> int:
+        return len(self._watches)
+
+    async def wait_past(self, stream: str, offset: int, timeout: float) -> int | None:
+        """Wait until ``stream`` is committed past ``offset``, at most ``timeout`` seconds.
+
+        Returns the committed length last seen (None if no poll answered in time): past
+        ``offset`` unless the time ran out.
+        """
+        watch = self._watches.get(stream)
+        if watch is None:
+            watch = self._watches[stream] = _Watch()
+            task = asyncio.get_running_loop().create_task(self._poll(stream, watch))
+            self._tasks.add(task)  # a reference, so the task is not collected while it runs
+            task.add_done_callback(self._tasks.discard)
+        watch.waiters += 1
+        try:
+            deadline = asyncio.get_running_loop().time() + timeout
+            while watch.committed is None or watch.committed <= offset:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(watch.changed.wait(), left)
+            return watch.committed
+        finally:
+            watch.waiters -= 1
+
+    async def _poll(self, stream: str, watch: _Watch) -> None:
+        delay = self._first
+        try:
+            while watch.waiters > 0:
+                try:
+                    with budget(POLL_BUDGET_SECONDS):  # its own: not the budget of the request that began it
+                        committed: int | None = await self._read(stream)
+                except VaultError as exc:  # storage down or slow: the waiters time out, or it recovers
+                    log.debug("tail of %s: commit record unreadable: %s", stream, exc)
+                    committed = None
+                if committed is not None and committed != watch.committed:
+                    watch.committed = committed
+                    watch.changed.set()  # wakes every waiter; each checks its own offset
+                    watch.changed = asyncio.Event()
+                    delay = self._first
+                else:
+                    delay = min(delay * 2, self._longest)
+                await asyncio.sleep(max(delay, len(self._watches) / self._max_rate))
+        finally:
+            if self._watches.get(stream) is watch:
+                del self._watches[stream]
+
+
+class WaitSlots:
+    """At most ``limit`` requests of this process wait at once; past that, :class:`Busy`."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.waiting = 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        if self.waiting >= self.limit:
+            raise Busy(self.limit)
+        self.waiting += 1
+        try:
+            yield
+        finally:
+            self.waiting -= 1
+
+
+class Busy(Exception):
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"this instance already holds {limit} waiting requests (VAULT_MAX_WAITING)")
+        self.limit = limit

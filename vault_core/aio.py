@@ -1,0 +1,102 @@
+"""The async storage calls of the request path: what a request makes while it *waits*.
+
+A long poll (``GET .../messages?wait=``, ``POST ...?wait=``) and a health probe must cost a
+coroutine, not a thread: so the calls they repeat or make in parallel (a stream's commit record,
+a queue's length) go through the SDKs' async clients here, on the worker's event loop. The rest
+of a request (one read, one staging) stays in :mod:`vault_core`'s synchronous code, shared with
+the writer, Spark and the client, and runs in a thread.
+
+Async clients belong to the event loop that made them (their HTTP session does), so
+:func:`async_clients` keeps one set per loop and account. SDK errors are translated by the same
+:func:`vault_core.azure.translate_errors` as everywhere else, and every attempt obeys the
+request's storage budget (:mod:`vault_core.retry`). No SDK retries: a waiting caller polls again
+anyway, and a probe reports what it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass
+from typing import Any
+
+from azure.core.credentials import AccessToken
+from azure.storage.blob.aio import BlobServiceClient
+from azure.storage.queue.aio import QueueServiceClient
+
+from vault_core.azure import StorageAccount, translate_errors
+from vault_core.pageblob import CommitState
+from vault_core.retry import request_hook
+
+_OPTIONS: dict[str, Any] = {"retry_total": 0, "raw_request_hook": request_hook}
+
+
+class _AsyncTokenCredential:
+    """The account's (synchronous) identity credential, usable by the async clients.
+
+    Tokens are cached by the credential and live about an hour, so the thread this borrows to
+    fetch one is rarely needed; one credential, one token cache, for both kinds of client.
+    """
+
+    def __init__(self, credential: Any) -> None:
+        self._credential = credential
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        token: AccessToken = await asyncio.to_thread(self._credential.get_token, *scopes, **kwargs)
+        return token
+
+    async def close(self) -> None:
+        return None
+
+    async def __aenter__(self) -> _AsyncTokenCredential:
+        return self
+
+    async def __aexit__(self, *args: object) -> None:
+        return None
+
+
+@dataclass
+class AsyncClients:
+    """One account's async clients, for one event loop."""
+
+    blobs: BlobServiceClient
+    queues: QueueServiceClient
+
+    async def commit_state(self, container: str, stream: str) -> CommitState:
+        """The stream's commit record (its blob's metadata): one ``Get Blob Properties``."""
+        with translate_errors(stream):
+            props = await self.blobs.get_blob_client(container, stream).get_blob_properties()
+        return CommitState.from_metadata(dict(props.metadata or {}), props.etag, props.size)
+
+    async def queue_length(self, queue: str) -> int:
+        """The queue's approximate message count: one ``Get Queue Metadata``."""
+        with translate_errors():
+            props = await self.queues.get_queue_client(queue).get_queue_properties()
+        return int(props.approximate_message_count or 0)
+
+
+_clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[StorageAccount, AsyncClients]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def async_clients(account: StorageAccount) -> AsyncClients:
+    """The account's async clients on the running event loop (made on first use)."""
+    per_loop = _clients.setdefault(asyncio.get_running_loop(), {})
+    found = per_loop.get(account)
+    if found is None:
+        found = per_loop[account] = _make(account)
+    return found
+
+
+def _make(account: StorageAccount) -> AsyncClients:
+    if account.connection_string:
+        return AsyncClients(
+            BlobServiceClient.from_connection_string(account.connection_string, **_OPTIONS),
+            QueueServiceClient.from_connection_string(account.connection_string, **_OPTIONS),
+        )
+    credential = _AsyncTokenCredential(account.credential)
+    return AsyncClients(
+        BlobServiceClient(account._url(account.blob_url, "blob"), credential=credential, **_OPTIONS),
+        QueueServiceClient(account._url(account.queue_url, "queue"), credential=credential, **_OPTIONS),
+    )
