@@ -33,6 +33,7 @@ from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable, VaultError
 from vault_core.format import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.pageblob import CommitState
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.retry import budget
 
@@ -42,6 +43,8 @@ MAX_LIMIT = 10_000
 MAX_RANGE_BYTES = 16 * 1024 * 1024
 _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
+BATCH_RECHECK_SECONDS = 1.0
+"""A producer's ``?wait=`` reads the batch table at least this often (see _committed_within)."""
 HEALTH_BUDGET_SECONDS = 2.0
 """All storage calls of one /health together: a probe answers within about this long."""
 log = logging.getLogger("vault_app")
@@ -131,17 +134,23 @@ async def _committed_within(svc: Services, stream: str, batch_id: str, wait: flo
 
     The batch is staged already, so whatever happens here the answer is at least a 202: when too
     many requests wait, or storage cannot be read, it is the 202 at once (a 429 or 503 would
-    invite a resend). The batch table is read only when the stream's commit record moves.
+    invite a resend). Each commit record the stream's tail watch sees names the batches that
+    commit made durable: usually the answer is there, with no read of its own. Otherwise (the
+    batch went in with an earlier commit between two polls) the batch table says, checked at
+    each change and at least every :data:`BATCH_RECHECK_SECONDS` (its rows may trail the commit
+    record a little).
     """
     try:
         async with _wait_slots().slot():
             deadline = time.monotonic() + wait
             seen = -1
             while (left := deadline - time.monotonic()) > 0:
-                committed = await _tails().wait_past(stream, seen, left)
-                if committed is None or committed <= seen:
-                    return None
-                seen = committed
+                state = await _tails().wait_past(stream, seen, min(left, BATCH_RECHECK_SECONDS))
+                if state is not None and state.committed > seen:
+                    seen = state.committed
+                    hit = next((b for b in state.batches if b.batch_id == batch_id), None)
+                    if hit is not None:
+                        return BatchStatus.of_commit(stream, hit)
                 with budget():
                     found = await in_thread(svc.batch_table.committed, stream, batch_id)
                 if found is not None:
@@ -268,8 +277,8 @@ async def get_messages(req: Request, caller: Caller) -> Response:
     async with _wait_slots().slot():
         deadline = time.monotonic() + wait
         while (left := deadline - time.monotonic()) > 0:
-            committed = await _tails().wait_past(stream, offset, left)
-            if committed is None or committed <= offset:
+            state = await _tails().wait_past(stream, offset, left)
+            if state is None or state.committed <= offset:
                 break  # the wait is over: the empty page
             with budget():  # a fresh budget: the wait may have outlasted the request's
                 found, response = await in_thread(_page, reader, page, offset)
@@ -320,11 +329,10 @@ def _tails() -> Tails:
     if tails is None:
         svc = _svc()
 
-        async def committed(stream: str) -> int:
-            clients = async_clients(svc.vault_account)
-            return (await clients.commit_state(svc.settings.streams_container, stream)).committed
+        async def commit_state(stream: str) -> CommitState:
+            return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
 
-        tails = _tails_by_loop[loop] = Tails(committed)
+        tails = _tails_by_loop[loop] = Tails(commit_state)
     return tails
 
 

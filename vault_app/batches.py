@@ -44,6 +44,7 @@ from vault_core.errors import InvalidInput
 from vault_core.format import NewMessage
 from vault_core.index import IndexTables
 from vault_core.names import validate_producer_batch_id
+from vault_core.pageblob import CommittedBatch
 from vault_core.retry import with_retries
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
@@ -67,6 +68,19 @@ class BatchStatus:
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
+
+    @classmethod
+    def of_commit(cls, stream: str, batch: CommittedBatch) -> BatchStatus:
+        """A committed batch, as the commit record or the stream's ``b`` rows name it."""
+        return cls(
+            batch.batch_id,
+            stream,
+            COMMITTED,
+            batch.count,
+            batch.first_offset,
+            batch.next_offset,
+            batch.timestamp,
+        )
 
 
 def batch_id_for(stream: str, idempotency_key: str | None, producer_batch_id: str | None) -> str:
@@ -211,11 +225,7 @@ class BatchTable:
     def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
         """The batch's offsets if it is committed to ``stream`` (needs no status row)."""
         found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
-        if found is None:
-            return None
-        return BatchStatus(
-            batch_id, stream, COMMITTED, found.count, found.first_offset, found.next_offset, found.timestamp
-        )
+        return None if found is None else BatchStatus.of_commit(stream, found)
 
     def _status(
         self, batch_id: str, stream: str, row: dict[str, Any], *, check_index: bool = True

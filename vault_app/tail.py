@@ -26,6 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from vault_core.errors import VaultError
+from vault_core.pageblob import CommitState
 from vault_core.retry import budget
 
 log = logging.getLogger("vault_app.tail")
@@ -39,12 +40,12 @@ MAX_POLLS_PER_SECOND = 50.0
 POLL_BUDGET_SECONDS = 2.0
 """Each poll's storage time: a stalled account makes a poll fail, not hang."""
 
-ReadCommitted = Callable[[str], Awaitable[int]]
+ReadCommitState = Callable[[str], Awaitable[CommitState]]
 
 
 @dataclass
 class _Watch:
-    committed: int | None = None
+    state: CommitState | None = None
     waiters: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -54,13 +55,13 @@ class Tails:
 
     def __init__(
         self,
-        read_committed: ReadCommitted,
+        read_state: ReadCommitState,
         *,
         first: float = FIRST_POLL,
         longest: float = LONGEST_POLL,
         max_polls_per_second: float = MAX_POLLS_PER_SECOND,
     ) -> None:
-        self._read = read_committed
+        self._read = read_state
         self._first = first
         self._longest = longest
         self._max_rate = max_polls_per_second
@@ -71,10 +72,10 @@ class Tails:
     def watched(self) -> int:
         return len(self._watches)
 
-    async def wait_past(self, stream: str, offset: int, timeout: float) -> int | None:
+    async def wait_past(self, stream: str, offset: int, timeout: float) -> CommitState | None:
         """Wait until ``stream`` is committed past ``offset``, at most ``timeout`` seconds.
 
-        Returns the committed length last seen (None if no poll answered in time): past
+        Returns the commit record last seen (None if no poll answered in time): committed past
         ``offset`` unless the time ran out.
         """
         watch = self._watches.get(stream)
@@ -86,13 +87,13 @@ class Tails:
         watch.waiters += 1
         try:
             deadline = asyncio.get_running_loop().time() + timeout
-            while watch.committed is None or watch.committed <= offset:
+            while watch.state is None or watch.state.committed <= offset:
                 left = deadline - asyncio.get_running_loop().time()
                 if left <= 0:
                     break
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(watch.changed.wait(), left)
-            return watch.committed
+            return watch.state
         finally:
             watch.waiters -= 1
 
@@ -102,12 +103,12 @@ class Tails:
             while watch.waiters > 0:
                 try:
                     with budget(POLL_BUDGET_SECONDS):  # its own: not the budget of the request that began it
-                        committed: int | None = await self._read(stream)
+                        state: CommitState | None = await self._read(stream)
                 except VaultError as exc:  # storage down or slow: the waiters time out, or it recovers
                     log.debug("tail of %s: commit record unreadable: %s", stream, exc)
-                    committed = None
-                if committed is not None and committed != watch.committed:
-                    watch.committed = committed
+                    state = None
+                if state is not None and (watch.state is None or state.committed != watch.state.committed):
+                    watch.state = state
                     watch.changed.set()  # wakes every waiter; each checks its own offset
                     watch.changed = asyncio.Event()
                     delay = self._first
