@@ -271,7 +271,12 @@ async def get_messages(req: Request, caller: Caller) -> Response:
         offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
     else:
         offset = _int_param(req, "from", 0, 0, 2**62)
-    found, response = await in_thread(_page, reader, page, offset)
+    if wait > 0 and _tails().at_end(stream, offset):
+        # A consumer chasing the tail, again: its stream is watched and ends where it asks, so
+        # it waits at once. Its empty page, should nothing come, costs no storage call.
+        found, response = False, _empty_page(page, offset)
+    else:
+        found, response = await in_thread(_page, reader, page, offset)
     if found or wait <= 0:
         return response
     async with _wait_slots().slot():
@@ -308,6 +313,13 @@ def _page(reader: StreamReader, page: _PageRequest, offset: int) -> tuple[bool, 
         return bool(lines), Response(200, _ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
     body = WirePage(stream, result.next_offset, result.committed, lines)
     return bool(lines), Response(200, _ENCODER.encode(body), headers)
+
+
+def _empty_page(page: _PageRequest, end: int) -> Response:
+    headers = {"X-Next-Offset": str(end), "X-Committed": str(end)}
+    if page.ndjson:
+        return Response(200, b"", headers, mimetype=NDJSON)
+    return Response(200, _ENCODER.encode(WirePage(page.stream, end, end, [])), headers)
 
 
 def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:

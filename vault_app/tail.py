@@ -72,6 +72,13 @@ class Tails:
     def watched(self) -> int:
         return len(self._watches)
 
+    def at_end(self, stream: str, offset: int) -> bool:
+        """Whether ``offset`` is where ``stream`` ended at its last poll (at most a poll interval
+        ago): a consumer asking for it can start waiting without a read of its own. Its offset
+        is then a proven boundary too, the committed end."""
+        watch = self._watches.get(stream)
+        return watch is not None and watch.state is not None and watch.state.committed == offset
+
     async def wait_past(self, stream: str, offset: int, timeout: float) -> CommitState | None:
         """Wait until ``stream`` is committed past ``offset``, at most ``timeout`` seconds.
 
