@@ -305,3 +305,27 @@ def test_the_local_host_exports_with_the_distro_when_the_setting_is_present(
         host.stop()
         server.shutdown()
         server.server_close()
+
+
+def test_operating_md_names_every_span_and_metric_the_app_records(recorded: Recorded) -> None:
+    tel = telemetry.current()
+    with tel.writing("q-0", 0):
+        with tel.staging("s", "b-1") as span:
+            trace = span.traceparent
+        with tel.appending("s", [trace]):
+            tel.appended("s", [telemetry.Commit("b-1", trace, 1, 1, 0, 40, False)], 1, 2)
+        tel.requeued("q-0", 0, "leased")
+        tel.poisoned("q-0", 0, "s")
+    spans = {s.name for s in recorded.spans.get_finished_spans()}
+    data = recorded.metrics.get_metrics_data()
+    assert data is not None
+    metrics = {m.name for r in data.resource_metrics for sc in r.scope_metrics for m in sc.metrics}
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "OPERATING.md").read_text(encoding="utf-8")
+
+    def first_column(header: str) -> set[str]:
+        rows = doc.split(f"| {header} |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+        return {row.split("|")[1].strip().strip("`") for row in rows}
+
+    assert first_column("Span") == spans
+    assert first_column("Metric") == metrics
