@@ -6,6 +6,11 @@ Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` i
      "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
+Either may end with ``"tp": TRACEPARENT``: the W3C trace context of the POST that staged the
+batch (only when telemetry is on, :mod:`vault_app.telemetry`), so the writer's commit continues
+its trace. Optional and never checked beyond its type: an envelope without it (or with one that
+does not parse) is appended all the same.
+
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
 over :data:`INLINE_LIMIT` goes to a claim-check blob and the queue message carries only its
 name. The blob holds the batch in the vault's own record format (docs/FORMAT.md) with offsets
@@ -28,6 +33,8 @@ from vault_core.names import validate_batch_id, validate_stream_name
 VERSION = 1
 INLINE_LIMIT = 60_000
 """Queue messages are at most 64 KiB; keep a margin for the service's own encoding."""
+TRACE_MAX = 256
+"""A longer ``tp`` is dropped: a W3C traceparent is 55 characters."""
 
 
 class EnvelopeError(InvalidInput):
@@ -44,9 +51,13 @@ class Envelope:
     count: int = 0
     records: format.StagedRecords | None = None
     """A claim-check batch once its blob is read: already in record form, checked."""
+    trace: str | None = None
+    """The ``traceparent`` of the POST that staged the batch, if it carried one."""
 
 
-def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]) -> str:
+def encode_messages(
+    batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage], trace: str | None = None
+) -> str:
     rows = []
     for m in messages:
         key, flags = m.key_bytes()
@@ -58,16 +69,22 @@ def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[N
                 base64.b64encode(m.value).decode(),
             ]
         )
-    return json.dumps(
-        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows}, separators=(",", ":")
-    )
+    return _dump({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows}, trace)
 
 
-def encode_claim(batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int) -> str:
-    return json.dumps(
+def encode_claim(
+    batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int, trace: str | None = None
+) -> str:
+    return _dump(
         {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "claim": blob_name, "n": count},
-        separators=(",", ":"),
+        trace,
     )
+
+
+def _dump(doc: dict[str, Any], trace: str | None) -> str:
+    if trace:
+        doc["tp"] = trace
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def decode(text: str | bytes) -> Envelope:
@@ -83,9 +100,12 @@ def decode(text: str | bytes) -> Envelope:
         batch_id = validate_batch_id(doc["id"])
         stream = validate_stream_name(doc["stream"])
         staged = int(doc["ts"])
+        trace = _trace(doc.get("tp"))
         if "claim" in doc:
-            return Envelope(batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]))
-        return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]])
+            return Envelope(
+                batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]), trace=trace
+            )
+        return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]], trace=trace)
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
@@ -106,6 +126,11 @@ def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
             f"the queue message says {envelope.count}"
         )
     return replace(envelope, records=records)
+
+
+def _trace(value: Any) -> str | None:
+    """Telemetry's context, if usable: a bad one costs the batch its trace, never its append."""
+    return value if isinstance(value, str) and 0 < len(value) <= TRACE_MAX else None
 
 
 def _message(row: Any) -> NewMessage:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vault_app import telemetry
 from vault_app.batches import STAGED, BatchStatus, digest
 from vault_app.services import Services
 from vault_app.telemetry import event
@@ -36,14 +37,22 @@ class Stager:
         A batch id that was staged before answers as it did then (the batch is not staged
         twice); one that names other messages raises ``IdempotencyMismatch``.
         """
+        with telemetry.current().staging(stream, batch_id) as span:
+            return self._stage(stream, batch_id, messages, span)
+
+    def _stage(
+        self, stream: str, batch_id: str, messages: list[NewMessage], span: telemetry.Span
+    ) -> BatchStatus:
         started = time.monotonic()
         now = self.clock()
         table = self.services.batch_table
         earlier = table.reserve(stream, batch_id, digest(messages), len(messages), now)
         if earlier is not None:
+            span.set(earlier=earlier.status)  # staged before: answered as then, not staged again
             return earlier
-        text, claimed = self.services.claims.queue_text(batch_id, stream, now, messages)
+        text, claimed = self.services.claims.queue_text(batch_id, stream, now, messages, span.traceparent)
         queue = self.services.queue_for(stream)
+        span.set(messages=len(messages), queue=queue.name, account=queue.account, claim_check=claimed)
         with_retries(lambda: self._send(queue.client, text))
         try:
             table.mark_staged(stream, batch_id)

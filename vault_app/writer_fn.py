@@ -37,7 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from vault_app import envelope
+from vault_app import envelope, telemetry
 from vault_app.claimcheck import AlreadyCommitted, ClaimChecks
 from vault_app.envelope import Envelope, EnvelopeError
 from vault_app.open_writers import open_writers
@@ -45,7 +45,7 @@ from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
 from vault_core.errors import StorageUnavailable, StreamFull, VaultError, WriterConflict
-from vault_core.writer import Batch
+from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
 
@@ -105,6 +105,11 @@ class _Plan:
 
 
 def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+    with telemetry.current().writing(queue.name, queue.account):
+        _write(services, queue, trigger)
+
+
+def _write(services: Services, queue: StagingQueue, trigger: Staged) -> None:
     try:
         owner = open_writers.own(services, queue)
     except TRANSIENT as exc:
@@ -132,6 +137,7 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> No
     except TRANSIENT as exc:
         _hand_back_trigger(queue, trigger, exc)
         return
+    telemetry.current().link(first.trace)
     plan = _Plan()
     _add(plan, _Work(first))
     with _Renewer(queue) as renewer:
@@ -159,6 +165,8 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> No
                 # let the host retry the trigger (and poison it after maxDequeueCount).
                 renewer.forget(drained)
                 _release(queue, drained)
+                if drained:
+                    telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
                 if stream == first.stream:
                     raise
                 log.exception("append to %s failed; its drained batches return to the queue", stream)
@@ -176,8 +184,12 @@ def _append(
     work: list[_Work],
     renewer: _Renewer,
 ) -> None:
+    tel = telemetry.current()
     started = time.monotonic()
-    results = open_writers.append(services, stream, [_batch(w.envelope) for w in work])
+    with tel.appending(stream, [w.envelope.trace for w in work]):
+        started_ns = time.time_ns()
+        results = open_writers.append(services, stream, [_batch(w.envelope) for w in work])
+        tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     if fault_hook:
         fault_hook("after-commit")
     now_ms = time.time_ns() // 1_000_000
@@ -201,6 +213,22 @@ def _append(
         duration_ms=round((time.monotonic() - started) * 1000, 1),
         lag_ms=now_ms - min(w.envelope.staged_ms for w in work),
     )
+
+
+def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.Commit]:
+    """What telemetry records of each batch: results come in the order of the batches."""
+    return [
+        telemetry.Commit(
+            r.batch_id,
+            w.envelope.trace,
+            w.envelope.staged_ms,
+            r.count,
+            r.first_offset,
+            r.next_offset,
+            r.duplicate,
+        )
+        for w, r in zip(work, results, strict=True)
+    ]
 
 
 def _batch(env: Envelope) -> Batch:
@@ -266,6 +294,11 @@ def _retry_delay(exc: BaseException) -> int:
     return LEASED_RETRY_SECONDS if isinstance(exc, WriterConflict) else UNAVAILABLE_RETRY_SECONDS
 
 
+def _reason(exc: BaseException) -> str:
+    """Why a batch went back, as the re-queue metric names it."""
+    return "leased" if isinstance(exc, WriterConflict) else "unavailable"
+
+
 def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException) -> None:
     """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
 
@@ -273,6 +306,7 @@ def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException)
     """
     with translate_errors():
         queue.client.send_message(trigger.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+    telemetry.current().requeued(queue.name, queue.account, _reason(exc))
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
@@ -282,6 +316,7 @@ def _pass_to_owner(queue: StagingQueue, trigger: Staged) -> None:
     one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""
     with translate_errors():
         queue.client.send_message(trigger.body, visibility_timeout=0, time_to_live=-1)
+    telemetry.current().requeued(queue.name, queue.account, "not_owner")
     log.info("batch of message %s handed back to %s for its owner", trigger.id, queue.name)
     time.sleep(NOT_OWNER_PAUSE_SECONDS)
 
@@ -294,8 +329,10 @@ def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -
                 queue.client.send_message(m.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
         except VaultError:
             _release(queue, [m])
+            telemetry.current().requeued(queue.name, queue.account, _reason(exc))
             continue
         _delete(queue, m)
+        telemetry.current().requeued(queue.name, queue.account, _reason(exc))
         log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
 
 
@@ -319,13 +356,16 @@ def _delete(queue: StagingQueue, m: _Held) -> None:
 def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
     """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
     log.error("batch rejected, moved to %s: %s", queue.poison.queue_name, reason)
+    stream: str | None = None
     try:
         doc = json.loads(body)
-        services.batch_table.reject(str(doc["stream"]), str(doc["id"]), reason)
+        stream = str(doc["stream"])
+        services.batch_table.reject(stream, str(doc["id"]), reason)
     except (ValueError, KeyError, TypeError, VaultError):
         pass  # nothing identifies the batch (or no table): the poison queue and this log line keep it
     with translate_errors():
         queue.poison.send_message(body, time_to_live=-1)
+    telemetry.current().poisoned(queue.name, queue.account, stream)
 
 
 class _Renewer:

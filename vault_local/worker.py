@@ -29,6 +29,7 @@ from typing import Any, NoReturn
 import azure.functions as func
 from azure.functions.queue import QueueMessage
 
+from vault_app import telemetry
 from vault_app.open_writers import open_writers
 from vault_local.channel import HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 from vault_local.workers import CLOSE_WRITERS_TIMEOUT
@@ -227,9 +228,16 @@ def _terminate(slot: int) -> NoReturn:
     catalog row catches up with the commit record and the stream leases are released now
     rather than expiring 15 s later. Bounded, so a storage outage cannot hold the exit.
     """
+    deadline = time.monotonic() + CLOSE_WRITERS_TIMEOUT
+    # Side by side with the writers, within the same bound: spans and metrics not yet exported.
+    flusher = threading.Thread(
+        target=telemetry.flush, args=(CLOSE_WRITERS_TIMEOUT,), name="mv-flush-telemetry", daemon=True
+    )
+    flusher.start()
     closer = threading.Thread(target=open_writers.close_all, name="mv-close-writers", daemon=True)
     closer.start()
     closer.join(CLOSE_WRITERS_TIMEOUT)
+    flusher.join(max(0.0, deadline - time.monotonic()))
     if closer.is_alive():
         log.warning("language worker %d: open writers not closed within %.0f s", slot, CLOSE_WRITERS_TIMEOUT)
     os._exit(0)

@@ -142,6 +142,7 @@ var hostSettings = [
   {
     // The connection string only locates the component (it holds no secret that matters:
     // local auth is disabled); the authentication string makes the SDK send an Entra ID token.
+    // Both are read by the host and by the app's own OpenTelemetry distro (docs/OPERATING.md).
     name: 'APPLICATIONINSIGHTS_CONNECTION_STRING'
     value: appInsights.properties.ConnectionString
   }

@@ -1,0 +1,67 @@
+"""Ingest in-process, as the Functions host drives it: stage batches with the HTTP tier's code,
+then run the writer function's body on the real queue message, then delete it (the host's part).
+
+Imports nothing of OpenTelemetry, so that ``python staged_flow.py CONNECTION_STRING`` can show
+which modules an ingest loads with telemetry off: it prints them as JSON, one per line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import uuid
+
+from vault_app.config import load_settings
+from vault_app.services import Services
+from vault_app.staging import Stager
+from vault_app.writer_fn import Staged, write_staged
+from vault_core.format import NewMessage
+from vault_local.process import local_env
+
+
+def services_on(connection_string: str) -> Services:
+    """The app's clients on Azurite, on staging queues of their own (a fresh prefix)."""
+    env = {
+        **local_env(connection_string, "staged-flow-key-0123456789"),
+        "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
+    }
+    services = Services(load_settings(env))
+    services.ensure()
+    return services
+
+
+def stage(services: Services, stream: str, batches: list[list[NewMessage]]) -> list[str]:
+    """Stage each batch as a POST does; their ids, in order."""
+    ids = [f"b{i}-{uuid.uuid4().hex[:8]}" for i in range(len(batches))]
+    stager = Stager(services)
+    for batch_id, messages in zip(ids, batches, strict=True):
+        stager.stage(stream, batch_id, messages)
+    return ids
+
+
+def write_next(services: Services, stream: str) -> None:
+    """One writer invocation on the next message of the stream's queue, which must have one."""
+    queue = services.queue_for(stream)
+    message = queue.client.receive_message(visibility_timeout=30)
+    assert message is not None, f"nothing staged in {queue.name}"
+    write_staged(
+        services, queue, Staged(message.id, message.content, message.dequeue_count or 1, message.pop_receipt)
+    )
+    queue.client.delete_message(message.id, message.pop_receipt)  # the host's part, on success
+
+
+def main() -> None:
+    from vault_app.open_writers import open_writers
+
+    services = services_on(sys.argv[1])
+    stream = f"flow-{uuid.uuid4().hex[:8]}"
+    stage(services, stream, [[NewMessage(b"one")], [NewMessage(b"two", "k")]])
+    write_next(services, stream)
+    open_writers.close_all()
+    assert services.vault.reader.state(stream).count == 2, "both batches committed"
+    loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry", "azure.monitor")))
+    print(json.dumps(loaded))
+
+
+if __name__ == "__main__":
+    main()
