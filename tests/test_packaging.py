@@ -334,6 +334,17 @@ def test_a_workflow_installing_the_project_installs_its_core_too(name: str) -> N
                     assert "./vault_core" in line, f"{name}: {line.strip()}"
 
 
+def test_the_synapse_install_list_is_what_the_core_wheel_declares() -> None:
+    """docs/SPARK.md tells a Synapse pool which packages to add beside the core wheel."""
+    text = (ROOT / "docs" / "SPARK.md").read_text()
+    section = text.split("## Synapse, step by step", 1)[1]
+    block = re.search(r"```\n(.*?)\n\s*```", section, re.S)
+    assert block, "no requirements block in the Synapse steps"
+    listed = requirements(block[1].splitlines())
+    assert listed == requirements(CORE_PYPROJECT["project"]["dependencies"])
+    assert "pip wheel ./vault_core" in section
+
+
 # -- the core wheel alone, on a clean virtualenv, with Spark -----------------------------------------
 READ_WITH_SPARK = """
 import json, sys
