@@ -1,7 +1,7 @@
 """Client benchmark (issue 6): the Python producer and the two consumer read paths.
 
-    python -m bench.client                      (starts its own in-memory Azurite and local host)
-    python -m bench.client --url URL --key KEY  (against a running vault instead)
+    ./dev bench client                          (starts its own in-memory Azurite and local host)
+    ./dev bench client --url URL --key KEY      (against a running vault instead)
 
 Ratios, measured in one run on the same host:
   * producer messages/s through ``Producer`` / a hand-written loop of batched POSTs with the
@@ -104,7 +104,7 @@ def median(runs: int, fn: Callable[[], float]) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.client", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="./dev bench client", description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running vault API (default: start Azurite and a local host)")
     parser.add_argument("--key", help="its function key (with --url)")
     parser.add_argument("--messages", type=int, default=20_000, help="messages per producer run")
@@ -175,7 +175,7 @@ def main() -> None:
         figures["target producer ratio met"] = "yes" if paired >= 0.9 else "no"
         figures["target consumer ratio met"] = "yes" if direct_rate / http_rate >= 1.5 else "no"
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("client", "python -m bench.client", figures)
+        report("client", "./dev bench client", figures)
 
 
 if __name__ == "__main__":

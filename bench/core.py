@@ -49,7 +49,7 @@ def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> fl
     with vault.writer(stream) as w:
         while w.state.committed < total:
             batches = [BATCHES[(w.state.committed // CHUNK + k) % 4] for k in range(per_call)]
-            elapsed += timed(lambda b=batches: w.append(b))
+            elapsed += timed(functools.partial(w.append, batches))
     return elapsed
 
 

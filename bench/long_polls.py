@@ -144,7 +144,7 @@ def _poll_forever(url: str, key: str, streams: Sequence[str], ends: dict[str, in
             base_url=url, headers={"x-functions-key": key}, timeout=POLL_WAIT + 30, limits=limits
         ) as client:
             tasks = [
-                asyncio.create_task(one(client, streams[i % len(streams)], counts)) for i in range(POLLERS)
+                asyncio.create_task(one(client, streams[i % len(streams)], counts, i)) for i in range(POLLERS)
             ]
             while True:
                 await asyncio.sleep(1)

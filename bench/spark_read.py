@@ -1,6 +1,6 @@
 """Spark read benchmark (issue 4): the messagevault data source against the bytes it reads.
 
-    .venv/bin/python -m bench.spark_read        (SPARK_LOCAL_IP=127.0.0.1 is set for you)
+    ./dev bench spark_read      (python -m bench.spark_read; SPARK_LOCAL_IP=127.0.0.1 is set for you)
 
 One in-memory Azurite, one stream of 1,000,000 messages with 100-byte values (100 keys), one
 local[2] Spark session. Every figure comes from the same run, so a noisy machine moves
@@ -248,7 +248,7 @@ def main() -> int:
             f"rows/s older-spark path, {legacy_path} (count)": round(MESSAGES / legacy_s),
             "ratio older path / spark 4 source": round(count_s / legacy_s, 3),
         }
-        report("spark_read", "python -m bench.spark_read", figures)
+        report("spark_read", "./dev bench spark_read", figures)
         spark.stop()
     finally:
         azurite.cleanup()

@@ -553,7 +553,9 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
         )
         assert ok.status_code == 200
         deadline = time.monotonic() + 60
-        while poison.get_queue_properties().approximate_message_count < 2 and time.monotonic() < deadline:
+        while (
+            poison.get_queue_properties().approximate_message_count or 0
+        ) < 2 and time.monotonic() < deadline:
             time.sleep(0.5)
         assert sorted(m.content for m in poison.peek_messages(max_messages=10)) == sorted(
             [missing, "this is not an envelope"]

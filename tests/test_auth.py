@@ -295,7 +295,7 @@ def _hs256_with_the_public_key(issuer: DevIssuer) -> str:
 
 def _unsigned(issuer: DevIssuer) -> str:
     claims = {"iss": issuer.url, "aud": issuer.audience, "sub": "x", "exp": int(time.time()) + 600}
-    return jwt.encode(claims, None, algorithm="none", headers={"kid": issuer.kid})
+    return jwt.encode(claims, "", algorithm="none", headers={"kid": issuer.kid})
 
 
 REFUSED = [

@@ -42,6 +42,7 @@ from vault_core.errors import CorruptRecord, InvalidInput, InvalidOffset, Messag
 from vault_core.format import HEADER_SIZE, NewMessage, encode
 from vault_core.vault import Vault
 from vault_core.writer import Batch
+from vault_local.azurite import Azurite
 
 Sas = Callable[..., Callable[[], Access]]
 FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.01)
@@ -491,7 +492,7 @@ def test_api_not_found_is_also_stream_not_found() -> None:
 
 # -- small pure parts ------------------------------------------------------------------------------
 def test_accumulator_keeps_batches_of_a_busy_stream_in_order() -> None:
-    acc = Accumulator(max_messages=1, max_bytes=1 << 20, linger=0, status=lambda batch_id: {})
+    acc = Accumulator(max_messages=1, max_bytes=1 << 20, linger=0, status=lambda stream, batch_id: {})
     for i in range(3):
         acc.add("a", f'{{"value":"{i}"}}'.encode(), 33, 0.0)
     first = acc.take(set())
@@ -611,7 +612,7 @@ def test_url_comes_from_the_environment(runner: CliRunner) -> None:
 
 
 def test_groups_lists_lag_from_checkpoint_storage(
-    runner: CliRunner, azurite: object, store: CheckpointStore, stream: str
+    runner: CliRunner, azurite: Azurite, store: CheckpointStore, stream: str
 ) -> None:
     store.save("g-cli", stream, 10, etag=None, now_ms=0)
     answer = httpx.Response(200, json={"stream": stream, "committed": 110, "count": 3})
@@ -631,6 +632,6 @@ def test_groups_lists_lag_from_checkpoint_storage(
             "--url",
             "http://vault.test",
             env={"VAULT_STORAGE_CONNECTION": azurite.connection_string},
-        )  # type: ignore[attr-defined]
+        )
     [row] = json.loads(out)
     assert code == 0 and (row["checkpoint"], row["committed"], row["lag"]) == (10, 110, 100)

@@ -42,7 +42,7 @@ class FakeCredential:
 
 def recording(
     status: int = 200, challenge: str | None = None, fail_first: int = 0
-) -> tuple[list[httpx.Request], ApiClient, Any]:
+) -> tuple[list[httpx.Request], httpx.MockTransport, Any]:
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:

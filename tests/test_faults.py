@@ -143,6 +143,7 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         queues = StorageAccount(connection_string=storage.connection_string).queue_service()
         poisoned = sum(
             queues.get_queue_client(f"{prefix}-{i}-poison").get_queue_properties().approximate_message_count
+            or 0
             for i in range(4)
         )
         print(

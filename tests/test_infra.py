@@ -17,7 +17,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -60,7 +60,7 @@ def _parser() -> BicepParser:
 @functools.cache
 def doc(path: Path) -> dict[str, Any]:
     """pycep's JSON view of a Bicep file (declarations by kind)."""
-    return _parser().parse(file_path=path)
+    return cast(dict[str, Any], _parser().parse(file_path=path))
 
 
 def collected(path: Path) -> dict[str, Any]:
@@ -136,6 +136,7 @@ def references(node: Tree | Token | None) -> set[str]:
         kind, kids = n.data, n.children
         if kind == "string":
             tok = kids[0]
+            assert isinstance(tok, Token), tok  # a string literal is one token
             if tok.type == "STRING":
                 if not member:
                     found.add(str(tok))
@@ -392,9 +393,15 @@ GUID_LINES = [
 ]
 
 
-@pytest.mark.parametrize(("path", "line"), GUID_LINES, ids=[GUID.search(line)[0] for _, line in GUID_LINES])
+def guid_in(line: str) -> str:
+    match = GUID.search(line)
+    assert match, line
+    return match[0]
+
+
+@pytest.mark.parametrize(("path", "line"), GUID_LINES, ids=[guid_in(line) for _, line in GUID_LINES])
 def test_role_guid_is_a_known_role_named_in_a_comment(path: Path, line: str) -> None:
-    guid = GUID.search(line)[0].lower()
+    guid = guid_in(line).lower()
     assert guid in ROLE_NAMES, f"{rel(path)}: unknown role id {guid}"
     code, _, comment = line.partition("//")
     assert guid in code and ROLE_NAMES[guid] in comment

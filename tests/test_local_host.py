@@ -92,7 +92,12 @@ def test_frames_carry_large_bodies_unchanged_both_ways() -> None:
     left, right = Channel(a), Channel(b)
     body = os.urandom(16 * 1024 * 1024 + 1)
     meta = {"function": "f", "headers": {"content-type": "application/json"}}
-    sender = threading.Thread(target=lambda: [left.send(2, 7, meta, body), left.send(4, 8, {}, b"")])
+
+    def send_both() -> None:
+        left.send(2, 7, meta, body)
+        left.send(4, 8, {}, b"")
+
+    sender = threading.Thread(target=send_both)
     sender.start()
     assert right.recv() == (2, 7, meta, body)
     assert right.recv() == (4, 8, {}, b"")

@@ -65,7 +65,7 @@ def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Va
     sent: list[bytes] = []
     with vault.writer(stream) as w:
         for size in (1, 511, 513, 3 * MAX_PAGE_WRITE // 2, 7, MAX_PAGE_WRITE + 1, 300_000):
-            batch = []
+            batch: list[NewMessage] = []
             while sum(len(m.value) + HEADER_SIZE + 1 for m in batch) < size:
                 batch.append(NewMessage(rng.randbytes(rng.randint(0, 70_000)), "k"))
             w.append([Batch(batch)])

@@ -220,7 +220,7 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     http: httpx.Client, host: HostProcess, poison: QueueClient, batch_rows: TableClient, vault: Any
 ) -> None:
     wanted, other = f"want-{uuid.uuid4().hex[:8]}", f"other-{uuid.uuid4().hex[:8]}"
-    before = poison.get_queue_properties().approximate_message_count
+    before = poison.get_queue_properties().approximate_message_count or 0
     for i in range(34):  # more than one page (32) ahead of the wanted ones
         park(poison, batch_rows, other, new_id(), [f"o{i}"], "outage")
     mine = [new_id(), new_id()]

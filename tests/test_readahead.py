@@ -30,7 +30,8 @@ def fill(vault: Vault, stream: str, batches: int = 6) -> None:
 
 def consume(ahead: ReadAhead, reader: StreamReader, stream: str, max_bytes: int) -> list[bytes]:
     """A sequential consumer, as the read API serves it: fetch, decode, then note the read."""
-    offset, got = 0, []
+    offset = 0
+    got: list[bytes] = []
     while True:
         data, state = ahead.fetch(reader, stream, offset, max_bytes)
         result = reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=10_000)

@@ -111,10 +111,7 @@ def test_one_trace_runs_from_each_post_to_its_commit(recorded: Recorded, service
     first, second = commits[first_id].attributes or {}, commits[second_id].attributes or {}
     assert (first["vault.first_offset"], first["vault.next_offset"]) == (0, second["vault.first_offset"])
     assert (first["vault.messages"], second["vault.messages"]) == (2, 1)
-    assert (
-        posts[first_id].attributes
-        and posts[first_id].attributes["vault.queue"] == services.queue_for(stream).name
-    )
+    assert (posts[first_id].attributes or {})["vault.queue"] == services.queue_for(stream).name
 
     by_stream = {"vault.stream": stream}
     [messages] = recorded.points("vault.append.messages")

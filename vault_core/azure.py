@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import requests
 from azure.core.exceptions import (
@@ -27,8 +27,6 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobServiceClient
 from azure.storage.blob import ExponentialRetry as BlobRetry
-from azure.storage.queue import ExponentialRetry as QueueRetry
-from azure.storage.queue import QueueServiceClient
 
 from vault_core.errors import (
     LeaseLost,
@@ -39,6 +37,9 @@ from vault_core.errors import (
     VaultError,
 )
 from vault_core.retry import BudgetExhausted, remaining, request_hook
+
+if TYPE_CHECKING:
+    from azure.storage.queue import QueueServiceClient
 
 AZURITE_CONNECTION_STRING = (
     # Azurite's well-known development account: public, documented, local only.
@@ -73,8 +74,17 @@ class _BlobRetry(_WithinBudget, BlobRetry):
     pass
 
 
-class _QueueRetry(_WithinBudget, QueueRetry):
-    pass
+@lru_cache(maxsize=1)
+def _queue_retry() -> type[Any]:
+    # Built on first use: only the Function App's staging uses queues, and a reader (a Spark
+    # pool with the message-vault-core wheel) must import this module without
+    # azure-storage-queue (the core's `queue` extra).
+    from azure.storage.queue import ExponentialRetry as QueueRetry
+
+    class _QueueRetry(_WithinBudget, QueueRetry):
+        pass
+
+    return _QueueRetry
 
 
 @lru_cache(maxsize=1)
@@ -140,7 +150,9 @@ class StorageAccount:
         return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, **options)
 
     def queue_service(self) -> QueueServiceClient:
-        retry = _QueueRetry(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)  # type: ignore[arg-type]
+        from azure.storage.queue import QueueServiceClient  # the `queue` extra, see _queue_retry
+
+        retry = _queue_retry()(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)
         options: dict[str, Any] = {
             "retry_policy": retry,
             "transport": shared_transport(),

@@ -31,7 +31,7 @@ def main() -> None:
     writer = vault.writer(stream, lease_seconds=15)
     messages = [NewMessage(b"uncommitted-%d" % i + b"x" * 3000, "crash") for i in range(3000)]
     if phase == "before-commit":
-        StreamBlob.commit = pause  # type: ignore[method-assign]
+        StreamBlob.commit = pause  # type: ignore[method-assign,assignment]
     else:
         IndexTables.record_index = pause  # type: ignore[method-assign]
         IndexTables.record_commit = pause  # type: ignore[method-assign]
