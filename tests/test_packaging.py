@@ -85,7 +85,9 @@ def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names)
             elif isinstance(child, ast.ImportFrom) and child.level == 0 and child.module:
-                found.add(child.module)
+                # ``from opentelemetry import trace``: a namespace package is owned by no one
+                # distribution; the submodules it names are (or, for names, the package is).
+                found.update(f"{child.module}.{alias.name}" for alias in child.names)
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
@@ -160,6 +162,12 @@ def declared(project: dict[str, Any], *extras: str) -> dict[str, Requirement]:
     for extra in extras:
         lines += project["project"]["optional-dependencies"][extra]
     return requirements(lines)
+
+
+def core_extras_of_the_app() -> set[str]:
+    """The core's extras the app installs (``message-vault-core[queue,aio]``)."""
+    core = declared(MAIN_PYPROJECT)["message-vault-core"]
+    return set(core.extras)
 
 
 def deploy_list() -> dict[str, Requirement]:
@@ -247,7 +255,7 @@ def test_a_deployed_requirement_is_declared_and_bounded(name: str) -> None:
     that the declared range allows, so a deploy installs a tested major version."""
     pinned = deploy_list()[name]
     sources = {
-        "vault_core/pyproject.toml": declared(CORE_PYPROJECT, "queue"),
+        "vault_core/pyproject.toml": declared(CORE_PYPROJECT, *core_extras_of_the_app()),
         "pyproject.toml": declared(MAIN_PYPROJECT, "app"),
     }
     matches = {where: reqs[name] for where, reqs in sources.items() if name in reqs}

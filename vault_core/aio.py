@@ -18,15 +18,17 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from azure.core.credentials import AccessToken
 from azure.storage.blob.aio import BlobServiceClient
-from azure.storage.queue.aio import QueueServiceClient
 
 from vault_core.azure import StorageAccount, translate_errors
 from vault_core.pageblob import CommitState
 from vault_core.retry import request_hook
+
+if TYPE_CHECKING:
+    from azure.storage.queue.aio import QueueServiceClient
 
 _OPTIONS: dict[str, Any] = {"retry_total": 0, "raw_request_hook": request_hook}
 
@@ -90,6 +92,9 @@ def async_clients(account: StorageAccount) -> AsyncClients:
 
 
 def _make(account: StorageAccount) -> AsyncClients:
+    # Imported here: azure-storage-queue is the core's "queue" extra (the Function App's).
+    from azure.storage.queue.aio import QueueServiceClient
+
     if account.connection_string:
         return AsyncClients(
             BlobServiceClient.from_connection_string(account.connection_string, **_OPTIONS),
