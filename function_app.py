@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from vault_app import api, config, poison_api
+from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
 from vault_app.services import services
 from vault_app.writer_fn import Staged, write_staged
@@ -56,6 +56,16 @@ def get_log(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="streams/{stream}/access", methods=["GET"])
 def get_access(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.get_access(_request(req)))
+
+
+@app.route(route="streams/{stream}/rates", methods=["GET"])
+def get_rates(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(explorer_api.get_rates(_request(req)))
+
+
+@app.route(route="streams/{stream}/groups", methods=["GET"])
+def get_groups(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(explorer_api.get_groups(_request(req)))
 
 
 @app.route(route="streams/{stream}", methods=["GET"])
@@ -101,6 +111,11 @@ def whoami(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="openapi.json", methods=["GET"])
 def openapi(req: func.HttpRequest) -> func.HttpResponse:
     return _response(api.openapi(_request(req)))
+
+
+@app.route(route="ui/{*path}", methods=["GET"])
+def explorer(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(ui.serve(_request(req)))
 
 
 def _register_writer(account: int, queue_name: str) -> None:

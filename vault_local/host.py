@@ -132,8 +132,11 @@ class QueueFunction:
 
 
 def _route_pattern(route: str) -> re.Pattern[str]:
-    # Route templates: {name} matches one path segment, as in the Functions host.
-    regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", route.strip("/"))
+    # Route templates: {name} matches one path segment, as in the Functions host; a last
+    # {*name} matches the rest of the path, slashes included, and may be absent (ASP.NET's
+    # catch-all: ``ui/{*path}`` answers ``ui``, ``ui/`` and ``ui/a/b``).
+    regex = re.sub(r"/\{\*(\w+)\}$", r"(?:/(?P<\1>.*))?", route.strip("/"))
+    regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", regex)
     return re.compile(f"^{regex}$")
 
 
@@ -294,7 +297,7 @@ class LocalHost:
                 "url": str(request.url),
                 "headers": dict(request.headers),
                 "params": dict(request.query_params),
-                "route_params": match.groupdict(),
+                "route_params": match.groupdict(default=""),
             }
             body = await read_body(request, read_only=request.method in READ_METHODS)
             try:
