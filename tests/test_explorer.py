@@ -23,7 +23,7 @@ from conftest import key_header
 
 from vault_core.checkpoints import CheckpointStore
 from vault_local.dev_issuer import DevIssuer
-from vault_local.process import HostProcess
+from vault_local.process import HostProcess, explorer_url
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 sync_api = pytest.importorskip(
@@ -101,9 +101,8 @@ def texts(*values: str) -> list[dict[str, str]]:
 def open_as(
     page: Any, host: HostProcess, route: str, *, token: str | None = None, key: str | None = None
 ) -> None:
-    """Open the explorer with a credential in the fragment (as the demo's link does), then a route."""
-    credential = f"token={token}" if token else f"key={key}"
-    page.goto(f"{host.url}/ui/#{credential}")
+    """Open the explorer with a credential in the fragment (the demo's link), then a route."""
+    page.goto(explorer_url(host.url, key=key, token=token))
     page.wait_for_function("location.hash === '#/'")
     if route:
         page.evaluate("route => { location.hash = route }", route)
@@ -180,7 +179,7 @@ def test_a_link_to_an_offset_shows_that_message_as_text_json_or_hex(
     assert binary.inner_text().startswith("00000000  00 01 fe ff 41 42 43")
     messages.nth(2).get_by_role("button", name="show base64").click()
     sync_api.expect(binary).to_have_text(base64.b64encode(b"\x00\x01\xfe\xffABC").decode())
-    link = target.get_by_role("link", name="link").get_attribute("href")
+    link = target.get_by_role("link", name="link", exact=True).get_attribute("href")
     assert link.endswith(f"#/streams/{stream}?from={done['first_offset']}")
 
 
@@ -284,7 +283,7 @@ def test_groups_show_position_and_lag_with_a_chart(
     sync_api.expect(row).to_be_visible()
     cells = row.locator("td")
     lag = http.get(f"/streams/{stream}").json()["committed"] - first["next_offset"]
-    sync_api.expect(cells.nth(1)).to_have_text(str(first["next_offset"]))
+    sync_api.expect(cells.nth(1)).to_have_text(f"{first['next_offset']:,}")
     sync_api.expect(cells.nth(2)).to_have_text(f"{lag} B")
     sync_api.expect(cells.nth(5)).to_have_text("worker-1")
     sync_api.expect(page.locator("svg.chart-bars text").first).to_have_text(group)
@@ -302,7 +301,7 @@ def test_a_batch_id_shows_its_status_and_offsets(
     page.get_by_role("button", name="Look up").click()
     panel = page.locator("#batch .panel")
     sync_api.expect(panel.locator(".badge")).to_have_text("committed")
-    panel.get_by_role("link", name=str(done["first_offset"])).click()
+    panel.get_by_role("link", name=str(done["first_offset"]), exact=True).click()
     sync_api.expect(page.locator("article.msg.target pre.value")).to_have_text("b0")
     page.evaluate("route => { location.hash = route }", "#/batches?id=no-such-batch")
     sync_api.expect(page.locator("#batch h2")).to_have_text("Not found")

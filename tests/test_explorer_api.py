@@ -13,7 +13,7 @@ import httpx
 import pytest
 from conftest import key_header
 
-from vault_app import ui
+from vault_app import explorer_api, ui
 from vault_core.checkpoints import CheckpointStore
 from vault_local.process import HostProcess
 
@@ -154,3 +154,10 @@ def test_no_script_turns_strings_into_markup_or_code(script: Path) -> None:
     text = script.read_text(encoding="utf-8")
     for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
         assert sink not in text, f"{script.name} uses {sink}: build elements and text nodes (dom.js)"
+
+
+def test_the_api_document_says_what_the_code_does() -> None:
+    api_md = " ".join((Path(ui.__file__).parents[1] / "docs" / "API.md").read_text(encoding="utf-8").split())
+    assert ui.CONTENT_SECURITY_POLICY in api_md
+    assert f"At most {explorer_api.MAX_GROUPS} groups" in api_md
+    assert f"(1-{explorer_api.MAX_RATE_MINUTES}, default 60)" in api_md

@@ -48,10 +48,10 @@ export function lineChart(points, { width = 240, height = 40, label = "", format
 }
 
 /** Horizontal bars: items [{label, value, text}], the longest bar the largest value. */
-export function barChart(items, { width = 480, row = 22 } = {}) {
-  const labelWidth = 160;
+export function barChart(items, { width = 640, row = 22 } = {}) {
+  const labelWidth = 240;
   const max = Math.max(0, ...items.map((i) => i.value));
-  const barSpace = width - labelWidth - 120;
+  const barSpace = width - labelWidth - 150;
   const chart = svg("svg", {
     viewBox: `0 0 ${width} ${Math.max(row, items.length * row)}`,
     class: "chart chart-bars",
@@ -62,7 +62,7 @@ export function barChart(items, { width = 480, row = 22 } = {}) {
     const y = i * row;
     const len = max > 0 ? Math.max(item.value > 0 ? 2 : 0, (item.value / max) * barSpace) : 0;
     chart.append(
-      svg("text", { x: 0, y: y + row * 0.7, class: "chart-text" }, item.label.slice(0, 24)),
+      svg("text", { x: 0, y: y + row * 0.7, class: "chart-text" }, item.label.length > 40 ? item.label.slice(0, 39) + "…" : item.label),
       svg("rect", { x: labelWidth, y: y + 4, width: len.toFixed(1), height: row - 8, class: "chart-bar" }),
       svg("text", { x: labelWidth + len + 6, y: y + row * 0.7, class: "chart-text" }, item.text),
     );

@@ -65,7 +65,7 @@ export async function streamView(view, name, params) {
       h("form", { onsubmit: (e) => (e.preventDefault(), timeInput.value.trim() && go({ at: timeInput.value.trim() })) }, h("label", {}, "Time ", timeInput), h("button", {}, "Seek")),
       sizeSelect,
     ),
-    h("div", { class: "controls" }, h("button", { type: "button", onclick: () => go({ from: 0 }) }, "⏮ Start"), prev, next, follow),
+    h("div", { class: "controls" }, h("button", { type: "button", onclick: () => go({ from: 0 }) }, "« Start"), prev, next, follow),
     status,
     list,
     h(

@@ -116,7 +116,7 @@ function queues(list) {
     h("p", { class: "muted" }, "Batches waiting for the writer, and batches it could not append (poison). Shown to admins of every stream."),
     h(
       "table",
-      { class: "grid" },
+      { class: "grid narrow" },
       h("thead", {}, h("tr", {}, h("th", {}, "Account"), h("th", {}, "Queue"), h("th", {}, "Waiting"), h("th", {}, "Poison"))),
       h(
         "tbody",
