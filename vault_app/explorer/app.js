@@ -11,6 +11,7 @@ import { streamsView } from "./streams.js";
 const main = document.getElementById("main");
 const who = document.getElementById("who");
 let current = null; // the view on screen: {stop()} ends its polling when another view opens
+let shown = 0; // how many routes have opened: a view that finishes loading late is stopped
 
 function parseRoute() {
   const raw = location.hash.replace(/^#/, "") || "/";
@@ -22,20 +23,25 @@ function parseRoute() {
 async function route() {
   if (current && current.stop) current.stop();
   current = null;
+  const mine = ++shown;
   const { parts, params } = parseRoute();
   markNav(parts[0] || "streams");
   const view = h("section", { class: "view" });
   fill(main, view);
+  let handle = null;
   try {
-    if (parts[0] === "signin") current = signinView(view);
-    else if (parts[0] === "batches") current = await batchesView(view, params);
-    else if (parts[0] === "groups") current = await groupsView(view, null);
-    else if (parts[0] === "streams" && parts[1] && parts[2] === "groups") current = await groupsView(view, parts[1]);
-    else if (parts[0] === "streams" && parts[1]) current = await streamView(view, parts[1], params);
-    else current = await streamsView(view);
+    if (parts[0] === "signin") handle = signinView(view);
+    else if (parts[0] === "batches") handle = await batchesView(view, params);
+    else if (parts[0] === "groups") handle = await groupsView(view, null);
+    else if (parts[0] === "streams" && parts[1] && parts[2] === "groups") handle = await groupsView(view, parts[1]);
+    else if (parts[0] === "streams" && parts[1]) handle = await streamView(view, parts[1], params);
+    else handle = await streamsView(view);
   } catch (err) {
     fill(view, errorPanel(err));
   }
+  // Another route may have opened while this one loaded: then this view is off screen already.
+  if (mine === shown) current = handle;
+  else if (handle && handle.stop) handle.stop();
 }
 
 function markNav(name) {
