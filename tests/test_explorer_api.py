@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 import time
 import uuid
@@ -161,3 +162,12 @@ def test_the_api_document_says_what_the_code_does() -> None:
     assert ui.CONTENT_SECURITY_POLICY in api_md
     assert f"At most {explorer_api.MAX_GROUPS} groups" in api_md
     assert f"(1-{explorer_api.MAX_RATE_MINUTES}, default 60)" in api_md
+
+
+def test_the_files_deploy_with_the_app() -> None:
+    """`azd deploy` zips the project without what .funcignore lists: the explorer must stay in."""
+    root = Path(ui.__file__).parents[1]
+    patterns = [p for p in (root / ".funcignore").read_text().splitlines() if p and not p.startswith("#")]
+    for name in ui.FILES:
+        parts = ("vault_app", "explorer", name)
+        assert not [p for p in patterns for part in parts if fnmatch.fnmatch(part, p)], name

@@ -67,3 +67,26 @@ def test_minutes_outside_the_window_and_a_silent_stream() -> None:
     ]
     assert rates[-1].seconds == 30.0
     assert [r.messages for r in per_minute([], 0, 0, 0, 2 * MINUTE_MS)] == [0, 0, 0]
+
+
+def test_marks_cost_the_writer_no_request_of_their_own(vault: Vault, stream: str) -> None:
+    """A mark rides in the table transaction of the commit's batch rows: one per commit, as before."""
+    clock = ManualClock(T0)
+    v = Vault(vault.account, clock=clock)
+    sent: list[list[str]] = []
+    submit = v.index.index.submit_transaction
+
+    def counting(operations: list[tuple[str, dict[str, object], dict[str, object]]], **kw: object) -> object:
+        sent.append([str(op[1]["RowKey"])[0] for op in operations])
+        return submit(operations, **kw)
+
+    v.index.index.submit_transaction = counting  # type: ignore[method-assign]
+    with v.writer(stream) as w:
+        sent.clear()  # opening the stream writes its own rows
+        for i in range(12):  # a commit every 20 s: four minutes
+            w.append([Batch([NewMessage(b"x")], f"batch-{i}")])
+            clock.advance(20_000)
+    assert len(sent) == 12
+    assert (
+        sum(kinds.count("m") for kinds in sent) == len(v.index.minute_marks(stream, 0, clock.now_ms())) == 4
+    )
