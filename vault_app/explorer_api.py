@@ -1,4 +1,4 @@
-"""Read routes the web explorer draws from (docs/API.md "Explorer"): a stream's ingest rate per
+"""Read routes the web explorer draws from (docs/API.md "Web explorer"): a stream's ingest rate per
 minute, and its consumer groups with their lag. Same guard as every read: ``read`` on the stream.
 """
 
