@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import azure.functions as func
 
-from vault_app import api, config, poison_api
+from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
 from vault_app.services import services
 from vault_app.writer_fn import Staged, write_staged
@@ -61,6 +61,16 @@ async def get_log(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="streams/{stream}/access", methods=["GET"])
 async def get_access(req: func.HttpRequest) -> func.HttpResponse:
     return _response(await api.get_access(_request(req)))
+
+
+@app.route(route="streams/{stream}/rates", methods=["GET"])
+async def get_rates(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await explorer_api.get_rates(_request(req)))
+
+
+@app.route(route="streams/{stream}/groups", methods=["GET"])
+async def get_groups(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await explorer_api.get_groups(_request(req)))
 
 
 @app.route(route="streams/{stream}", methods=["GET"])
@@ -106,6 +116,11 @@ async def whoami(req: func.HttpRequest) -> func.HttpResponse:
 @app.route(route="openapi.json", methods=["GET"])
 async def openapi(req: func.HttpRequest) -> func.HttpResponse:
     return _response(await api.openapi(_request(req)))
+
+
+@app.route(route="ui/{*path}", methods=["GET"])
+async def explorer(req: func.HttpRequest) -> func.HttpResponse:
+    return _response(await ui.serve(_request(req)))
 
 
 def _register_writer(account: int, queue_name: str) -> None:

@@ -178,6 +178,10 @@ var appTableNames = [
   '${tablePrefix}index'
   '${tablePrefix}batches'
 ]
+// The tables the app only reads: the checkpoints, for the explorer's consumer-group lag.
+var appReadTableNames = [
+  '${tablePrefix}checkpoints'
+]
 // Storage account names: 3-24 lowercase letters and digits; the token is 13 characters.
 var vaultAccountName = 'stmvault${resourceToken}'
 var hostAccountName = 'stmvhost${resourceToken}'
@@ -391,6 +395,7 @@ module appRoles 'app/rbac.bicep' = {
       claimCheckContainerName
     ]
     vaultTableNames: appTableNames
+    vaultReadTableNames: appReadTableNames
     narrowVaultScopes: true
     stagingAccountNames: stagingAccountNames
     hostAccountName: hostStorage.outputs.name

@@ -145,8 +145,8 @@ ADMINS = {"admin key", "admin token"}
 
 def expected(route: str, who: str) -> str | int:
     """The answer each caller must get from each route."""
-    if route == "GET openapi.json":
-        return OK  # documentation: open to all, credentials are not even looked at
+    if route in ("GET openapi.json", "GET ui"):
+        return OK  # documentation and the explorer's files: open to all, credentials not even looked at
     if who in BAD:
         return 401  # a credential that is not acceptable is refused everywhere, /health included
     anonymous = who in ("no credential", "forged Easy Auth header")
@@ -196,6 +196,9 @@ ROUTES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "GET health": ("GET", "/health", {}),
     "GET whoami": ("GET", "/whoami", {}),
     "GET openapi.json": ("GET", "/openapi.json", {}),
+    "GET rates": ("GET", "/streams/{orders}/rates", {}),
+    "GET groups": ("GET", "/streams/{orders}/groups", {}),
+    "GET ui": ("GET", "/ui/", {}),
 }
 FUNCTION_ROUTES = {
     ("POST", "streams/{stream}/messages"),
@@ -211,6 +214,9 @@ FUNCTION_ROUTES = {
     ("GET", "health"),
     ("GET", "whoami"),
     ("GET", "openapi.json"),
+    ("GET", "streams/{stream}/rates"),
+    ("GET", "streams/{stream}/groups"),
+    ("GET", "ui/{*path}"),
 }
 
 
@@ -298,6 +304,12 @@ def check_content(s: Setup, route: str, who: str, r: httpx.Response, *, minimal:
             if minimal
             else {"status", "version", "queues", "poison_messages", "waiting"}
         )
+    elif route == "GET rates":
+        assert sum(m["messages"] for m in r.json()["rates"]) >= 1  # this hour's messages
+    elif route == "GET groups":
+        assert r.json()["stream"] == s.orders and r.json()["groups"] == []
+    elif route == "GET ui":
+        assert r.headers["content-type"].startswith("text/html") and SECRET not in r.text
     elif route == "GET whoami":
         kind = r.json()["principal"]["kind"]
         assert kind == {"no credential": "anonymous", "forged Easy Auth header": "anonymous"}.get(
@@ -372,7 +384,7 @@ def test_a_scoped_admin_may_handle_the_poison_of_its_streams_only(setup: Setup) 
 
 
 def test_openapi_documents_the_security_of_every_operation() -> None:
-    from vault_app.openapi import SPEC
+    from vault_app.openapi import SPEC, UNSECURED
 
     assert SPEC["components"]["securitySchemes"]["entraId"] == {
         **SPEC["components"]["securitySchemes"]["entraId"],
@@ -381,8 +393,8 @@ def test_openapi_documents_the_security_of_every_operation() -> None:
     }
     for path, operations in SPEC["paths"].items():
         for method, op in operations.items():
-            if path == "/openapi.json":
-                assert op["security"] == []
+            if path in UNSECURED:
+                assert op["security"] == [] and "x-vault-permission" not in op
                 continue
             assert op["x-vault-permission"], (method, path)
             assert {"entraId": []} in op["security"] and "401" in op["responses"], (method, path)

@@ -20,7 +20,7 @@ import pytest
 from vault_core import format as fmt
 from vault_core import pageblob
 from vault_core.format import NewMessage, encode, message_id
-from vault_core.index import _offset_key, _time_key
+from vault_core.index import _minute_key, _offset_key, _time_key
 from vault_core.pageblob import CommitState, CommittedBatch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -182,7 +182,7 @@ def test_the_message_id_example() -> None:
 
 
 def test_the_index_key_examples() -> None:
-    for key in (_offset_key(100), _time_key(TS, 100), _offset_key(0), _time_key(TS, 0)):
+    for key in (_offset_key(100), _time_key(TS, 100), _offset_key(0), _time_key(TS, 0), _minute_key(TS)):
         assert key in FORMAT_MD, key
 
 

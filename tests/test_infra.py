@@ -385,6 +385,7 @@ ROLE_NAMES = {
     "db58b8e5-c6ad-4a2a-8342-4190687cbf4a": "Storage Blob Delegator",
     "974c5e8b-45b9-4653-ba55-5f855dd0fb88": "Storage Queue Data Contributor",
     "0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3": "Storage Table Data Contributor",
+    "76199698-9eea-4c19-bc75-cec21354c6b6": "Storage Table Data Reader",
     "3913510d-42f4-4e42-8a64-420c390055eb": "Monitoring Metrics Publisher",
 }
 GUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", re.IGNORECASE)
@@ -428,6 +429,7 @@ def _conditional(expr: Any) -> tuple[str, Any, Any]:
     [
         ("vaultContainerRoles", ["storageBlobDataContributor"]),
         ("vaultTableRoles", ["storageTableDataContributor"]),
+        ("vaultReadTableRoles", ["storageTableDataReader"]),
         ("hostRoles", ["storageBlobDataOwner", "storageQueueDataContributor", "storageTableDataContributor"]),
     ],
 )
@@ -454,7 +456,11 @@ def test_no_queue_role_on_the_vault_account() -> None:
 
 @pytest.mark.parametrize(
     ("assignment", "scope"),
-    [("vaultContainerAssignments", "vaultContainers"), ("vaultTableAssignments", "vaultTables")],
+    [
+        ("vaultContainerAssignments", "vaultContainers"),
+        ("vaultTableAssignments", "vaultTables"),
+        ("vaultReadTableAssignments", "vaultReadTables"),
+    ],
 )
 def test_the_apps_vault_data_roles_are_scoped_to_its_containers_and_tables(
     assignment: str, scope: str
@@ -472,6 +478,10 @@ def test_the_app_gets_narrow_scopes_on_the_vault_and_the_developer_the_account()
     assert app["vaultContainerNames"] == ["streamsContainerName", "claimCheckContainerName"]
     tables = [_render(t, tablePrefix="mv") for t in doc(MAIN)["variables"][app["vaultTableNames"]]["value"]]
     assert set(tables) == APP_TABLES
+    read = [_render(t, tablePrefix="mv") for t in doc(MAIN)["variables"][app["vaultReadTableNames"]]["value"]]
+    assert (
+        set(read) == APP_READ_TABLES and "vaultReadTableNames" not in main_module("deployerRoles")["params"]
+    )
 
 
 def _app_tables() -> set[str]:
@@ -485,10 +495,18 @@ def _app_tables() -> set[str]:
 
 
 APP_TABLES = {"mvcatalog", "mvindex", "mvbatches"}
+APP_READ_TABLES = {"mvcheckpoints"}
+"""Tables the app reads and never writes (the explorer's consumer groups)."""
 
 
 def test_the_app_tables_are_the_ones_the_code_uses() -> None:
     assert _app_tables() == APP_TABLES
+    from vault_app.config import load_settings
+    from vault_app.services import Services
+    from vault_core.azure import azurite_connection_string
+
+    services = Services(load_settings({"VaultStorage": azurite_connection_string()}))  # no request is sent
+    assert {services.checkpoints.table_name} == APP_READ_TABLES
 
 
 # --------------------------------------------------------------------------------------------

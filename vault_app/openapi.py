@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from vault_app.api import MAX_LIMIT, MAX_WAIT_SECONDS, VERSION
+from vault_app.explorer_api import MAX_GROUPS, MAX_RATE_MINUTES
 
 
 def _param(name: str, where: str, kind: str, text: str, required: bool = False) -> dict[str, Any]:
@@ -190,6 +191,57 @@ SCHEMAS: dict[str, Any] = {
             "waiting": _int,
         },
     },
+    "Rates": {
+        "type": "object",
+        "properties": {
+            "stream": {"type": "string"},
+            "minutes": _int,
+            "from": {**_int, "description": "the first minute's start (ms)"},
+            "to": {**_int, "description": "now (ms)"},
+            "committed": _int,
+            "count": _int,
+            "rates": {
+                "type": "array",
+                "description": "one entry per minute, oldest first; rate = messages (or bytes) / seconds",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "time": {**_int, "description": "the minute's start (ms)"},
+                        "messages": _int,
+                        "bytes": _int,
+                        "seconds": {"type": "number", "description": "60, or less for the running minute"},
+                    },
+                },
+            },
+        },
+    },
+    "Groups": {
+        "type": "object",
+        "properties": {
+            "stream": {"type": "string"},
+            "committed": _int,
+            "last_timestamp": _opt_int,
+            "truncated": {"type": "boolean", "description": f"more than {MAX_GROUPS} groups"},
+            "groups": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "group": {"type": "string"},
+                        "offset": {**_int, "description": "the next offset the group reads"},
+                        "member": _opt_str,
+                        "updated": _int,
+                        "lag_bytes": _int,
+                        "first_unread_timestamp": _opt_int,
+                        "lag_ms": {
+                            **_opt_int,
+                            "description": "the last message's timestamp minus the first unread one's",
+                        },
+                    },
+                },
+            },
+        },
+    },
     "PoisonMessage": {
         "type": "object",
         "properties": {
@@ -326,6 +378,23 @@ PATHS: dict[str, Any] = {
     "/streams": {
         "get": {"summary": "All streams and staging queue depths", "responses": _ok(200, "Streams")}
     },
+    "/streams/{stream}/rates": {
+        "get": {
+            "summary": "Messages and bytes committed per minute (the explorer's ingest rate)",
+            "parameters": [
+                STREAM,
+                _param("minutes", "query", "integer", f"1-{MAX_RATE_MINUTES}: the window (default 60)"),
+            ],
+            "responses": {**_ok(200, "Rates"), **_errors(400, 404, 503)},
+        }
+    },
+    "/streams/{stream}/groups": {
+        "get": {
+            "summary": "Consumer groups on the stream: position, lag in bytes and in time",
+            "parameters": [STREAM],
+            "responses": {**_ok(200, "Groups"), **_errors(400, 404, 503)},
+        }
+    },
     "/streams/{stream}/batches/{id}": {
         "get": {
             "summary": "A batch's status on its stream",
@@ -373,7 +442,24 @@ PATHS: dict[str, Any] = {
             "responses": {"200": {"description": "OpenAPI 3"}},
         }
     },
+    "/ui/{path}": {
+        "get": {
+            "summary": "The web explorer's files (no data: its page calls the API with your credential)",
+            "description": "/ui/ is the page; a credential is not looked at. Strict Content-Security-Policy.",
+            "parameters": [
+                _param("path", "path", "string", "a file of the explorer; empty (/ui/): the page")
+            ],
+            "security": [],
+            "responses": {
+                "200": {"description": "the file", "content": {"text/html": {"schema": {"type": "string"}}}},
+                "304": {"description": "not modified (If-None-Match)"},
+                **_errors(404),
+            },
+        }
+    },
 }
+UNSECURED = {"/openapi.json", "/ui/{path}"}
+"""Served to anyone, credentials not even looked at: they carry no data."""
 
 NEEDS: dict[tuple[str, str], str] = {
     ("/streams/{stream}/messages", "post"): "write on the stream",
@@ -382,6 +468,8 @@ NEEDS: dict[tuple[str, str], str] = {
     ("/streams/{stream}/access", "get"): "read on the stream",
     ("/streams/{stream}", "get"): "read on the stream",
     ("/streams/{stream}/batches/{id}", "get"): "read on the stream",
+    ("/streams/{stream}/rates", "get"): "read on the stream",
+    ("/streams/{stream}/groups", "get"): "read on the stream",
     ("/streams", "get"): "read on some stream; lists those it may read, queues only for admin on *",
     ("/batches/{id}", "get"): "read on some stream; a batch of a stream it may not read is 404",
     ("/poison", "get"): "admin on the stream of ?stream=, or on every stream (*) without it",

@@ -15,6 +15,7 @@ from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.checkpoints import CheckpointStore
 from vault_core.vault import Vault
 
 
@@ -70,6 +71,12 @@ class Services:
             StorageAccount.from_settings(self.settings.env, config.staging_connection(account))
             for account in range(self.settings.staging_accounts)
         ]
+
+    @cached_property
+    def checkpoints(self) -> CheckpointStore:
+        """Consumer-group checkpoints, where the clients keep them by default: the vault's
+        account, table ``<prefix>checkpoints`` (the app only reads them, for the explorer)."""
+        return CheckpointStore(self.vault.index.service, f"{self.settings.table_prefix}checkpoints")
 
     @cached_property
     def queues(self) -> list[StagingQueue]:

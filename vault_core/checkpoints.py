@@ -111,6 +111,23 @@ class CheckpointStore:
             except ResourceNotFoundError:  # no row, or no table yet: both mean "no checkpoint"
                 return None
 
+    def for_stream(self, stream: str, limit: int = 1000) -> list[Checkpoint]:
+        """Every group's checkpoint on ``stream`` (at most ``limit``), sorted by group.
+
+        Groups are partitions, so this filter reads the whole table: fine for the few hundred
+        rows a vault's consumer groups make, which is what the explorer shows."""
+        validate_stream_name(stream)
+        with translate_errors(stream):
+            try:
+                rows = []
+                for row in self.table.query_entities("RowKey eq @rk", parameters={"rk": stream}):
+                    rows.append(row)
+                    if len(rows) >= limit:
+                        break
+            except ResourceNotFoundError:
+                return []
+        return sorted((_checkpoint(r) for r in rows), key=lambda c: c.group)
+
     def list(self, group: str | None = None) -> list[Checkpoint]:
         """Every checkpoint, or one group's, sorted by group then stream."""
         with translate_errors():

@@ -8,10 +8,12 @@ Tables and keys (``<p>`` is the configured prefix, default ``mv``):
 
 ``<p>catalog``  PartitionKey ``stream``, RowKey = stream name: committed length, message
                 count, first/last timestamp, created/updated.
-``<p>index``    PartitionKey = stream name, three row families:
+``<p>index``    PartitionKey = stream name, four row families:
                 ``o<offset:016x>``                    an index point, ascending by offset
                 ``t<~ts:012x><~offset:012x>``         the same point, *descending* by time
                 ``b<batch id>``                       a committed producer batch (exactly-once)
+                ``m<minute:012x>``                    the first record of each minute that has
+                                                      records (ingest rates, docs/ARCHITECTURE.md §11)
 
 Tables only return rows in ascending key order, so the ``t`` family stores inverted
 numbers: "the last point before time T" becomes "the first row after key(T)", one
@@ -33,6 +35,7 @@ from vault_core.pageblob import CommitState, CommittedBatch
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"
 _TRANSACTION_LIMIT = 100  # Azure Tables' maximum operations per entity-group transaction
+MINUTE_MS = 60_000
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,16 @@ def _offset_key(offset: int) -> str:
 
 def _time_key(ts: int, offset: int) -> str:
     return f"t{_MAX48 - ts:012x}{_MAX48 - offset:012x}"
+
+
+def _minute_key(ts: int) -> str:
+    return f"m{ts // MINUTE_MS:012x}"
+
+
+def starts_minute(previous_ts: int | None, ts: int) -> bool:
+    """Whether a record stamped ``ts`` is the first of its minute, after one stamped ``previous_ts``
+    (None: the stream's first record). Timestamps never go back, so this marks each minute once."""
+    return previous_ts is None or ts // MINUTE_MS > previous_ts // MINUTE_MS
 
 
 def _i64(value: int) -> EntityProperty:
@@ -100,9 +113,10 @@ class IndexTables:
         points: Sequence[IndexPoint],
         batches: Iterable[CommittedBatch],
         now_ms: int,
+        minutes: Sequence[IndexPoint] = (),
     ) -> None:
         """Index rows and batch ids of a commit, then the catalog row."""
-        self.record_index(stream, points, batches)
+        self.record_index(stream, points, batches, minutes)
         entry: dict[str, Any] = {
             "PartitionKey": CATALOG_PARTITION,
             "RowKey": stream,
@@ -118,10 +132,20 @@ class IndexTables:
             self.catalog.upsert_entity(entry, mode=UpdateMode.MERGE)
 
     def record_index(
-        self, stream: str, points: Sequence[IndexPoint], batches: Iterable[CommittedBatch]
+        self,
+        stream: str,
+        points: Sequence[IndexPoint],
+        batches: Iterable[CommittedBatch],
+        minutes: Sequence[IndexPoint] = (),
     ) -> None:
-        """Upsert index points and committed batch ids, 100 rows per transaction."""
+        """Upsert minute marks, index points and committed batch ids, 100 rows per transaction.
+
+        Minute marks go first: a recovering writer re-derives them only after the last index
+        point it finds, so an index point in Tables must imply the marks written with it."""
         rows: list[dict[str, Any]] = []
+        for m in minutes:
+            fields = {"Offset": _i64(m.offset), "Ts": _i64(m.timestamp), "Count": _i64(m.count)}
+            rows.append({"PartitionKey": stream, "RowKey": _minute_key(m.timestamp), **fields})
         for p in points:
             fields = {"Offset": _i64(p.offset), "Ts": _i64(p.timestamp), "Count": _i64(p.count)}
             rows.append({"PartitionKey": stream, "RowKey": _offset_key(p.offset), **fields})
@@ -187,6 +211,13 @@ class IndexTables:
         upper = _offset_key(end) if end is not None else "p"
         filt = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
         params = {"pk": stream, "lo": _offset_key(start), "hi": upper}
+        with translate_errors(stream):
+            return [_point(e) for e in self.index.query_entities(filt, parameters=params)]
+
+    def minute_marks(self, stream: str, start_ms: int, end_ms: int) -> list[IndexPoint]:
+        """The first record of each minute from ``start_ms``'s minute to ``end_ms``'s, ascending."""
+        filt = "PartitionKey eq @pk and RowKey ge @lo and RowKey le @hi"
+        params = {"pk": stream, "lo": _minute_key(max(0, start_ms)), "hi": _minute_key(max(0, end_ms))}
         with translate_errors(stream):
             return [_point(e) for e in self.index.query_entities(filt, parameters=params)]
 

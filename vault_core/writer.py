@@ -39,7 +39,7 @@ from vault_core.format import (
     encode_into,
     restamp,
 )
-from vault_core.index import IndexPoint, IndexTables
+from vault_core.index import IndexPoint, IndexTables, starts_minute
 from vault_core.names import validate_batch_id
 from vault_core.pageblob import (
     MAX_PAGE_BLOB_SIZE,
@@ -213,26 +213,36 @@ class StreamWriter:
         self._tail = self.blob.read(page_start, state.committed - page_start)
         self.index.register_stream(self.stream, self.clock.now_ms())
         last = self.index.last_point(self.stream)
-        points = self._reindex(last, state.committed) if state.committed else []
-        self.index.record_commit(self.stream, state, points, state.batches, self.clock.now_ms())
+        points, minutes = self._reindex(last, state.committed) if state.committed else ([], [])
+        self.index.record_commit(self.stream, state, points, state.batches, self.clock.now_ms(), minutes)
         self._last_point = points[-1] if points else last
         self._stale = False
 
-    def _reindex(self, last: IndexPoint | None, committed: int) -> list[IndexPoint]:
-        """Index points between the last recorded one and ``committed``, re-derived from the log."""
+    def _reindex(self, last: IndexPoint | None, committed: int) -> tuple[list[IndexPoint], list[IndexPoint]]:
+        """Index points and minute marks after the last recorded point, re-derived from the log.
+
+        The marks of the last point's commit were written with it (``record_index``), so the
+        record at ``last`` itself is not marked again."""
         from vault_core.reader import scan_blob  # the reader depends on nothing in this module
 
         start = last.offset if last else 0
         points: list[IndexPoint] = []
+        minutes: list[IndexPoint] = []
         prev = last
         count = last.count if last else 0
+        previous_ts: int | None = None
         for message in scan_blob(self.blob, start, committed):
             if prev is None or message.offset - prev.offset >= self.index_spacing:
                 prev = IndexPoint(message.offset, message.timestamp, count)
                 if not (last and prev.offset == last.offset):
                     points.append(prev)
+            if (message.offset == 0 or previous_ts is not None) and starts_minute(
+                previous_ts, message.timestamp
+            ):
+                minutes.append(IndexPoint(message.offset, message.timestamp, count))
+            previous_ts = message.timestamp
             count += 1
-        return points
+        return points, minutes
 
     def _refresh(self) -> None:
         """After a failed call: recover as a new writer would (we still hold the lease).
@@ -353,12 +363,19 @@ class StreamWriter:
         except BaseException:
             pages.abandon()
             raise
+        # The group's first record opens a minute when the stream's last one was stamped earlier.
+        added = count > state.count
+        minutes = (
+            [IndexPoint(state.committed, ts, state.count)]
+            if added and starts_minute(state.last_ts, ts)
+            else []
+        )
         new_state = replace(
             self.state,  # not ``state``: _grow() may have recorded a larger blob since
             committed=offset,
             count=count,
-            first_ts=state.first_ts if state.first_ts is not None else (ts if count > state.count else None),
-            last_ts=ts if count > state.count else state.last_ts,
+            first_ts=state.first_ts if state.first_ts is not None else (ts if added else None),
+            last_ts=ts if added else state.last_ts,
             batches=tuple(committed_batches),
         )
         self._keep_lease()
@@ -368,8 +385,8 @@ class StreamWriter:
         self._tail = tail
         self._last_point = last_point
         now = self.clock.now_ms()
-        if points or committed_batches or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
-            self._record(points, committed_batches, now)
+        if points or committed_batches or minutes or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
+            self._record(points, committed_batches, minutes, now)
         return results
 
     def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
@@ -380,7 +397,9 @@ class StreamWriter:
             del buf[: self.max_write]
         return write_pos
 
-    def _record(self, points: list[IndexPoint], batches: list[CommittedBatch], now: int) -> None:
+    def _record(
+        self, points: list[IndexPoint], batches: list[CommittedBatch], minutes: list[IndexPoint], now: int
+    ) -> None:
         """Write the commit's index rows and batch ids in the background, off the append path.
 
         Safe because they are derived from the commit record: until the next commit replaces
@@ -394,9 +413,9 @@ class StreamWriter:
 
         def write() -> None:
             if with_catalog:
-                self.index.record_commit(self.stream, state, points, batches, now)
+                self.index.record_commit(self.stream, state, points, batches, now, minutes)
             else:
-                self.index.record_index(self.stream, points, batches)
+                self.index.record_index(self.stream, points, batches, minutes)
 
         self._wait_recorded()
         self._recording = self._recorder.submit(write)

@@ -15,7 +15,7 @@ from types import FrameType
 
 from vault_local.azurite import ROOT, Azurite, free_port
 from vault_local.dev_issuer import DevIssuer
-from vault_local.process import HostProcess, new_key
+from vault_local.process import HostProcess, explorer_url, new_key
 
 
 class Shown:
@@ -148,6 +148,10 @@ def demo(args: argparse.Namespace) -> None:
         )
         print("tail got: " + (waiter.communicate(timeout=30)[0] or "").strip())
         print(f"\nThe vault is running at {api}. OpenAPI: {api}/openapi.json")
+        # The key rides in the URL fragment, which the browser keeps to itself (no server log);
+        # the page moves it into the tab's sessionStorage at once.
+        print(f"  web explorer (signed in with the key, admin): {explorer_url(api, key=key)}")
+        print("    (or open /ui/ and sign in with a token: you then see what the token may read)")
         print(f"  function key (admin on every stream): export VAULT_KEY={key}")
         mint = '{"sub": "me", "roles": ["Vault.Read.All"]}'
         print(f"  mint a token: curl -s -X POST {issuer.url}/token -d '{mint}'")

@@ -221,7 +221,7 @@ class LocalHost:
                 "url": str(request.url),
                 "headers": dict(request.headers),
                 "params": dict(request.query_params),
-                "route_params": match.groupdict(),
+                "route_params": match.groupdict(default=""),
             }
             body = await read_body(request, read_only=request.method in READ_METHODS)
             try:

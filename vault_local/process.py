@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping
+from urllib.parse import quote
 
 from vault_local.azurite import ROOT, free_port
 
@@ -42,6 +43,12 @@ def local_env(connection_string: str, key: str) -> dict[str, str]:
         "VAULT_ACCESS_POLICY": admin_policy(),
         "FUNCTIONS_WORKER_RUNTIME": "python",
     }
+
+
+def explorer_url(api: str, *, key: str | None = None, token: str | None = None) -> str:
+    """The web explorer, signed in with a function key or a token passed in the URL fragment."""
+    credential = f"key={quote(key, safe='')}" if key else f"token={quote(token or '', safe='')}"
+    return f"{api}/ui/#{credential}"
 
 
 class HostProcess:

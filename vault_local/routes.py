@@ -37,8 +37,9 @@ class QueueFunction:
 
 def _route_pattern(route: str) -> re.Pattern[str]:
     """Route templates as the Functions host reads them: ``{name}`` (or ``{name:constraint}``)
-    matches one path segment; a catch-all ``{*name}`` matches the rest of the path, slashes too."""
-    regex = re.sub(r"\{\*(\w+)\}", r"(?P<\1>.*)", route.strip("/"))
+    matches one path segment; a last ``{*name}`` matches the rest of the path, slashes included,
+    and may be absent (ASP.NET's catch-all: ``ui/{*path}`` answers ``ui``, ``ui/`` and ``ui/a/b``)."""
+    regex = re.sub(r"/\{\*(\w+)\}$", r"(?:/(?P<\1>.*))?", route.strip("/"))
     regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", regex)
     return re.compile(f"^{regex}$")
 

@@ -24,6 +24,9 @@ param vaultContainerNames array
 @description('The vault\'s tables the app uses (catalog, index, batches).')
 param vaultTableNames array
 
+@description('The vault\'s tables the app only reads (consumer-group checkpoints, for the explorer\'s groups page).')
+param vaultReadTableNames array = []
+
 @description('Grant the vault\'s data roles on vaultContainerNames and vaultTableNames only (the app), not on the whole account (a developer, whose tools also create containers and tables and keep consumer-group checkpoints there).')
 param narrowVaultScopes bool
 
@@ -51,6 +54,7 @@ var storageBlobDataContributor = 'ba92f5b4-2d11-453d-a403-e96b0029c9fe' // Stora
 var storageBlobDelegator = 'db58b8e5-c6ad-4a2a-8342-4190687cbf4a' // Storage Blob Delegator
 var storageQueueDataContributor = '974c5e8b-45b9-4653-ba55-5f855dd0fb88' // Storage Queue Data Contributor
 var storageTableDataContributor = '0a9a7e1f-b9d0-4cc4-a60d-0319b160aaa3' // Storage Table Data Contributor
+var storageTableDataReader = '76199698-9eea-4c19-bc75-cec21354c6b6' // Storage Table Data Reader
 var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb' // Monitoring Metrics Publisher
 
 // Vault account. No queue role: the app uses no queue there (staging has its own accounts).
@@ -63,6 +67,8 @@ var monitoringMetricsPublisher = '3913510d-42f4-4e42-8a64-420c390055eb' // Monit
 //   only be requested there) and it grants no data access of its own.
 // - Storage Table Data Contributor: the catalog, index and batches tables, each by name
 //   for the app (vaultTableRoles).
+// - Storage Table Data Reader: the checkpoints table, which the clients write and the app
+//   only reads, for the explorer (vaultReadTableRoles).
 var vaultAccountRoles = narrowVaultScopes ? [
   storageBlobDelegator
 ] : [
@@ -76,8 +82,12 @@ var vaultContainerRoles = [
 var vaultTableRoles = [
   storageTableDataContributor
 ]
+var vaultReadTableRoles = [
+  storageTableDataReader
+]
 var containerGrants = narrowVaultScopes ? vaultContainerNames : []
 var tableGrants = narrowVaultScopes ? vaultTableNames : []
+var readTableGrants = narrowVaultScopes ? vaultReadTableNames : []
 
 // Host account: the Functions host documents Storage Blob Data Owner for AzureWebJobsStorage
 // (it manages its own containers, keys and singleton leases there), plus queue and table
@@ -112,6 +122,10 @@ resource vaultTables 'Microsoft.Storage/storageAccounts/tableServices/tables@202
   name: '${vaultAccountName}/default/${table}'
 }]
 
+resource vaultReadTables 'Microsoft.Storage/storageAccounts/tableServices/tables@2023-05-01' existing = [for table in readTableGrants: {
+  name: '${vaultAccountName}/default/${table}'
+}]
+
 resource vaultAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for role in vaultAccountRoles: {
   name: guid(vault.id, principalId, role)
   scope: vault
@@ -138,6 +152,16 @@ resource vaultTableAssignments 'Microsoft.Authorization/roleAssignments@2022-04-
   scope: vaultTables[i]
   properties: {
     roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vaultTableRoles[0])
+    principalId: principalId
+    principalType: principalType
+  }
+}]
+
+resource vaultReadTableAssignments 'Microsoft.Authorization/roleAssignments@2022-04-01' = [for i in range(0, length(readTableGrants)): {
+  name: guid(vaultReadTables[i].id, principalId, vaultReadTableRoles[0])
+  scope: vaultReadTables[i]
+  properties: {
+    roleDefinitionId: subscriptionResourceId('Microsoft.Authorization/roleDefinitions', vaultReadTableRoles[0])
     principalId: principalId
     principalType: principalType
   }
