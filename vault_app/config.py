@@ -43,6 +43,8 @@ MAX_BATCH_MESSAGES = "VAULT_MAX_BATCH_MESSAGES"
 MAX_BATCH_BYTES = "VAULT_MAX_BATCH_BYTES"
 SAS_MINUTES = "VAULT_SAS_MINUTES"
 MAX_WAITING = "VAULT_MAX_WAITING"
+DEFAULT_MAX_WAITING = 400
+"""Requests that may wait (``?wait=``) at once per worker process; past it: 429."""
 
 # Access control (docs/SECURITY.md).
 AUTH_TENANT_ID = "VAULT_AUTH_TENANT_ID"
@@ -141,8 +143,7 @@ class VaultSettings:
     table_prefix: str = "mv"
     limits: Limits = Limits()
     sas_minutes: int = 15
-    max_waiting: int = 400
-    """Requests that may wait (``?wait=``) at once per worker process; past it: 429."""
+    max_waiting: int = DEFAULT_MAX_WAITING
     auth: AuthSettings = AuthSettings()
 
     @property
@@ -188,7 +189,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
             max_batch_bytes=_int(env, MAX_BATCH_BYTES, defaults.max_batch_bytes),
         ),
         sas_minutes=_int(env, SAS_MINUTES, 15),
-        max_waiting=_int(env, MAX_WAITING, 400),
+        max_waiting=_int(env, MAX_WAITING, DEFAULT_MAX_WAITING),
         auth=load_auth(env),
     )
 
