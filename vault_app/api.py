@@ -45,6 +45,9 @@ _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
 BATCH_RECHECK_SECONDS = 1.0
 """A producer's ``?wait=`` reads the batch table at least this often (see _committed_within)."""
+HEALTH_FRESH_SECONDS = 1.0
+HEALTH_STALE_SECONDS = 5.0
+"""/health's poison counts are read at most once a second and served up to 5 s old meanwhile."""
 HEALTH_BUDGET_SECONDS = 2.0
 """All storage calls of one /health together: a probe answers within about this long."""
 log = logging.getLogger("vault_app")
@@ -512,7 +515,7 @@ async def health(req: Request, caller: Caller) -> Response:
     Open to probes without a credential, so it says nothing about data: queue names and
     poison counts only to admins of every stream. A coroutine with async storage calls made
     side by side: a probe needs no thread, so busy threads never make it slow."""
-    counts = await _poison_counts()
+    counts = await _recent_poison_counts()
     known = [c["poison_messages"] for c in counts]
     ok = bool(counts) and None not in known
     doc: dict[str, Any] = {"status": "ok" if ok else "degraded", "version": VERSION}
@@ -544,6 +547,38 @@ def whoami(req: Request, caller: Caller) -> Response:
         },
         {"Cache-Control": "no-store"},
     )
+
+
+@dataclass
+class _Counts:
+    value: list[dict[str, Any]] | None = None
+    at: float = 0.0
+    refreshing: asyncio.Task[list[dict[str, Any]]] | None = None
+
+
+_counts_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Counts] = weakref.WeakKeyDictionary()
+
+
+async def _recent_poison_counts() -> list[dict[str, Any]]:
+    """The poison counts, at most HEALTH_FRESH_SECONDS old, or up to HEALTH_STALE_SECONDS old
+    while a refresh runs: probes every second, from several places, cost storage one read of
+    the counts a second, and a probe never waits for storage when a recent answer is at hand."""
+    loop = asyncio.get_running_loop()
+    counts = _counts_by_loop.setdefault(loop, _Counts())
+    age = loop.time() - counts.at
+    if counts.value is not None and age < HEALTH_FRESH_SECONDS:
+        return counts.value
+    if counts.refreshing is None or counts.refreshing.done():
+
+        async def refresh() -> list[dict[str, Any]]:
+            value = await _poison_counts()
+            counts.value, counts.at = value, loop.time()
+            return value
+
+        counts.refreshing = loop.create_task(refresh())
+    if counts.value is not None and age < HEALTH_STALE_SECONDS:
+        return counts.value
+    return await asyncio.shield(counts.refreshing)
 
 
 async def _poison_counts() -> list[dict[str, Any]]:
