@@ -23,7 +23,7 @@ import time
 
 from bench.common import MIB, report, timed
 from vault_core.azure import StorageAccount
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite

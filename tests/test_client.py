@@ -39,7 +39,7 @@ from vault_client.wire import encode_message, to_millis
 from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidInput, InvalidOffset, MessageTooLarge
-from vault_core.format import HEADER_SIZE, NewMessage, encode
+from vault_core.recordformat import HEADER_SIZE, NewMessage, encode
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 

@@ -25,7 +25,7 @@ from vault_client import (
     RetryPolicy,
 )
 from vault_client.cli import cli
-from vault_core.format import Message
+from vault_core.recordformat import Message
 from vault_local.azurite import free_port
 from vault_local.process import HostProcess
 

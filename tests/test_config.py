@@ -9,7 +9,7 @@ from vault_app.config import load_settings
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
 from vault_core.azure import StorageAccount, azurite_connection_string
-from vault_core.format import NewMessage, decode
+from vault_core.recordformat import NewMessage, decode
 
 CONN = azurite_connection_string()
 

@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from vault_core import format as fmt
 from vault_core import pageblob
-from vault_core.format import NewMessage, encode, message_id
+from vault_core import recordformat as fmt
 from vault_core.index import _offset_key, _time_key
 from vault_core.pageblob import CommitState, CommittedBatch
+from vault_core.recordformat import NewMessage, encode, message_id
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMAT_MD = (ROOT / "docs" / "FORMAT.md").read_text(encoding="utf-8")

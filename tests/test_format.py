@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vault_core import format as fmt
+from vault_core import recordformat as fmt
 from vault_core.errors import (
     CorruptRecord,
     InvalidInput,
@@ -14,8 +14,8 @@ from vault_core.errors import (
     MessageTooLarge,
     UnsupportedVersion,
 )
-from vault_core.format import NewMessage, decode, encode, message_id, parse_message_id
 from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.recordformat import NewMessage, decode, encode, message_id, parse_message_id
 
 DATA = Path(__file__).parent / "data"
 TS = 1_700_000_000_000

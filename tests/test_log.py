@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from vault_core import format as fmt
+from vault_core import recordformat as fmt
 from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.errors import (
@@ -28,8 +28,8 @@ from vault_core.errors import (
     StreamNotFound,
     UnsupportedVersion,
 )
-from vault_core.format import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch
 

@@ -19,7 +19,7 @@ from vault_app.config import Limits
 from vault_app.http import HttpError, Request
 from vault_app.ingest import parse_batch
 from vault_core.errors import FormatError
-from vault_core.format import MAX_TIMESTAMP_MS, NewMessage, decode, encode
+from vault_core.recordformat import MAX_TIMESTAMP_MS, NewMessage, decode, encode
 
 LIMITS = Limits(max_message_bytes=4096, max_batch_messages=50, max_batch_bytes=64 * 1024)
 CONTENT_TYPES = st.sampled_from([None, "application/json", "application/x-ndjson", "text/plain"])

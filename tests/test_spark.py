@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from vault_core.clock import ManualClock
-from vault_core.format import Message, NewMessage
 from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.recordformat import Message, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 
@@ -203,7 +203,7 @@ def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
 
 def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
     from vault_core.errors import FormatError
-    from vault_core.format import MAGIC, decode, encode
+    from vault_core.recordformat import MAGIC, decode, encode
     from vault_core.spark.columnar import decode_columns
 
     rng = random.Random(11)

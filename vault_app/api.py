@@ -23,9 +23,9 @@ from vault_app.services import Services, services
 from vault_app.staging import Stager
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
-from vault_core.format import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.retry import budget, poll
 
 VERSION = "0.1.0"

@@ -41,9 +41,9 @@ from azure.data.tables import TableClient, UpdateMode
 
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput
-from vault_core.format import NewMessage
 from vault_core.index import IndexTables
 from vault_core.names import validate_producer_batch_id
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"

@@ -28,7 +28,7 @@ from vault_app import envelope
 from vault_app.envelope import Envelope, EnvelopeError
 from vault_core.azure import translate_errors
 from vault_core.errors import VaultError
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 from vault_core.vault import Vault
 

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from vault_app.auth.policy import Policy, parse_grants, parse_patterns
 from vault_app.auth.tokens import check_url
-from vault_core.format import MAX_VALUE_BYTES
+from vault_core.recordformat import MAX_VALUE_BYTES
 
 T = TypeVar("T")
 

@@ -20,10 +20,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vault_core import format
+from vault_core import recordformat
 from vault_core.errors import FormatError, InvalidInput
-from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.recordformat import NewMessage
 
 VERSION = 1
 INLINE_LIMIT = 60_000
@@ -42,7 +42,7 @@ class Envelope:
     messages: list[NewMessage] | None = None
     claim: str | None = None
     count: int = 0
-    records: format.StagedRecords | None = None
+    records: recordformat.StagedRecords | None = None
     """A claim-check batch once its blob is read: already in record form, checked."""
 
 
@@ -91,13 +91,13 @@ def decode(text: str | bytes) -> Envelope:
 
 
 def encode_claim_body(messages: list[NewMessage], staged_ms: int) -> bytes:
-    return format.encode(messages, 0, staged_ms)
+    return recordformat.encode(messages, 0, staged_ms)
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
     """The records of a claim-check blob, checked; their count must match the queue message."""
     try:
-        records = format.staged_records(blob_body)
+        records = recordformat.staged_records(blob_body)
     except FormatError as exc:
         raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
     if len(records.starts) != envelope.count:

@@ -19,7 +19,7 @@ from vault_app.services import Services
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
 from vault_core.errors import StorageUnavailable, StreamNotFound, VaultError
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 
 log = logging.getLogger("vault_app.staging")

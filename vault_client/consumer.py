@@ -7,7 +7,7 @@
             handle(message)
 
 Both read paths (HTTP API, or the blob with a SAS: ``direct=True``) yield the same
-:class:`vault_core.format.Message` objects. Iteration first catches up to the committed end
+:class:`vault_core.recordformat.Message` objects. Iteration first catches up to the committed end
 as fast as the path allows, then (with ``follow``) chases the tail with long polls.
 
 With a consumer ``group`` the start position is the group's checkpoint when it has one
@@ -35,8 +35,8 @@ from vault_client.sources import ApiSource, Source
 from vault_client.wire import to_millis
 from vault_core.checkpoints import Checkpoint, CheckpointStore
 from vault_core.errors import InvalidInput, StreamNotFound
-from vault_core.format import Message
 from vault_core.reader import ReadResult
+from vault_core.recordformat import Message
 
 Start = int | Literal["beginning", "end"]
 

@@ -20,9 +20,9 @@ from azure.storage.blob import BlobClient, ContainerClient
 
 from vault_client.api import Access
 from vault_core.errors import InvalidInput, StorageFailure
-from vault_core.format import Message
 from vault_core.pageblob import CommitState, StreamBlob
 from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
+from vault_core.recordformat import Message
 
 T = TypeVar("T")
 AccessProvider = Callable[[], Access]

@@ -29,8 +29,8 @@ from vault_client.results import SendResult
 from vault_client.retry import RetryPolicy
 from vault_client.wire import batch_body, encode_message
 from vault_core.errors import MessageTooLarge
-from vault_core.format import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 from vault_core.names import validate_stream_name
+from vault_core.recordformat import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 
 MAX_BODY_BYTES = 16 * 1024 * 1024
 """The API's default request body limit (VAULT_MAX_BATCH_BYTES)."""

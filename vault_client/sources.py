@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from vault_client.api import ApiClient
-from vault_core.format import Message
 from vault_core.reader import ReadResult
+from vault_core.recordformat import Message
 
 
 class Source(Protocol):

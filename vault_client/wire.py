@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from vault_core.errors import InvalidInput
-from vault_core.format import FLAG_KEY_IS_TEXT, Message
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, Message
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 """JSON string literal of a str (C-accelerated), non-ASCII kept as is: the body is UTF-8."""

@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from vault_core.errors import InvalidOffset
-from vault_core.format import HEADER, HEADER_SIZE, MAGIC
 from vault_core.index import IndexTables
+from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC
 
 PROOF_CHUNK = 4 * 1024 * 1024
 """Bytes read per request while walking towards an offset."""

@@ -16,7 +16,7 @@ from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.azure import translate_errors
 from vault_core.errors import StreamNotFound, UnsupportedVersion
-from vault_core.format import MAX_OFFSET
+from vault_core.recordformat import MAX_OFFSET
 
 PAGE_SIZE = 512
 MAX_PAGE_WRITE = 4 * 1024 * 1024

@@ -26,10 +26,10 @@ from vault_core.errors import (
     StorageFailure,
     StreamNotFound,
 )
-from vault_core.format import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 from vault_core.index import IndexTables
 from vault_core.names import validate_stream_name
 from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4

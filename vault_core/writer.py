@@ -29,16 +29,6 @@ from azure.storage.blob import BlobLeaseClient
 from vault_core.azure import translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
-from vault_core.format import (
-    MAX_KEY_BYTES,
-    MAX_TIMESTAMP_MS,
-    MAX_VALUE_BYTES,
-    NewMessage,
-    StagedRecords,
-    check_limits,
-    encode_into,
-    restamp,
-)
 from vault_core.index import IndexPoint, IndexTables
 from vault_core.names import validate_batch_id
 from vault_core.pageblob import (
@@ -48,6 +38,16 @@ from vault_core.pageblob import (
     CommitState,
     CommittedBatch,
     StreamBlob,
+)
+from vault_core.recordformat import (
+    MAX_KEY_BYTES,
+    MAX_TIMESTAMP_MS,
+    MAX_VALUE_BYTES,
+    NewMessage,
+    StagedRecords,
+    check_limits,
+    encode_into,
+    restamp,
 )
 
 log = logging.getLogger(__name__)

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from vault_core.errors import CorruptRecord, StorageFailure
-from vault_core.format import Message
 from vault_core.pageblob import StreamBlob
 from vault_core.reader import scan_blob
+from vault_core.recordformat import Message
 from vault_core.spark.columnar import decode_columns, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
