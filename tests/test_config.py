@@ -69,7 +69,7 @@ def test_streams_spread_stably_over_every_queue_of_every_staging_account() -> No
 def test_the_inline_envelope_round_trips_text_and_binary() -> None:
     msgs = [NewMessage(b"\x00\xffbin", b"\x01"), NewMessage("tëxt".encode(), "key")]
     env = envelope.decode(envelope.encode_messages("b1", "s", 5, msgs))
-    assert (env.batch_id, env.stream, env.staged_ms, env.messages) == ("b1", "s", 5, msgs)
+    assert (env.batch_id, env.stream, env.received_ms, env.messages) == ("b1", "s", 5, msgs)
 
 
 def test_a_claim_check_body_must_hold_the_announced_messages() -> None:

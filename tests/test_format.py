@@ -64,28 +64,28 @@ def test_every_flipped_byte_is_detected() -> None:
             decode(bytes(corrupt), 0, complete=True)
 
 
-def test_staged_records_restamped_equal_records_encoded_in_place() -> None:
+def test_encoded_batches_restamped_equal_records_encoded_in_place() -> None:
     messages = [m for _, m in ROUND_TRIPS]
-    staged = fmt.staged_records(encode(messages, 0, 1))
-    assert len(staged.starts) == len(messages) and staged.starts[0] == 0
+    encoded = fmt.encoded_batch(encode(messages, 0, 1))
+    assert len(encoded.starts) == len(messages) and encoded.starts[0] == 0
     buf = bytearray(b"committed bytes before the batch")
     at = len(buf)
-    buf += staged.data
-    fmt.restamp(buf, at, staged.starts, 70_000, TS)
+    buf += encoded.data
+    fmt.restamp(buf, at, encoded.starts, 70_000, TS)
     assert bytes(buf[at:]) == encode(messages, 70_000, TS)
 
 
-def test_every_flipped_byte_of_a_staged_batch_is_detected() -> None:
+def test_every_flipped_byte_of_an_encoded_batch_is_detected() -> None:
     buf = bytearray(encode([NewMessage(b"payload", "key"), NewMessage(b"two")], 0, TS))
     for i in range(len(buf)):
         corrupt = bytearray(buf)
         corrupt[i] ^= 0x01
         with pytest.raises((CorruptRecord, UnsupportedVersion)):
-            fmt.staged_records(bytes(corrupt))
+            fmt.encoded_batch(bytes(corrupt))
     with pytest.raises(CorruptRecord, match="partial record header"):
-        fmt.staged_records(bytes(buf) + b"\xf5MV")
+        fmt.encoded_batch(bytes(buf) + b"\xf5MV")
     with pytest.raises(CorruptRecord, match="runs past"):
-        fmt.staged_records(bytes(buf[:-1]))
+        fmt.encoded_batch(bytes(buf[:-1]))
 
 
 def test_checksum_error_names_offset_and_both_checksums() -> None:

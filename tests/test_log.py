@@ -74,7 +74,7 @@ def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Va
     assert read_all(vault, stream) == sent
 
 
-def test_staged_record_batches_append_like_messages(vault: Vault, stream: str) -> None:
+def test_encoded_batches_append_like_messages(vault: Vault, stream: str) -> None:
     """A claim-check body (records from offset 0) is copied and re-stamped, mixed with messages."""
     rng = random.Random(11)
     sent: list[bytes] = []
@@ -82,12 +82,12 @@ def test_staged_record_batches_append_like_messages(vault: Vault, stream: str) -
     for i, size in enumerate((3, 2 * MAX_PAGE_WRITE // 1000, 1, 700)):
         batch = [NewMessage(rng.randbytes(rng.randint(0, 2000)), f"k{i}") for _ in range(size)]
         sent += [m.value for m in batch]
-        staged = fmt.staged_records(fmt.encode(batch, 0, 1))
-        batches.append(Batch.of_records(staged, f"b{i}") if i % 2 == 0 else Batch(batch, f"b{i}"))
+        encoded = fmt.encoded_batch(fmt.encode(batch, 0, 1))
+        batches.append(Batch.of_records(encoded, f"b{i}") if i % 2 == 0 else Batch(batch, f"b{i}"))
     with vault.writer(stream) as w:
         results = w.append(batches)
         again = w.append(batches[:1])
-    assert [r.count for r in results] == [len(b.messages) or len(b.staged.starts) for b in batches]  # type: ignore[union-attr]
+    assert [r.count for r in results] == [len(b.messages) or len(b.encoded.starts) for b in batches]  # type: ignore[union-attr]
     assert again[0].duplicate and again[0].first_offset == 0
     got = list(vault.reader.scan(stream))
     assert [m.value for m in got] == sent

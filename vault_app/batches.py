@@ -11,7 +11,7 @@ id belongs to its stream, and the same id on two streams is two batches. Columns
 ``State``    ``staging`` (a POST reserved the id; not known to be in a queue yet), ``staged``
              (in a queue: the POST answered 202), or ``rejected`` (the writer gave up; ``Reason``)
 ``Digest``   SHA-256 of the batch's keys and values: a retry must carry the same batch
-``Count``, ``StagedMs``, ``Reason``
+``Count``, ``ReceivedMs``, ``Reason``
 
 "Committed" is not stored here: the stream's own batch index says it, written by the commit.
 
@@ -111,7 +111,7 @@ class BatchTable:
             "State": STAGING,
             "Digest": batch_digest,
             "Count": count,
-            "StagedMs": str(now_ms),
+            "ReceivedMs": str(now_ms),
         }
 
         def insert() -> dict[str, Any] | None:

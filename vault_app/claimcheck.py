@@ -47,7 +47,7 @@ class ClaimChecks:
 
     # -- the HTTP tier ---------------------------------------------------------------------
     def queue_text(
-        self, batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]
+        self, batch_id: str, stream: str, received_ms: int, messages: list[NewMessage]
     ) -> tuple[str, bool]:
         """The queue message for a batch, uploading its claim-check blob first if it needs one.
 
@@ -56,13 +56,13 @@ class ClaimChecks:
         size = sum(len(m.value) for m in messages)
         claimed = size + 40 * len(messages) > envelope.INLINE_LIMIT  # cheap bound before encoding
         if not claimed:
-            text = envelope.encode_messages(batch_id, stream, staged_ms, messages)
+            text = envelope.encode_messages(batch_id, stream, received_ms, messages)
             if len(text) <= envelope.INLINE_LIMIT:
                 return text, False
         name = f"{stream}/{batch_id}/{uuid.uuid4().hex}.records"
-        body = envelope.encode_claim_body(messages, staged_ms)
+        body = envelope.encode_claim_body(messages, received_ms)
         with_retries(lambda: self._upload(name, body))
-        return envelope.encode_claim(batch_id, stream, staged_ms, name, len(messages)), True
+        return envelope.encode_claim(batch_id, stream, received_ms, name, len(messages)), True
 
     def _upload(self, name: str, body: bytes) -> None:
         with translate_errors():

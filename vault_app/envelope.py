@@ -2,7 +2,7 @@
 
 Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` in host.json)::
 
-    {"v": 1, "id": BATCH_ID, "stream": STREAM, "ts": STAGED_MS,
+    {"v": 1, "id": BATCH_ID, "stream": STREAM, "ts": RECEIVED_MS,
      "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
@@ -38,15 +38,15 @@ class EnvelopeError(InvalidInput):
 class Envelope:
     batch_id: str
     stream: str
-    staged_ms: int
+    received_ms: int
     messages: list[NewMessage] | None = None
     claim: str | None = None
     count: int = 0
-    records: recordformat.StagedRecords | None = None
+    records: recordformat.EncodedBatch | None = None
     """A claim-check batch once its blob is read: already in record form, checked."""
 
 
-def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage]) -> str:
+def encode_messages(batch_id: str, stream: str, received_ms: int, messages: list[NewMessage]) -> str:
     rows = []
     for m in messages:
         key, flags = m.key_bytes()
@@ -59,13 +59,13 @@ def encode_messages(batch_id: str, stream: str, staged_ms: int, messages: list[N
             ]
         )
     return json.dumps(
-        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows}, separators=(",", ":")
+        {"v": VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "m": rows}, separators=(",", ":")
     )
 
 
-def encode_claim(batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int) -> str:
+def encode_claim(batch_id: str, stream: str, received_ms: int, blob_name: str, count: int) -> str:
     return json.dumps(
-        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "claim": blob_name, "n": count},
+        {"v": VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "claim": blob_name, "n": count},
         separators=(",", ":"),
     )
 
@@ -74,30 +74,30 @@ def decode(text: str | bytes) -> Envelope:
     try:
         doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise EnvelopeError(f"staged message is not JSON: {exc}") from exc
+        raise EnvelopeError(f"staging message is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise EnvelopeError("staged message is not a JSON object")
+        raise EnvelopeError("staging message is not a JSON object")
     if doc.get("v") != VERSION:
         raise EnvelopeError(f"unknown staging envelope version {doc.get('v')!r}")
     try:
         batch_id = validate_batch_id(doc["id"])
         stream = validate_stream_name(doc["stream"])
-        staged = int(doc["ts"])
+        received = int(doc["ts"])
         if "claim" in doc:
-            return Envelope(batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]))
-        return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]])
+            return Envelope(batch_id, stream, received, claim=str(doc["claim"]), count=int(doc["n"]))
+        return Envelope(batch_id, stream, received, messages=[_message(row) for row in doc["m"]])
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
 
-def encode_claim_body(messages: list[NewMessage], staged_ms: int) -> bytes:
-    return recordformat.encode(messages, 0, staged_ms)
+def encode_claim_body(messages: list[NewMessage], received_ms: int) -> bytes:
+    return recordformat.encode(messages, 0, received_ms)
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
     """The records of a claim-check blob, checked; their count must match the queue message."""
     try:
-        records = recordformat.staged_records(blob_body)
+        records = recordformat.encoded_batch(blob_body)
     except FormatError as exc:
         raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
     if len(records.starts) != envelope.count:

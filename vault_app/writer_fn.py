@@ -73,8 +73,8 @@ fault_hook: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)
-class Staged:
-    """A queue message as the trigger hands it over."""
+class StagingMessage:
+    """A message of a staging queue as the trigger hands it over (its body is an envelope)."""
 
     id: str
     body: str
@@ -104,7 +104,7 @@ class _Plan:
     bytes: int = 0
 
 
-def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+def write_staged(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     try:
         owner = open_writers.own(services, queue)
     except TRANSIENT as exc:
@@ -119,7 +119,7 @@ def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> No
         open_writers.done(queue)
 
 
-def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     """This instance owns the queue: append the trigger's batch and whatever else is pending."""
     claims = services.claims
     try:
@@ -199,7 +199,7 @@ def _append(
         messages=sum(r.count for r in fresh),
         bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
-        lag_ms=now_ms - min(w.envelope.staged_ms for w in work),
+        lag_ms=now_ms - min(w.envelope.received_ms for w in work),
     )
 
 
@@ -266,7 +266,7 @@ def _retry_delay(exc: BaseException) -> int:
     return LEASED_RETRY_SECONDS if isinstance(exc, WriterConflict) else UNAVAILABLE_RETRY_SECONDS
 
 
-def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException) -> None:
+def _hand_back_trigger(queue: StagingQueue, trigger: StagingMessage, exc: BaseException) -> None:
     """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
 
     If the queue cannot take it either, fail the invocation: the host retries it later.
@@ -276,7 +276,7 @@ def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException)
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
-def _pass_to_owner(queue: StagingQueue, trigger: Staged) -> None:
+def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage) -> None:
     """Another instance owns the queue: its batch goes back at once, visible to the owner's next
     drain, and this invocation then pauses, so that this instance's poller of the queue takes
     one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""

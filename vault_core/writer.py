@@ -43,8 +43,8 @@ from vault_core.recordformat import (
     MAX_KEY_BYTES,
     MAX_TIMESTAMP_MS,
     MAX_VALUE_BYTES,
+    EncodedBatch,
     NewMessage,
-    StagedRecords,
     check_limits,
     encode_into,
     restamp,
@@ -70,17 +70,17 @@ class Batch:
     messages: Sequence[NewMessage]
     batch_id: str | None = None
     """Producer-chosen id; a batch whose id is already committed is not appended again."""
-    staged: StagedRecords | None = None
+    encoded: EncodedBatch | None = None
     """The batch already in record form (a claim-check body), instead of ``messages``: the
     writer copies its records and re-stamps offsets and time rather than encoding each one."""
 
     @classmethod
-    def of_records(cls, records: StagedRecords, batch_id: str | None = None) -> Batch:
+    def of_records(cls, records: EncodedBatch, batch_id: str | None = None) -> Batch:
         return cls((), batch_id, records)
 
     @property
     def count(self) -> int:
-        return len(self.staged.starts) if self.staged is not None else len(self.messages)
+        return len(self.encoded.starts) if self.encoded is not None else len(self.messages)
 
 
 @dataclass(frozen=True)
@@ -320,17 +320,17 @@ class StreamWriter:
         try:
             for i, batch in group.batches:
                 first = offset
-                if batch.staged is not None:
-                    staged = batch.staged
+                if batch.encoded is not None:
+                    encoded = batch.encoded
                     at = len(buf)
-                    buf += staged.data
-                    restamp(buf, at, staged.starts, offset, ts)
-                    for start in staged.starts:
+                    buf += encoded.data
+                    restamp(buf, at, encoded.starts, offset, ts)
+                    for start in encoded.starts:
                         if last_point is None or offset + start - last_point.offset >= self.index_spacing:
                             last_point = IndexPoint(offset + start, ts, count)
                             points.append(last_point)
                         count += 1
-                    offset += len(staged.data)
+                    offset += len(encoded.data)
                 for message in batch.messages:
                     if last_point is None or offset - last_point.offset >= self.index_spacing:
                         last_point = IndexPoint(offset, ts, count)
