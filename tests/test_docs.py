@@ -300,6 +300,33 @@ def test_claim_check_blobs_are_records_from_offset_zero_as_format_md_says() -> N
     assert claimed is not None and claimed.data == body and claimed.starts == [0, records[1].offset]
 
 
+# -- API.md ---------------------------------------------------------------------------------------
+API_MD = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
+
+
+def test_every_limit_of_the_api_is_in_api_md_as_the_code_states_it() -> None:
+    from vault_core import limits
+
+    rows = constant_rows(API_MD)
+    for literal, path in rows:
+        assert ast.literal_eval(literal) == resolve(path), f"API.md says {path} = {literal}"
+    stated = {n for n, v in vars(limits).items() if n.isupper() and isinstance(v, int)}
+    assert {path.rsplit(".", 1)[1] for _, path in rows} == stated
+    mib = limits.MiB
+    for prose in (
+        f"value ≤ {limits.MAX_MESSAGE_BYTES // mib} MiB (`VAULT_MAX_MESSAGE_BYTES`)",
+        f"≤ {limits.MAX_BATCH_MESSAGES:,} messages per batch (`VAULT_MAX_BATCH_MESSAGES`)",
+        f"≤ {limits.MAX_BATCH_BYTES // mib} MiB request body",
+        f"`?wait=SECONDS` (0-{limits.MAX_WAIT_SECONDS})",
+        f"`limit` 1-{limits.MAX_READ_MESSAGES:,} (default {limits.DEFAULT_READ_MESSAGES})",
+        f"`max_bytes` 1 to {limits.MAX_READ_BYTES // mib} MiB "
+        f"(default {limits.DEFAULT_READ_BYTES // mib} MiB)",
+        f"`wait` 0-{limits.MAX_WAIT_SECONDS}:",
+        f"At most {limits.MAX_READ_BYTES // mib} MiB per response",
+    ):
+        assert prose in " ".join(API_MD.split()), f"API.md does not say {prose!r}"
+
+
 # -- SECURITY.md ----------------------------------------------------------------------------------
 SECURITY_MD = (ROOT / "docs" / "SECURITY.md").read_text(encoding="utf-8")
 README_MD = (ROOT / "README.md").read_text(encoding="utf-8")

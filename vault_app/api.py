@@ -18,20 +18,25 @@ from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.http import HttpError, Request, Response, guarded, json_response
 from vault_app.ingest import parse_batch
+from vault_app.openapi import SPEC
 from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
 from vault_app.staging import Stager
+from vault_core import __version__ as VERSION
 from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
+from vault_core.limits import (
+    DEFAULT_READ_BYTES,
+    DEFAULT_READ_MESSAGES,
+    MAX_READ_BYTES,
+    MAX_READ_MESSAGES,
+    MAX_WAIT_SECONDS,
+)
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.retry import budget, poll
 
-VERSION = "0.1.0"
-MAX_WAIT_SECONDS = 60
-MAX_LIMIT = 10_000
-MAX_RANGE_BYTES = 16 * 1024 * 1024
 _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
 HEALTH_BUDGET_SECONDS = 2.0
@@ -210,8 +215,8 @@ def get_stream(req: Request, caller: Caller) -> Response:
 def get_messages(req: Request, caller: Caller) -> Response:
     svc = _svc()
     stream = _stream(req)
-    limit = _int_param(req, "limit", 1000, 1, MAX_LIMIT)
-    max_bytes = _int_param(req, "max_bytes", 1024 * 1024, 1, MAX_RANGE_BYTES)
+    limit = _int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES)
+    max_bytes = _int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES)
     wait = _wait_param(req)
     force_b64 = req.query.get("encoding") == "base64"
     reader = svc.vault.reader
@@ -326,7 +331,7 @@ def get_log(req: Request, caller: Caller) -> Response:
             ).encode(),
             {"Content-Range": f"bytes */{committed}"},
         )
-    end = min(end, committed, start + MAX_RANGE_BYTES)
+    end = min(end, committed, start + MAX_READ_BYTES)
     data = blob.read(start, end - start)
     return Response(
         206,
@@ -450,6 +455,4 @@ def _poison_counts() -> list[dict[str, Any]]:
 
 @guarded
 def openapi(req: Request) -> Response:
-    from vault_app.openapi import SPEC  # imports this module's constants
-
     return json_response(200, SPEC)

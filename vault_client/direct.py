@@ -27,6 +27,11 @@ from vault_core.recordformat import Message
 T = TypeVar("T")
 AccessProvider = Callable[[], Access]
 
+PAGE_MESSAGES = 10_000
+PAGE_BYTES = 4 * 1024 * 1024
+"""A direct page's default size: larger than the API's, since no server decodes it (and each
+GET has a fixed cost)."""
+
 
 class AccessDenied(StorageFailure):
     """Storage refused the SAS even after it was renewed."""
@@ -123,8 +128,8 @@ class DirectSource:
         access: AccessProvider,
         *,
         seek: Callable[[int], int] | None = None,
-        page_size: int = 10_000,
-        max_bytes: int = 4 * 1024 * 1024,
+        page_size: int = PAGE_MESSAGES,
+        max_bytes: int = PAGE_BYTES,
         chunk: int = SCAN_CHUNK,
         prefetch: int = SCAN_PREFETCH,
         poll_min: float = 0.02,

@@ -27,14 +27,15 @@ from vault_core.errors import (
     StreamNotFound,
 )
 from vault_core.index import IndexTables
+from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.names import validate_stream_name
 from vault_core.pageblob import CommitState, StreamBlob
 from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
-DEFAULT_MAX_BYTES = 1024 * 1024
-DEFAULT_MAX_COUNT = 1000
+DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
+DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 
 
 @dataclass(frozen=True)
