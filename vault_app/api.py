@@ -36,6 +36,7 @@ from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.retry import budget, poll
+from vault_core.times import to_millis
 
 _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
@@ -78,18 +79,10 @@ def parse_time(raw: str) -> int:
     Times before the epoch or past what a record can carry are clamped to that range: a seek
     there means "from the start" or "at the end".
     """
-    if re.fullmatch(r"-?\d{1,20}", raw):
-        return min(max(int(raw), 0), MAX_TIMESTAMP_MS)
     try:
-        dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        ms = int(dt.timestamp() * 1000)
-    except (ValueError, OverflowError):
-        shown = raw if len(raw) <= 40 else raw[:40] + "..."
-        raise HttpError(
-            400, "bad_request", f"time {shown!r} is neither milliseconds (up to 20 digits) nor ISO 8601"
-        ) from None
+        ms = to_millis(raw)
+    except InvalidInput as exc:
+        raise HttpError(400, "bad_request", str(exc)) from None
     return min(max(ms, 0), MAX_TIMESTAMP_MS)
 
 
