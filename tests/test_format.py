@@ -14,7 +14,12 @@ from vault_core.errors import (
     MessageTooLarge,
     UnsupportedVersion,
 )
-from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.names import (
+    validate_batch_id,
+    validate_group_name,
+    validate_producer_batch_id,
+    validate_stream_name,
+)
 from vault_core.recordformat import NewMessage, decode, encode, message_id, parse_message_id
 
 DATA = Path(__file__).parent / "data"
@@ -155,3 +160,31 @@ def test_valid_stream_names_pass(name: str) -> None:
 def test_invalid_batch_ids_are_rejected(bid: str) -> None:
     with pytest.raises(InvalidInput):
         validate_batch_id(bid)
+
+
+@pytest.mark.parametrize(
+    ("name", "stream", "group", "batch", "producer_batch"),
+    [
+        ("orders.v2", True, True, True, False),
+        ("-lead", False, False, True, True),
+        ("x" * 64, True, True, True, True),
+        ("x" * 65, True, True, False, False),
+        ("x" * 129, False, False, False, False),
+        ("a/b", False, False, False, False),
+    ],
+)
+def test_each_kind_of_name_keeps_its_own_rule(
+    name: str, stream: bool, group: bool, batch: bool, producer_batch: bool
+) -> None:
+    """One helper checks every kind of name; each kind still has its own set and length."""
+    for validate, valid in (
+        (validate_stream_name, stream),
+        (validate_group_name, group),
+        (validate_batch_id, batch),
+        (validate_producer_batch_id, producer_batch),
+    ):
+        if valid:
+            assert validate(name) == name
+        else:
+            with pytest.raises(InvalidInput, match="invalid"):
+                validate(name)

@@ -12,7 +12,6 @@ silently moving the group's position backwards or forwards under the other membe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +20,10 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
 
 from vault_core.azure import StorageAccount, create_if_missing, translate_errors
-from vault_core.errors import InvalidInput, InvalidOffset, VaultError
-from vault_core.names import validate_stream_name
+from vault_core.errors import InvalidOffset, VaultError
+from vault_core.names import validate_group_name, validate_stream_name
 
 DEFAULT_TABLE = "mvcheckpoints"
-GROUP_NAME_MAX = 128
-# Same character set as stream names: safe as a Table PartitionKey and on a command line.
-_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class CheckpointConflict(VaultError):
@@ -51,15 +47,6 @@ class Checkpoint:
     etag: str
     updated: int
     member: str | None = None
-
-
-def validate_group_name(name: str) -> str:
-    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
-        raise InvalidInput(
-            f"invalid consumer group name {name!r}: use 1-{GROUP_NAME_MAX} characters from "
-            "A-Z a-z 0-9 . _ -, starting with a letter or digit"
-        )
-    return name
 
 
 def _num(value: Any) -> int:
