@@ -25,7 +25,7 @@ from azure.storage.blob import BlobClient, BlobLeaseClient
 
 from vault_app.services import Services, StagingQueue
 from vault_core.azure import translate_errors
-from vault_core.errors import LeaseLost, StreamLeased, StreamNotFound, VaultError
+from vault_core.errors import LeaseLost, NotFound, StreamLeased, VaultError
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
@@ -213,7 +213,7 @@ def _acquire_owner(blob: BlobClient, lease_id: str) -> BlobLeaseClient | None:
                 return blob.acquire_lease(lease_duration=WRITER_LEASE_SECONDS, lease_id=lease_id)
         except StreamLeased:
             return None
-        except StreamNotFound:  # the queue's first owner: create the lease blob, then lease it
+        except NotFound:  # the queue's first owner: create the lease blob, then lease it
             with translate_errors():
                 try:
                     blob.create_page_blob(size=0, match_condition=MatchConditions.IfMissing)

@@ -38,7 +38,7 @@ from vault_app.batches import BatchStatus, BatchTable
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services, StagingQueue
 from vault_core.azure import translate_errors
-from vault_core.errors import InvalidInput, StreamNotFound, VaultError
+from vault_core.errors import InvalidInput, NotFound, VaultError
 from vault_core.names import validate_batch_id, validate_stream_name
 
 PAGE = 32
@@ -249,7 +249,7 @@ def _peek(client: QueueClient) -> list[Any]:
     try:
         with translate_errors():
             return list(client.peek_messages(max_messages=PAGE))
-    except StreamNotFound:  # a poison queue that was never created holds nothing
+    except NotFound:  # a poison queue that was never created holds nothing
         return []
 
 
@@ -371,7 +371,7 @@ def _receive(client: QueueClient) -> list[QueueMessage]:
                 messages_per_page=PAGE, visibility_timeout=REPLAY_VISIBILITY
             ).by_page()
             return list(next(pages, []))
-    except StreamNotFound:
+    except NotFound:
         return []
 
 

@@ -18,7 +18,7 @@ from vault_app.batches import STAGED, BatchStatus, digest
 from vault_app.services import Services
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable, StreamNotFound, VaultError
+from vault_core.errors import NotFound, StorageUnavailable, VaultError
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 
@@ -69,5 +69,5 @@ class Stager:
             with translate_errors():
                 # Never expire (the service default is 7 days): a staged batch waits for its writer.
                 client.send_message(text, time_to_live=-1)
-        except StreamNotFound as exc:  # infrastructure missing: the service is unavailable
+        except NotFound as exc:  # infrastructure missing: the service is unavailable
             raise StorageUnavailable(f"staging queue {client.queue_name!r} does not exist") from exc

@@ -44,7 +44,7 @@ from vault_app.open_writers import open_writers
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable, StreamFull, VaultError, WriterConflict
+from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
 from vault_core.writer import Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -64,9 +64,6 @@ UNAVAILABLE_RETRY_SECONDS = 5
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
-
-TRANSIENT = (StorageUnavailable, WriterConflict)
-"""Failures that trying again later can cure: never a reason to poison a batch."""
 
 fault_hook: Callable[[str], None] | None = None
 """Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
@@ -107,7 +104,9 @@ class _Plan:
 def write_staged(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     try:
         owner = open_writers.own(services, queue)
-    except TRANSIENT as exc:
+    except VaultError as exc:
+        if not exc.retriable:
+            raise
         _hand_back_trigger(queue, trigger, exc)
         return
     if not owner:
@@ -129,8 +128,10 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
     except EnvelopeError as exc:
         _poison(services, queue, trigger.body, str(exc))
         return
-    except TRANSIENT as exc:
-        _hand_back_trigger(queue, trigger, exc)
+    except VaultError as exc:
+        if not exc.retriable:
+            raise
+        _hand_back_trigger(queue, trigger, exc)  # trying again later can cure it: never poison
         return
     plan = _Plan()
     _add(plan, _Work(first))
@@ -142,11 +143,6 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
             drained = [w.drained for w in work if w.drained]
             try:
                 _append(services, claims, queue, stream, work, renewer)
-            except TRANSIENT as exc:
-                renewer.forget(drained)
-                _hand_back(queue, drained, exc)
-                if stream == first.stream:
-                    _hand_back_trigger(queue, trigger, exc)
             except StreamFull as exc:
                 renewer.forget(drained)
                 for w in work:
@@ -154,10 +150,15 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
                     _poison(services, queue, body, str(exc))
                     if w.drained:
                         _delete(queue, w.drained)
-            except BaseException:
+            except BaseException as exc:
+                renewer.forget(drained)
+                if retriable(exc):  # trying again later can cure it: never a reason to poison
+                    _hand_back(queue, drained, exc)
+                    if stream == first.stream:
+                        _hand_back_trigger(queue, trigger, exc)
+                    continue
                 # A bug or an answer we do not understand: give the drained batches back and
                 # let the host retry the trigger (and poison it after maxDequeueCount).
-                renewer.forget(drained)
                 _release(queue, drained)
                 if stream == first.stream:
                     raise

@@ -32,6 +32,8 @@ from azure.storage.queue import QueueServiceClient
 
 from vault_core.errors import (
     LeaseLost,
+    NotFound,
+    StorageAccessDenied,
     StorageFailure,
     StorageUnavailable,
     StreamLeased,
@@ -240,7 +242,9 @@ def translate_http_error(exc: HttpResponseError, stream: str | None = None) -> V
             f"this writer lost its lease on {what} (or the blob changed under it); it stopped writing"
         )
     if code in _NOT_FOUND or isinstance(exc, ResourceNotFoundError):
-        return StreamNotFound(f"{what} does not exist" if stream else f"not found: {code}")
+        return StreamNotFound(f"{what} does not exist") if stream else NotFound(f"not found: {code}")
+    if status in (401, 403):
+        return StorageAccessDenied("storage refused the credential", status=status, code=code)
     if status is not None and (status >= 500 or status in (408, 429)):
         return StorageUnavailable(f"storage is unavailable or throttling (status {status}, code {code})")
     return StorageFailure("unexpected storage error", status=status, code=code)
