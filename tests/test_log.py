@@ -380,10 +380,10 @@ def test_skipping_a_corrupt_record_reports_where_and_how_much(vault: Vault, stre
         page[victim.offset + 40 - page_at] ^= 0x01
         blob.client.upload_page(bytes(page), offset=page_at, length=PAGE_SIZE)
     skips: list[tuple[int, int]] = []
-    from vault_core.reader import scan_blob
+    from vault_core.reader import scan_log
 
     survivors = list(
-        scan_blob(
+        scan_log(
             blob, 0, blob.state().committed, skip_corrupt=True, on_skip=lambda off, n: skips.append((off, n))
         )
     )

@@ -14,7 +14,7 @@ class CountingReader(StreamReader):
     """The real reader, counting the GETs it makes (to see which reads were prefetched)."""
 
     def __init__(self, vault: Vault) -> None:
-        super().__init__(vault.reader.container, vault.reader.index)
+        super().__init__(vault.reader.log, vault.reader.index)
         self.fetches: list[int] = []
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:

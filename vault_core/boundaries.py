@@ -31,6 +31,19 @@ Read = Callable[[int, int], bytes]
 """``read(start, length)``: committed bytes of the stream."""
 
 
+def boundary_by_definition(stream: str, offset: int, committed: int) -> bool:
+    """Whether ``offset`` is a boundary with no proof needed (0 or the committed end).
+
+    Raises InvalidOffset outside ``[0, committed]``. Otherwise False means it must be proven: by
+    :meth:`Boundaries.prove`, or by asking a server that does (``vault_client.rawlog``).
+    """
+    if offset in (0, committed):
+        return True
+    if not 0 < offset < committed:
+        raise InvalidOffset(f"offset {offset} is outside the committed part of {stream!r} (0-{committed})")
+    return False
+
+
 class Boundaries:
     """Proven boundaries of every stream one process reads; safe to share between threads."""
 
@@ -56,12 +69,8 @@ class Boundaries:
 
     def prove(self, stream: str, offset: int, committed: int, read: Read) -> None:
         """Return if ``offset`` is a boundary of the committed log, else raise InvalidOffset."""
-        if offset in (0, committed) or self._is_known(stream, offset):
+        if boundary_by_definition(stream, offset, committed) or self._is_known(stream, offset):
             return
-        if not 0 < offset < committed:
-            raise InvalidOffset(
-                f"offset {offset} is outside the committed part of {stream!r} (0-{committed})"
-            )
         start = self._start_below(stream, offset)
         if not self._walk(stream, start, offset, read):
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")

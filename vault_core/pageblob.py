@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.azure import translate_errors
@@ -107,6 +107,11 @@ class StreamBlob:
     def in_container(cls, container: ContainerClient, stream: str) -> StreamBlob:
         return cls(container.get_blob_client(stream), stream)
 
+    @classmethod
+    def from_url(cls, url: str, stream: str) -> StreamBlob:
+        """The blob at ``url``, which carries its credential (a SAS) in its query string."""
+        return cls(BlobClient.from_blob_url(url), stream)
+
     # -- reads ---------------------------------------------------------------------------
     def state(self) -> CommitState:
         with translate_errors(self.stream):
@@ -123,8 +128,13 @@ class StreamBlob:
     def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
         """One GET: the bytes and the commit record returned with them (Get Blob returns metadata)."""
         with translate_errors(self.stream):
-            downloader = self.client.download_blob(offset=start, length=length, max_concurrency=1)
-            data = downloader.readall()
+            try:
+                downloader = self.client.download_blob(offset=start, length=length, max_concurrency=1)
+                data = downloader.readall()
+            except HttpResponseError as exc:
+                if exc.status_code != 416:
+                    raise
+                return b"", self.state()  # a range at or past the blob's end: nothing there
         props = downloader.properties
         return data, CommitState.from_metadata(dict(props.metadata or {}), props.etag, props.size)
 

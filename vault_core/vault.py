@@ -46,7 +46,7 @@ class Vault:
 
     @cached_property
     def reader(self) -> StreamReader:
-        return StreamReader(self.container, self.index, clock=self.clock)
+        return StreamReader(self.blob, self.index, clock=self.clock)
 
     def ensure(self) -> Vault:
         """Create the container and tables if they are missing (idempotent)."""

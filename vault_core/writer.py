@@ -220,13 +220,13 @@ class StreamWriter:
 
     def _reindex(self, last: IndexPoint | None, committed: int) -> list[IndexPoint]:
         """Index points between the last recorded one and ``committed``, re-derived from the log."""
-        from vault_core.reader import scan_blob  # the reader depends on nothing in this module
+        from vault_core.reader import scan_log  # the reader depends on nothing in this module
 
         start = last.offset if last else 0
         points: list[IndexPoint] = []
         prev = last
         count = last.count if last else 0
-        for message in scan_blob(self.blob, start, committed):
+        for message in scan_log(self.blob, start, committed):
             if prev is None or message.offset - prev.offset >= self.index_spacing:
                 prev = IndexPoint(message.offset, message.timestamp, count)
                 if not (last and prev.offset == last.offset):

@@ -110,4 +110,8 @@ def clients(connection: Connection) -> Clients:
     container = connection.blob_account().blob_service().get_container_client(connection.container)
     tables = connection.table_account()
     index = IndexTables(tables.table_service(), connection.table_prefix) if tables else None
-    return Clients(container, index, StreamReader(container, index))
+
+    def blob(stream: str) -> StreamBlob:
+        return StreamBlob.in_container(container, validate_stream_name(stream))
+
+    return Clients(container, index, StreamReader(blob, index))
