@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from azure.data.tables import TableClient
-from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueClient
 
 from vault_app import config
@@ -15,6 +14,7 @@ from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.blobs import BlobContainer
 from vault_core.vault import Vault
 
 
@@ -47,8 +47,8 @@ class Services:
         )
 
     @cached_property
-    def claimcheck(self) -> ContainerClient:
-        return self.vault.blob_service.get_container_client(self.settings.claimcheck_container)
+    def claimcheck(self) -> BlobContainer:
+        return BlobContainer(self.vault.blob_service.get_container_client(self.settings.claimcheck_container))
 
     @cached_property
     def claims(self) -> ClaimChecks:
@@ -97,7 +97,7 @@ class Services:
         """Create containers, tables and queues if missing (local runs; Bicep does it in Azure)."""
         self.vault.ensure()
         create_if_missing(
-            self.claimcheck.create_container,
+            self.claimcheck.create_if_missing,
             self.batches.create_table,
             *(client.create_queue for q in self.queues for client in (q.client, q.poison)),
         )

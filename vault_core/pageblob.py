@@ -15,7 +15,7 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError, Resour
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.azure import translate_errors
-from vault_core.errors import StreamNotFound, UnsupportedVersion
+from vault_core.errors import NotFound, StreamLeased, StreamNotFound, UnsupportedVersion
 from vault_core.recordformat import MAX_OFFSET
 
 PAGE_SIZE = 512
@@ -96,6 +96,56 @@ class CommitState:
         )
 
 
+class Lease:
+    """A lease this process holds on a blob. Every write to a leased blob carries it."""
+
+    def __init__(self, client: BlobLeaseClient, name: str) -> None:
+        self.client = client
+        self.name = name
+
+    @property
+    def id(self) -> str:
+        return str(self.client.id)
+
+    def renew(self) -> None:
+        """Renew for another full duration; raises LeaseLost if it expired and was taken."""
+        with translate_errors(self.name):
+            self.client.renew()
+
+    def release(self) -> None:
+        """Give the blob up at once (raises a VaultError if the lease expired or was taken)."""
+        with translate_errors(self.name):
+            self.client.release()
+
+
+class LeaseBlob:
+    """An empty page blob that exists to be leased: whoever holds its lease owns something
+    (a staging queue, docs/ARCHITECTURE.md §3.7)."""
+
+    def __init__(self, client: BlobClient) -> None:
+        self.client = client
+        self.name = client.blob_name
+
+    def acquire(self, seconds: int, lease_id: str) -> Lease | None:
+        """The lease under ``lease_id``, or None if another holder has it; the blob is created first
+        if it is missing. Taking a lease this ``lease_id`` already holds succeeds (and renews it)."""
+        for _ in range(2):
+            try:
+                with translate_errors():
+                    return Lease(
+                        self.client.acquire_lease(lease_duration=seconds, lease_id=lease_id), self.name
+                    )
+            except StreamLeased:
+                return None
+            except NotFound:  # its first holder: create the blob, then lease it
+                with translate_errors():
+                    try:
+                        self.client.create_page_blob(size=0, match_condition=MatchConditions.IfMissing)
+                    except ResourceExistsError:
+                        pass
+        return None
+
+
 class StreamBlob:
     """The page blob of one stream. Every write method takes the lease and an ETag."""
 
@@ -149,37 +199,46 @@ class StreamBlob:
             except ResourceExistsError:
                 pass
 
-    def acquire_lease(self, seconds: int) -> BlobLeaseClient:
+    def acquire_lease(self, seconds: int) -> Lease:
+        """The stream's lease (raises StreamLeased if another writer holds it)."""
         with translate_errors(self.stream):
             try:
-                return self.client.acquire_lease(lease_duration=seconds)
+                return Lease(self.client.acquire_lease(lease_duration=seconds), self.stream)
             except ResourceNotFoundError as exc:
                 raise StreamNotFound(f"stream {self.stream!r} does not exist") from exc
 
+    def break_lease(self) -> None:
+        """End whatever lease the blob has, at once: its writer's next write fails with LeaseLost."""
+        with translate_errors(self.stream):
+            BlobLeaseClient(self.client).break_lease(lease_break_period=0)
+
     # -- conditional writes: lease + If-Match the writer's last known ETag ---------------
-    def resize(self, size: int, lease: BlobLeaseClient, etag: str) -> str:
+    def resize(self, size: int, lease: Lease, etag: str) -> str:
         with translate_errors(self.stream):
             result = self.client.resize_blob(
-                size, lease=lease, etag=etag, match_condition=MatchConditions.IfNotModified
+                size, lease=lease.client, etag=etag, match_condition=MatchConditions.IfNotModified
             )
         return str(result["etag"])
 
-    def write_pages(self, offset: int, data: bytes | memoryview, lease: BlobLeaseClient, etag: str) -> str:
+    def write_pages(self, offset: int, data: bytes | memoryview, lease: Lease, etag: str) -> str:
         assert offset % PAGE_SIZE == 0 and len(data) % PAGE_SIZE == 0 and len(data) <= MAX_PAGE_WRITE
         with translate_errors(self.stream):
             result = self.client.upload_page(
                 bytes(data),
                 offset=offset,
                 length=len(data),
-                lease=lease,
+                lease=lease.client,
                 etag=etag,
                 match_condition=MatchConditions.IfNotModified,
             )
         return str(result["etag"])
 
-    def commit(self, state: CommitState, lease: BlobLeaseClient, etag: str) -> str:
+    def commit(self, state: CommitState, lease: Lease, etag: str) -> str:
         with translate_errors(self.stream):
             result = self.client.set_blob_metadata(
-                state.to_metadata(), lease=lease, etag=etag, match_condition=MatchConditions.IfNotModified
+                state.to_metadata(),
+                lease=lease.client,
+                etag=etag,
+                match_condition=MatchConditions.IfNotModified,
             )
         return str(result["etag"])

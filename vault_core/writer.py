@@ -24,9 +24,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
-from azure.storage.blob import BlobLeaseClient
-
-from vault_core.azure import translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
 from vault_core.index import IndexPoint, IndexTables
@@ -37,6 +34,7 @@ from vault_core.pageblob import (
     PAGE_SIZE,
     CommitState,
     CommittedBatch,
+    Lease,
     StreamBlob,
 )
 from vault_core.recordformat import (
@@ -110,7 +108,7 @@ class StreamWriter:
         self,
         blob: StreamBlob,
         index: IndexTables,
-        lease: BlobLeaseClient,
+        lease: Lease,
         state: CommitState,
         *,
         clock: Clock,
@@ -199,8 +197,7 @@ class StreamWriter:
     def _release(self) -> None:
         self._closed = True
         try:
-            with translate_errors(self.stream):
-                self.lease.release()
+            self.lease.release()
         except VaultError as exc:  # an expired or broken lease needs no release
             log.info("lease on %s not released: %s", self.stream, exc)
 
@@ -430,8 +427,7 @@ class StreamWriter:
         """Renew the lease once a third of its duration has passed, so long appends keep it."""
         now = self.clock.monotonic()
         if force or now - self._renewed_at > self.lease_seconds / 3:
-            with translate_errors(self.stream):
-                self.lease.renew()
+            self.lease.renew()
             self._renewed_at = now
 
 
