@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from azure.data.tables import TableClient
-from azure.storage.queue import QueueClient
 
 from vault_app import config
 from vault_app.batches import BatchTable
@@ -15,6 +14,7 @@ from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_core.blobs import BlobContainer
+from vault_core.queues import Queue
 from vault_core.vault import Vault
 
 
@@ -24,8 +24,8 @@ class StagingQueue:
 
     account: int
     name: str
-    client: QueueClient
-    poison: QueueClient
+    staging: Queue
+    poison: Queue
 
 
 class Services:
@@ -68,18 +68,9 @@ class Services:
         """Every staging queue, account by account: the shards a stream hashes onto."""
         out = []
         for account in range(self.settings.staging_accounts):
-            service = StorageAccount.from_settings(
-                self.settings.env, config.staging_connection(account)
-            ).queue_service()
+            storage = StorageAccount.from_settings(self.settings.env, config.staging_connection(account))
             for name in self.settings.queue_names:
-                out.append(
-                    StagingQueue(
-                        account,
-                        name,
-                        service.get_queue_client(name),
-                        service.get_queue_client(f"{name}-poison"),
-                    )
-                )
+                out.append(StagingQueue(account, name, storage.queue(name), storage.queue(f"{name}-poison")))
         return out
 
     def queue_for(self, stream: str) -> StagingQueue:
@@ -99,7 +90,7 @@ class Services:
         create_if_missing(
             self.claimcheck.create_if_missing,
             self.batches.create_table,
-            *(client.create_queue for q in self.queues for client in (q.client, q.poison)),
+            *(queue.create_if_missing for q in self.queues for queue in (q.staging, q.poison)),
         )
 
 

@@ -43,8 +43,8 @@ from vault_app.envelope import Envelope, EnvelopeError
 from vault_app.open_writers import open_writers
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
-from vault_core.azure import translate_errors
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
+from vault_core.queues import QueuedMessage
 from vault_core.writer import Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -80,18 +80,9 @@ class StagingMessage:
 
 
 @dataclass
-class _Held:
-    """A message this invocation drained: its pop receipt changes with every renewal."""
-
-    id: str
-    body: str
-    receipt: str
-
-
-@dataclass
 class _Work:
     envelope: Envelope
-    drained: _Held | None = None
+    drained: QueuedMessage | None = None
     """None for the trigger message itself (the host deletes that one on success)."""
 
 
@@ -215,18 +206,10 @@ def _drain(
 ) -> None:
     while plan.bytes < DRAIN_BYTES:
         try:
-            with translate_errors():
-                got = list(
-                    queue.client.receive_messages(
-                        messages_per_page=DRAIN_MESSAGES,  # one request, not one per message
-                        max_messages=DRAIN_MESSAGES,
-                        visibility_timeout=DRAIN_VISIBILITY,
-                    )
-                )
+            held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
-        held = [_Held(m.id, m.content, m.pop_receipt or "") for m in got]
         renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = _io.map(lambda m: _try_load(claims, m.body), held)
@@ -242,7 +225,7 @@ def _drain(
                 _delete(queue, m)
             else:
                 _hand_back(queue, [m], result)
-        if len(got) < DRAIN_MESSAGES:
+        if len(held) < DRAIN_MESSAGES:
             return
 
 
@@ -272,8 +255,7 @@ def _hand_back_trigger(queue: StagingQueue, trigger: StagingMessage, exc: BaseEx
 
     If the queue cannot take it either, fail the invocation: the host retries it later.
     """
-    with translate_errors():
-        queue.client.send_message(trigger.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+    queue.staging.send(trigger.body, visible_in=_retry_delay(exc))
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
@@ -281,18 +263,16 @@ def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage) -> None:
     """Another instance owns the queue: its batch goes back at once, visible to the owner's next
     drain, and this invocation then pauses, so that this instance's poller of the queue takes
     one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""
-    with translate_errors():
-        queue.client.send_message(trigger.body, visibility_timeout=0, time_to_live=-1)
+    queue.staging.send(trigger.body)
     log.info("batch of message %s handed back to %s for its owner", trigger.id, queue.name)
     time.sleep(NOT_OWNER_PAUSE_SECONDS)
 
 
-def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -> None:
+def _hand_back(queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException) -> None:
     """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
     for m in messages:
         try:
-            with translate_errors():
-                queue.client.send_message(m.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+            queue.staging.send(m.body, visible_in=_retry_delay(exc))
         except VaultError:
             _release(queue, [m])
             continue
@@ -300,33 +280,30 @@ def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -
         log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
 
 
-def _release(queue: StagingQueue, messages: list[_Held]) -> None:
+def _release(queue: StagingQueue, messages: list[QueuedMessage]) -> None:
     for m in messages:
         try:
-            with translate_errors():
-                queue.client.update_message(m.id, m.receipt, visibility_timeout=0)
+            queue.staging.hide(m, 0)
         except VaultError:
             pass  # it becomes visible anyway when DRAIN_VISIBILITY runs out
 
 
-def _delete(queue: StagingQueue, m: _Held) -> None:
+def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
     try:
-        with translate_errors():
-            queue.client.delete_message(m.id, m.receipt)
+        queue.staging.delete(m)
     except VaultError:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
 def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
     """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
-    log.error("batch rejected, moved to %s: %s", queue.poison.queue_name, reason)
+    log.error("batch rejected, moved to %s: %s", queue.poison.name, reason)
     try:
         doc = json.loads(body)
         services.batch_table.reject(str(doc["stream"]), str(doc["id"]), reason)
     except (ValueError, KeyError, TypeError, VaultError):
         pass  # nothing identifies the batch (or no table): the poison queue and this log line keep it
-    with translate_errors():
-        queue.poison.send_message(body, time_to_live=-1)
+    queue.poison.send(body)
 
 
 class _Renewer:
@@ -339,7 +316,7 @@ class _Renewer:
 
     def __init__(self, queue: StagingQueue) -> None:
         self.queue = queue
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, QueuedMessage] = {}
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -355,11 +332,11 @@ class _Renewer:
         self._stop.set()
         self._thread.join()
 
-    def hold(self, messages: list[_Held]) -> None:
+    def hold(self, messages: list[QueuedMessage]) -> None:
         with self._lock:
             self._held.update((m.id, m) for m in messages)
 
-    def forget(self, messages: list[_Held]) -> None:
+    def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
@@ -371,10 +348,6 @@ class _Renewer:
                     held = list(self._held.values())
                 for m in held:
                     try:
-                        with translate_errors():
-                            r = self.queue.client.update_message(
-                                m.id, m.receipt, visibility_timeout=DRAIN_VISIBILITY
-                            )
-                        m.receipt = r.pop_receipt or m.receipt
+                        self.queue.staging.hide(m, DRAIN_VISIBILITY)
                     except VaultError as exc:
                         log.info("renewing drained message %s failed: %s", m.id, exc)

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
-from vault_core.azure import create_if_missing, translate_errors
 from vault_core.errors import VaultError
 from vault_core.pageblob import LeaseBlob
+from vault_core.translation import create_if_missing, translate_errors
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any
 from azure.core.exceptions import ResourceExistsError
 from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
 
-from vault_core.azure import create_if_missing, translate_errors
 from vault_core.pageblob import CommitState, CommittedBatch
+from vault_core.translation import create_if_missing, translate_errors
 
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"

@@ -14,9 +14,9 @@ from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
-from vault_core.azure import translate_errors
 from vault_core.errors import NotFound, StreamLeased, StreamNotFound, UnsupportedVersion
 from vault_core.recordformat import MAX_OFFSET
+from vault_core.translation import translate_errors
 
 PAGE_SIZE = 512
 MAX_PAGE_WRITE = 4 * 1024 * 1024
