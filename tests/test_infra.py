@@ -474,7 +474,7 @@ def _app_tables() -> set[str]:
 
     services = Services(load_settings({"VaultStorage": azurite_connection_string()}))  # no request is sent
     index = services.vault.index
-    return {index.catalog.table_name, index.index.table_name, services.batches.table_name}
+    return {index.catalog.name, index.index.name, services.batches.name}
 
 
 APP_TABLES = {"mvcatalog", "mvindex", "mvbatches"}

@@ -339,8 +339,8 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(vault: Vault, stream: str) 
     with vault.writer(stream, index_spacing=8192) as w:
         w.append([Batch(msgs(300, size=200))])
     before = vault.index.points(stream)
-    for e in list(vault.index.index.query_entities("PartitionKey eq @pk", parameters={"pk": stream})):
-        vault.index.index.delete_entity(e["PartitionKey"], e["RowKey"])
+    for row in vault.index.index.query(stream):
+        vault.index.index.delete(row.partition, row.key)
     with vault.writer(stream, index_spacing=8192):
         pass
     assert vault.index.points(stream) == before and len(before) > 5

@@ -6,15 +6,14 @@ import zlib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from azure.data.tables import TableClient
-
 from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
-from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.azure import StorageAccount
 from vault_core.blobs import BlobContainer
 from vault_core.queues import Queue
+from vault_core.tables import Table
 from vault_core.vault import Vault
 
 
@@ -48,16 +47,16 @@ class Services:
 
     @cached_property
     def claimcheck(self) -> BlobContainer:
-        return BlobContainer(self.vault.blob_service.get_container_client(self.settings.claimcheck_container))
+        return self.vault_account.blob_container(self.settings.claimcheck_container)
 
     @cached_property
     def claims(self) -> ClaimChecks:
         return ClaimChecks(self.claimcheck, self.vault)
 
     @cached_property
-    def batches(self) -> TableClient:
+    def batches(self) -> Table:
         """Batch status rows: PartitionKey = batch id, RowKey = stream (see vault_app.batches)."""
-        return self.vault.index.service.get_table_client(f"{self.settings.table_prefix}batches")
+        return self.vault_account.table(f"{self.settings.table_prefix}batches")
 
     @cached_property
     def batch_table(self) -> BatchTable:
@@ -87,11 +86,11 @@ class Services:
     def ensure(self) -> None:
         """Create containers, tables and queues if missing (local runs; Bicep does it in Azure)."""
         self.vault.ensure()
-        create_if_missing(
-            self.claimcheck.create_if_missing,
-            self.batches.create_table,
-            *(queue.create_if_missing for q in self.queues for queue in (q.staging, q.poison)),
-        )
+        self.claimcheck.create_if_missing()
+        self.batches.create_if_missing()
+        for q in self.queues:
+            q.staging.create_if_missing()
+            q.poison.create_if_missing()
 
 
 @lru_cache(maxsize=1)

@@ -4,7 +4,8 @@ the containers, tables and queues in it.
 :class:`StorageAccount` builds the SDK clients (sharing one HTTP session and honouring the
 request's storage budget) and hands out the adapters that wrap them: stream page blobs
 (:mod:`vault_core.pageblob`), ordinary blobs (:mod:`vault_core.blobs`), queues
-(:mod:`vault_core.queues`); it also mints read-only SAS tokens. Every SDK exception is translated
+(:mod:`vault_core.queues`) and tables (:mod:`vault_core.tables`); it also mints read-only SAS
+tokens. Every SDK exception is translated
 by :func:`vault_core.translation.translate_errors`, so nothing above the adapters catches
 ``azure.core`` exceptions.
 """
@@ -28,6 +29,7 @@ from azure.storage.queue import QueueServiceClient
 from vault_core.blobs import BlobContainer
 from vault_core.queues import Queue
 from vault_core.retry import BudgetExhausted, remaining, request_hook
+from vault_core.tables import Table
 from vault_core.translation import create_if_missing, translate_errors
 
 __all__ = [
@@ -168,11 +170,18 @@ class StorageAccount:
     def _queues(self) -> QueueServiceClient:
         return self.queue_service()
 
+    @cached_property
+    def _tables(self) -> TableServiceClient:
+        return self.table_service()
+
     def blob_container(self, name: str) -> BlobContainer:
         return BlobContainer(self._blobs.get_container_client(name))
 
     def queue(self, name: str) -> Queue:
         return Queue(self._queues.get_queue_client(name))
+
+    def table(self, name: str) -> Table:
+        return Table(self._tables.get_table_client(name))
 
     @staticmethod
     def _url(url: str | None, service: str) -> str:

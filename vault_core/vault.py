@@ -42,7 +42,7 @@ class Vault:
 
     @cached_property
     def index(self) -> IndexTables:
-        return IndexTables(self.account.table_service(), self.table_prefix)
+        return IndexTables.in_account(self.account, self.table_prefix)
 
     @cached_property
     def reader(self) -> StreamReader:

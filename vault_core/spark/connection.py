@@ -109,7 +109,7 @@ def clients(connection: Connection) -> Clients:
     """Clients for ``connection``, built once per process (executors reuse Python workers)."""
     container = connection.blob_account().blob_service().get_container_client(connection.container)
     tables = connection.table_account()
-    index = IndexTables(tables.table_service(), connection.table_prefix) if tables else None
+    index = IndexTables.in_account(tables, connection.table_prefix) if tables else None
 
     def blob(stream: str) -> StreamBlob:
         return StreamBlob.in_container(container, validate_stream_name(stream))
