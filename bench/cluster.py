@@ -119,7 +119,7 @@ def delete_queues(account: StorageAccount, prefix: str) -> None:
 
 def drop_stream(vault: Vault, stream: str) -> None:
     """Delete a measured stream so the disk-backed Azurite stays small between configurations."""
-    blob = vault.container.get_blob_client(stream)
+    blob = vault.page_blobs.client.get_blob_client(stream)
     try:
         BlobLeaseClient(blob).break_lease(lease_break_period=0)
     except (ResourceExistsError, ResourceNotFoundError):  # no lease, or no blob

@@ -54,7 +54,7 @@ def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> fl
 
 
 def raw_upload(vault: Vault, name: str, total: int) -> float:
-    blob = vault.container.get_blob_client(name)
+    blob = vault.page_blobs.client.get_blob_client(name)
     blob.create_page_blob(size=total)
     data = os.urandom(CHUNK)
 
@@ -66,7 +66,7 @@ def raw_upload(vault: Vault, name: str, total: int) -> float:
 
 
 def raw_download(vault: Vault, stream: str, total: int) -> float:
-    blob = vault.container.get_blob_client(stream)
+    blob = vault.page_blobs.client.get_blob_client(stream)
 
     def run() -> None:
         for pos in range(0, total, CHUNK):

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import msgspec
-from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
 from vault_app import poison
 from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
@@ -23,7 +22,6 @@ from vault_app.readahead import ReadAhead
 from vault_app.services import Services, services
 from vault_app.staging import Stager
 from vault_core import __version__ as VERSION
-from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
     DEFAULT_READ_BYTES,
@@ -346,36 +344,15 @@ def get_access(req: Request, caller: Caller) -> Response:
     never past the caller's token: whoever loses access loses it on the blob soon after too."""
     svc = _svc()
     stream = _stream(req)
-    blob = svc.vault.blob(stream)
-    state = blob.state()
+    state = svc.vault.blob(stream).state()
     now = datetime.now(timezone.utc)
     expires = sas_expiry(now, svc.settings.sas_minutes, caller.principal.expires)
-    client = blob.client
-    account = svc.vault_account
-    common: dict[str, Any] = {
-        "account_name": client.account_name,
-        "container_name": client.container_name,
-        "blob_name": client.blob_name,
-        "permission": BlobSasPermissions(read=True),
-        "expiry": expires,
-        "start": now - timedelta(minutes=5),
-    }
-    if client.url.startswith("https://"):
-        common["protocol"] = "https"  # the SAS is refused over plain HTTP (Azurite is http only)
-    if account.connection_string:
-        key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get(
-            "AccountKey"
-        )
-        sas = generate_blob_sas(account_key=key, **common)
-    else:
-        with translate_errors(stream):
-            udk = svc.vault.blob_service.get_user_delegation_key(now - timedelta(minutes=5), expires)
-        sas = generate_blob_sas(user_delegation_key=udk, **common)
+    url, sas = svc.vault.read_access(stream, start=now - timedelta(minutes=5), expiry=expires)
     return json_response(
         200,
         {
             "stream": stream,
-            "blob_url": client.url,
+            "blob_url": url,
             "sas": sas,
             "expires": expires.isoformat(),
             "committed": state.committed,

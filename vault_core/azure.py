@@ -15,18 +15,20 @@ from __future__ import annotations
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property, lru_cache
 from typing import Any
 
 import requests
 from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
-from azure.storage.blob import BlobServiceClient
+from azure.storage.blob import BlobSasPermissions, BlobServiceClient, generate_blob_sas
 from azure.storage.blob import ExponentialRetry as BlobRetry
 from azure.storage.queue import ExponentialRetry as QueueRetry
 from azure.storage.queue import QueueServiceClient
 
 from vault_core.blobs import BlobContainer
+from vault_core.pageblob import PageBlobs
 from vault_core.queues import Queue
 from vault_core.retry import BudgetExhausted, remaining, request_hook
 from vault_core.tables import Table
@@ -174,6 +176,9 @@ class StorageAccount:
     def _tables(self) -> TableServiceClient:
         return self.table_service()
 
+    def page_blobs(self, container: str) -> PageBlobs:
+        return PageBlobs(self._blobs.get_container_client(container))
+
     def blob_container(self, name: str) -> BlobContainer:
         return BlobContainer(self._blobs.get_container_client(name))
 
@@ -182,6 +187,30 @@ class StorageAccount:
 
     def table(self, name: str) -> Table:
         return Table(self._tables.get_table_client(name))
+
+    def read_sas(self, container: str, blob: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
+        """The URL of a blob and a read-only SAS for it alone, valid from ``start`` to ``expiry``.
+
+        Signed with the account key of a connection string, else with a user delegation key
+        (an identity-based connection: the identity needs a role that may delegate).
+        """
+        client = self._blobs.get_blob_client(container, blob)
+        common: dict[str, Any] = {
+            "account_name": client.account_name,
+            "container_name": container,
+            "blob_name": blob,
+            "permission": BlobSasPermissions(read=True),
+            "expiry": expiry,
+            "start": start,
+        }
+        if client.url.startswith("https://"):
+            common["protocol"] = "https"  # the SAS is refused over plain HTTP (Azurite is http only)
+        if self.connection_string:
+            parts = dict(p.split("=", 1) for p in self.connection_string.split(";") if "=" in p)
+            return client.url, generate_blob_sas(account_key=parts.get("AccountKey"), **common)
+        with translate_errors(blob):
+            key = self._blobs.get_user_delegation_key(start, expiry)
+        return client.url, generate_blob_sas(user_delegation_key=key, **common)
 
     @staticmethod
     def _url(url: str | None, service: str) -> str:

@@ -16,7 +16,7 @@ from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from vault_core.errors import NotFound, StreamLeased, StreamNotFound, UnsupportedVersion
 from vault_core.recordformat import MAX_OFFSET
-from vault_core.translation import translate_errors
+from vault_core.translation import create_if_missing, translate_errors
 
 PAGE_SIZE = 512
 MAX_PAGE_WRITE = 4 * 1024 * 1024
@@ -154,10 +154,6 @@ class StreamBlob:
         self.stream = stream or client.blob_name
 
     @classmethod
-    def in_container(cls, container: ContainerClient, stream: str) -> StreamBlob:
-        return cls(container.get_blob_client(stream), stream)
-
-    @classmethod
     def from_url(cls, url: str, stream: str) -> StreamBlob:
         """The blob at ``url``, which carries its credential (a SAS) in its query string."""
         return cls(BlobClient.from_blob_url(url), stream)
@@ -242,3 +238,42 @@ class StreamBlob:
                 match_condition=MatchConditions.IfNotModified,
             )
         return str(result["etag"])
+
+
+@dataclass(frozen=True)
+class ListedBlob:
+    """One blob of a container listing, with its metadata (a stream's commit record)."""
+
+    name: str
+    metadata: dict[str, str]
+    etag: str | None
+    size: int
+    modified_ms: int
+
+
+class PageBlobs:
+    """The container that holds the streams' page blobs."""
+
+    def __init__(self, client: ContainerClient) -> None:
+        self.client = client
+        self.name: str = client.container_name
+
+    def create_if_missing(self) -> None:
+        create_if_missing(self.client.create_container)
+
+    def blob(self, stream: str) -> StreamBlob:
+        return StreamBlob(self.client.get_blob_client(stream), stream)
+
+    def list(self) -> list[ListedBlob]:
+        """Every blob with its metadata: one listing, however many streams."""
+        with translate_errors():
+            return [
+                ListedBlob(
+                    b.name,
+                    dict(b.metadata or {}),
+                    b.etag,
+                    b.size,
+                    int(b.last_modified.timestamp() * 1000) if b.last_modified else 0,
+                )
+                for b in self.client.list_blobs(include=["metadata"])
+            ]
