@@ -1,4 +1,6 @@
-"""The storage clients the app uses, built once per process from :mod:`vault_app.config`."""
+"""What the app works with, built once per process from :mod:`vault_app.config`: the vault, the
+staging queues (and which one a stream uses), the claim-check container and the batch table, as
+storage adapters (:mod:`vault_core.azure` hands them out), and the services built on them."""
 
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ class StagingQueue:
 
 
 class Services:
-    """Lazily built clients; one instance per process (see :func:`services`)."""
+    """Built lazily, each part on first use; one instance per process (see :func:`services`)."""
 
     def __init__(self, settings: VaultSettings) -> None:
         self.settings = settings

@@ -22,7 +22,7 @@
         └── StorageAccessDenied     storage refused the credential (401/403): a SAS expired or revoked
 
 Azure SDK exceptions are translated into this tree in exactly one place,
-:func:`vault_core.azure.translate_errors`, which only the storage adapters use.
+:func:`vault_core.translation.translate_errors`, which only the storage adapters use.
 """
 
 from __future__ import annotations
