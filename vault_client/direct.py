@@ -12,7 +12,6 @@ Reads reuse :class:`vault_core.reader.StreamReader` unchanged (:class:`SasBlob` 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
@@ -22,6 +21,7 @@ from vault_core.errors import InvalidInput, StorageAccessDenied
 from vault_core.pageblob import CommitState, StreamBlob
 from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
 from vault_core.recordformat import Message
+from vault_core.retry import poll
 
 T = TypeVar("T")
 AccessProvider = Callable[[], Access]
@@ -138,14 +138,14 @@ class DirectSource:
         return self.blob
 
     def read(self, offset: int, wait: float = 0.0) -> ReadResult:
-        deadline = time.monotonic() + wait
-        delay = self.poll_min
-        while True:
-            result = self.reader.read(self.stream, offset, max_bytes=self.max_bytes, max_count=self.page_size)
-            if result.messages or time.monotonic() + delay > deadline:
-                return result
-            time.sleep(delay)
-            delay = min(delay * 2, self.poll_max)
+        return poll(
+            lambda: self.reader.read(self.stream, offset, max_bytes=self.max_bytes, max_count=self.page_size),
+            lambda result: bool(result.messages),
+            wait,
+            first=self.poll_min,
+            longest=self.poll_max,
+            each_within=None,
+        )
 
     def committed(self) -> int:
         return self.blob.state().committed

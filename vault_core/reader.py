@@ -28,6 +28,7 @@ from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.pageblob import CommitState
 from vault_core.readable import LogOpener, ReadableLog
 from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
+from vault_core.retry import Backoff
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
@@ -308,7 +309,7 @@ class StreamReader:
         stops iterating). A stream that does not exist yet is waited for.
         """
         offset = from_offset
-        delay = poll_min
+        backoff = Backoff(poll_min, poll_max)
         while stop is None or not stop.is_set():
             try:
                 result = self.read(stream, offset, max_bytes=max_bytes, max_count=max_count)
@@ -317,13 +318,12 @@ class StreamReader:
             if result.messages:
                 yield from result.messages
                 offset = result.next_offset
-                delay = poll_min
+                backoff.reset()
                 continue
             if stop is not None:
-                stop.wait(delay)
+                stop.wait(backoff.next())
             else:
-                time.sleep(delay)
-            delay = min(delay * 2, poll_max)
+                time.sleep(backoff.next())
 
     def seek_time(self, stream: str, at_ms: int) -> int:
         """Offset of the first record with timestamp >= ``at_ms``, or the committed end if none.
