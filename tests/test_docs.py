@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from vault_core import pageblob
+from vault_core import pagelog
 from vault_core import recordformat as fmt
 from vault_core.index import _offset_key, _time_key
-from vault_core.pageblob import CommitState, CommittedBatch
+from vault_core.pagelog import CommitState, CommittedBatch
 from vault_core.recordformat import NewMessage, encode, message_id
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,8 +194,8 @@ def metadata_table(marker: str) -> dict[str, str]:
 
 
 def test_every_metadata_key_of_the_code_is_documented_and_no_other() -> None:
-    keys = {v for k, v in vars(pageblob).items() if k.startswith("META_")}
-    assert keys, "pageblob.py defines no META_ keys?"
+    keys = {v for k, v in vars(pagelog).items() if k.startswith("META_")}
+    assert keys, "pagelog.py defines no META_ keys?"
     for key in keys:
         assert f"`{key}`" in FORMAT_MD, f"commit record key {key} is not documented"
     assert set(re.findall(r"\bmv_[a-z_]+", FORMAT_MD)) <= keys
@@ -220,8 +220,8 @@ def test_the_commit_example_is_what_the_code_computes() -> None:
         committed=offset, count=count, first_ts=state.first_ts, last_ts=ts, batches=tuple(expected)
     )
     assert new.to_metadata() == after_
-    start = state.committed // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
-    end = (offset + pageblob.PAGE_SIZE - 1) // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
+    start = state.committed // pagelog.PAGE_SIZE * pagelog.PAGE_SIZE
+    end = (offset + pagelog.PAGE_SIZE - 1) // pagelog.PAGE_SIZE * pagelog.PAGE_SIZE
     assert f"Put Page bytes {start}–{end - 1}" in FORMAT_MD
 
 

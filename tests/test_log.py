@@ -28,7 +28,7 @@ from vault_core.errors import (
     StreamNotFound,
     UnsupportedVersion,
 )
-from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch

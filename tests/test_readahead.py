@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from vault_app.readahead import ReadAhead
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault

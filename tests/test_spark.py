@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from vault_core.clock import ManualClock
-from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import Message, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch

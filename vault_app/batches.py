@@ -35,7 +35,7 @@ from vault_core.index import IndexTables
 from vault_core.names import validate_producer_batch_id
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
-from vault_core.tables import Fields, Row, Table
+from vault_core.rows import Fields, Row, Table
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
 REASON_MAX = 1000

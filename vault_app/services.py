@@ -15,7 +15,7 @@ from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount
 from vault_core.blobs import BlobContainer
 from vault_core.queues import Queue
-from vault_core.tables import Table
+from vault_core.rows import Table
 from vault_core.vault import Vault
 
 

@@ -18,7 +18,8 @@ from typing import TypeVar
 
 from vault_client.api import Access
 from vault_core.errors import InvalidInput, StorageAccessDenied
-from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.pageblob import StreamBlob
+from vault_core.pagelog import CommitState
 from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
 from vault_core.recordformat import Message
 from vault_core.retry import poll

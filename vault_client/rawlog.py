@@ -15,8 +15,7 @@ from vault_client.direct import SasBlob
 from vault_client.errors import ApiError, ApiInvalidOffset
 from vault_core.boundaries import boundary_by_definition
 from vault_core.errors import InvalidOffset
-from vault_core.pageblob import CommitState
-from vault_core.readable import ReadableLog
+from vault_core.pagelog import CommitState, ReadableLog
 
 
 class ApiLog:

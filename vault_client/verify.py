@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vault_core.errors import FormatError
-from vault_core.readable import ReadableLog
+from vault_core.pagelog import ReadableLog
 from vault_core.reader import scan_log
 
 PROGRESS_EVERY = 4096

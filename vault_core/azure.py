@@ -31,7 +31,7 @@ from vault_core.blobs import BlobContainer
 from vault_core.pageblob import PageBlobs
 from vault_core.queues import Queue
 from vault_core.retry import BudgetExhausted, remaining, request_hook
-from vault_core.tables import Table
+from vault_core.tables import AzureTable
 from vault_core.translation import create_if_missing, translate_errors
 
 __all__ = [
@@ -185,8 +185,8 @@ class StorageAccount:
     def queue(self, name: str) -> Queue:
         return Queue(self._queues.get_queue_client(name))
 
-    def table(self, name: str) -> Table:
-        return Table(self._tables.get_table_client(name))
+    def table(self, name: str) -> AzureTable:
+        return AzureTable(self._tables.get_table_client(name))
 
     def read_sas(self, container: str, blob: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
         """The URL of a blob and a read-only SAS for it alone, valid from ``start`` to ``expiry``.

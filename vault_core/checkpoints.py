@@ -18,7 +18,7 @@ from vault_core.azure import StorageAccount
 from vault_core.errors import InvalidOffset, NotFound, VaultError
 from vault_core.index import HasTables
 from vault_core.names import validate_group_name, validate_stream_name
-from vault_core.tables import Fields, Row, Table
+from vault_core.rows import Fields, Row, Table
 
 DEFAULT_TABLE = "mvcheckpoints"
 

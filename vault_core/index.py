@@ -24,8 +24,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from vault_core.pageblob import CommitState, CommittedBatch
-from vault_core.tables import Fields, Row, Table
+from vault_core.pagelog import CommitState, CommittedBatch
+from vault_core.rows import Fields, Row, Table
 
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"

@@ -1,99 +1,20 @@
-"""One stream's page blob: conditional page writes, the commit record, range reads.
+"""The page blob adapter: a stream's page blob on Azure (a :class:`~vault_core.pagelog.PageLog`),
+its leases, the owner-lease blobs, and the container of all streams.
 
-The *commit record* is the blob's own metadata. It is the one place the committed length
-lives, and it changes only through :meth:`StreamBlob.commit`: a single ``Set Blob
-Metadata`` call under the writer's lease and ``If-Match`` the ETag of the writer's last
-page write. Readers never look past ``committed``; bytes beyond it are scratch space.
+What the bytes and the commit record mean is :mod:`vault_core.pagelog`; this module only puts
+them in storage and reads them back: conditional page writes, the commit record as the blob's
+metadata, range reads.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass, field
 
 from azure.core import MatchConditions
 from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
-from vault_core.errors import NotFound, StreamLeased, StreamNotFound, UnsupportedVersion
-from vault_core.recordformat import MAX_OFFSET
+from vault_core.errors import NotFound, StreamLeased, StreamNotFound
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
 from vault_core.translation import create_if_missing, translate_errors
-
-PAGE_SIZE = 512
-MAX_PAGE_WRITE = 4 * 1024 * 1024
-"""Azure's limit for one Put Page call."""
-MAX_PAGE_BLOB_SIZE = 8 * 1024**4
-"""Azure's page blob maximum (8 TiB)."""
-assert MAX_PAGE_BLOB_SIZE <= MAX_OFFSET + 1, "every offset must fit the 48 bits of a message id"
-
-# Commit-record metadata keys (the metadata is the commit record; see docs/FORMAT.md §6).
-META_FORMAT = "mv_format"
-META_COMMITTED = "mv_committed"
-META_COUNT = "mv_count"
-META_FIRST_TS = "mv_first_ts"
-META_LAST_TS = "mv_last_ts"
-META_BATCHES = "mv_batches"
-
-
-@dataclass(frozen=True)
-class CommittedBatch:
-    """A producer batch that a commit made durable: its id and the offsets it got."""
-
-    batch_id: str
-    first_offset: int
-    next_offset: int
-    count: int
-    timestamp: int
-
-    def encode(self) -> str:
-        return f"{self.batch_id}:{self.first_offset}:{self.next_offset}:{self.count}:{self.timestamp}"
-
-    @classmethod
-    def decode(cls, text: str) -> CommittedBatch:
-        batch_id, first, nxt, count, ts = text.split(":")
-        return cls(batch_id, int(first), int(nxt), int(count), int(ts))
-
-
-@dataclass(frozen=True)
-class CommitState:
-    """What the commit record says, plus the blob's current ETag and size."""
-
-    committed: int = 0
-    count: int = 0
-    first_ts: int | None = None
-    last_ts: int | None = None
-    batches: tuple[CommittedBatch, ...] = ()
-    etag: str | None = field(default=None, compare=False)
-    blob_size: int = field(default=0, compare=False)
-
-    def to_metadata(self) -> dict[str, str]:
-        meta = {META_FORMAT: "1", META_COMMITTED: str(self.committed), META_COUNT: str(self.count)}
-        if self.first_ts is not None:
-            meta[META_FIRST_TS] = str(self.first_ts)
-        if self.last_ts is not None:
-            meta[META_LAST_TS] = str(self.last_ts)
-        if self.batches:
-            meta[META_BATCHES] = ",".join(b.encode() for b in self.batches)
-        return meta
-
-    @classmethod
-    def from_metadata(cls, meta: dict[str, str], etag: str | None, blob_size: int) -> CommitState:
-        def opt(key: str) -> int | None:
-            return int(meta[key]) if meta.get(key) else None
-
-        if meta.get(META_FORMAT, "1") != "1":
-            raise UnsupportedVersion(
-                f"stream blob has commit-record format {meta[META_FORMAT]!r}; this reader knows format 1"
-            )
-        batches = tuple(CommittedBatch.decode(t) for t in meta.get(META_BATCHES, "").split(",") if t)
-        return cls(
-            committed=int(meta.get(META_COMMITTED, "0")),
-            count=int(meta.get(META_COUNT, "0")),
-            first_ts=opt(META_FIRST_TS),
-            last_ts=opt(META_LAST_TS),
-            batches=batches,
-            etag=etag,
-            blob_size=blob_size,
-        )
 
 
 class Lease:
@@ -116,6 +37,11 @@ class Lease:
         """Give the blob up at once (raises a VaultError if the lease expired or was taken)."""
         with translate_errors(self.name):
             self.client.release()
+
+
+def _sdk(lease: HeldLease) -> BlobLeaseClient:
+    assert isinstance(lease, Lease), "a lease taken through this adapter"
+    return lease.client
 
 
 class LeaseBlob:
@@ -209,46 +135,35 @@ class StreamBlob:
             BlobLeaseClient(self.client).break_lease(lease_break_period=0)
 
     # -- conditional writes: lease + If-Match the writer's last known ETag ---------------
-    def resize(self, size: int, lease: Lease, etag: str) -> str:
+    def resize(self, size: int, lease: HeldLease, etag: str) -> str:
         with translate_errors(self.stream):
             result = self.client.resize_blob(
-                size, lease=lease.client, etag=etag, match_condition=MatchConditions.IfNotModified
+                size, lease=_sdk(lease), etag=etag, match_condition=MatchConditions.IfNotModified
             )
         return str(result["etag"])
 
-    def write_pages(self, offset: int, data: bytes | memoryview, lease: Lease, etag: str) -> str:
+    def write_pages(self, offset: int, data: bytes | memoryview, lease: HeldLease, etag: str) -> str:
         assert offset % PAGE_SIZE == 0 and len(data) % PAGE_SIZE == 0 and len(data) <= MAX_PAGE_WRITE
         with translate_errors(self.stream):
             result = self.client.upload_page(
                 bytes(data),
                 offset=offset,
                 length=len(data),
-                lease=lease.client,
+                lease=_sdk(lease),
                 etag=etag,
                 match_condition=MatchConditions.IfNotModified,
             )
         return str(result["etag"])
 
-    def commit(self, state: CommitState, lease: Lease, etag: str) -> str:
+    def commit(self, state: CommitState, lease: HeldLease, etag: str) -> str:
         with translate_errors(self.stream):
             result = self.client.set_blob_metadata(
                 state.to_metadata(),
-                lease=lease.client,
+                lease=_sdk(lease),
                 etag=etag,
                 match_condition=MatchConditions.IfNotModified,
             )
         return str(result["etag"])
-
-
-@dataclass(frozen=True)
-class ListedBlob:
-    """One blob of a container listing, with its metadata (a stream's commit record)."""
-
-    name: str
-    metadata: dict[str, str]
-    etag: str | None
-    size: int
-    modified_ms: int
 
 
 class PageBlobs:

@@ -25,8 +25,7 @@ from vault_core.errors import (
 )
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
-from vault_core.pageblob import CommitState
-from vault_core.readable import LogOpener, ReadableLog
+from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 from vault_core.retry import Backoff
 

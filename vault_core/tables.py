@@ -1,15 +1,12 @@
-"""The adapter for one Azure Table: typed rows in, typed rows out, every condition explicit.
+"""The adapter for one Azure Table (a :class:`vault_core.rows.Table`).
 
-The catalog and index (:mod:`vault_core.index`), the checkpoints (:mod:`vault_core.checkpoints`)
-and the batch status rows (:mod:`vault_app.batches`) are written through :class:`Table` alone.
 Integers are stored as Int64 (offsets and epoch milliseconds do not fit the Int32 the SDK would
 pick) and read back as ``int`` whichever way they were stored.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from azure.core import MatchConditions
@@ -21,40 +18,11 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import EdmType, EntityProperty, TableClient, UpdateMode
 
+from vault_core.rows import TRANSACTION_LIMIT, Fields, Row, Value
 from vault_core.translation import create_if_missing, translate_errors
 
-Value = int | str | bool
-Fields = Mapping[str, Value]
-
-TRANSACTION_LIMIT = 100
-"""Azure Tables' maximum operations per entity-group transaction."""
 KEYS_PER_QUERY = 15
 """Row keys per ``or`` filter: keeps each query's URL well under the service's limit."""
-
-
-@dataclass(frozen=True)
-class Row:
-    """One entity: its keys, its fields and the ETag it was read or written with."""
-
-    partition: str
-    key: str
-    fields: dict[str, Value] = field(default_factory=dict)
-    etag: str = ""
-
-    def get(self, name: str, default: Value | None = None) -> Value | None:
-        return self.fields.get(name, default)
-
-    def number(self, name: str, default: int = 0) -> int:
-        value = self.fields.get(name)
-        return default if value is None else int(value)
-
-    def optional_number(self, name: str) -> int | None:
-        value = self.fields.get(name)
-        return None if value is None or value == "" else int(value)
-
-    def text(self, name: str, default: str = "") -> str:
-        value = self.fields.get(name)
-        return default if value is None else str(value)
 
 
 def _value(value: Any) -> Value:
@@ -77,8 +45,8 @@ def _entity(partition: str, key: str, fields: Fields) -> dict[str, Any]:
     return out
 
 
-class Table:
-    """One table. Safe to share between threads."""
+class AzureTable:
+    """One table in Azure Tables. Safe to share between threads."""
 
     def __init__(self, client: TableClient) -> None:
         self.client = client

@@ -10,9 +10,9 @@ from vault_core.clock import Clock, SystemClock
 from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pageblob import CommitState, PageBlobs, StreamBlob
+from vault_core.pagelog import CommitState, PageLog, PageLogs
 from vault_core.reader import StreamReader
-from vault_core.tables import Table
+from vault_core.rows import Table
 from vault_core.writer import DEFAULT_LEASE_SECONDS, StreamWriter
 
 
@@ -20,7 +20,7 @@ class Storage(Protocol):
     """What a vault needs of a storage account: :class:`vault_core.azure.StorageAccount`, or
     :class:`vault_core.memory.MemoryAccount` in tests."""
 
-    def page_blobs(self, container: str) -> PageBlobs: ...
+    def page_blobs(self, container: str) -> PageLogs: ...
 
     def table(self, name: str) -> Table: ...
 
@@ -46,7 +46,7 @@ class Vault:
         self.clock = clock or SystemClock()
 
     @cached_property
-    def page_blobs(self) -> PageBlobs:
+    def page_blobs(self) -> PageLogs:
         return self.account.page_blobs(self.container_name)
 
     @cached_property
@@ -63,7 +63,7 @@ class Vault:
         self.index.ensure_tables()
         return self
 
-    def blob(self, stream: str) -> StreamBlob:
+    def blob(self, stream: str) -> PageLog:
         return self.page_blobs.blob(validate_stream_name(stream))
 
     def read_access(self, stream: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:

@@ -28,14 +28,14 @@ from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
 from vault_core.index import IndexPoint, IndexTables
 from vault_core.names import validate_batch_id
-from vault_core.pageblob import (
+from vault_core.pagelog import (
     MAX_PAGE_BLOB_SIZE,
     MAX_PAGE_WRITE,
     PAGE_SIZE,
     CommitState,
     CommittedBatch,
-    Lease,
-    StreamBlob,
+    HeldLease,
+    PageLog,
 )
 from vault_core.recordformat import (
     MAX_KEY_BYTES,
@@ -106,9 +106,9 @@ class StreamWriter:
 
     def __init__(
         self,
-        blob: StreamBlob,
+        blob: PageLog,
         index: IndexTables,
-        lease: Lease,
+        lease: HeldLease,
         state: CommitState,
         *,
         clock: Clock,
@@ -139,7 +139,7 @@ class StreamWriter:
     @classmethod
     def open(
         cls,
-        blob: StreamBlob,
+        blob: PageLog,
         index: IndexTables,
         *,
         clock: Clock | None = None,

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from vault_core.errors import CorruptRecord, StorageFailure
-from vault_core.readable import ReadableLog
+from vault_core.pagelog import ReadableLog
 from vault_core.reader import scan_log
 from vault_core.recordformat import Message
 from vault_core.spark.columnar import decode_columns, messages_to_columns, record_batch
