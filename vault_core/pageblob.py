@@ -108,7 +108,10 @@ class StreamBlob:
                     raise
                 return b"", self.state()  # a range at or past the blob's end: nothing there
         props = downloader.properties
-        return data, CommitState.from_metadata(dict(props.metadata or {}), props.etag, props.size)
+        # A ranged GET's size is the range's: the blob's own is after the "/" of its Content-Range.
+        total = str(props.content_range or "").rpartition("/")[2]
+        size = int(total) if total.isdigit() else props.size
+        return data, CommitState.from_metadata(dict(props.metadata or {}), props.etag, size)
 
     # -- lifecycle -----------------------------------------------------------------------
     def create_if_missing(self) -> None:
