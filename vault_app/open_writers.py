@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from vault_app.services import Services, StagingQueue
 from vault_core.errors import LeaseLost, VaultError
-from vault_core.pageblob import Lease
+from vault_core.pagelog import HeldLease
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
@@ -45,7 +45,7 @@ class _Owned:
     """A staging queue this process owns: its lease, when it was last used and renewed, and how
     many invocations of it are running (a busy queue is never released)."""
 
-    lease: Lease
+    lease: HeldLease
     used: float
     renewed: float
     running: int = 0
@@ -202,7 +202,7 @@ def _key(queue: StagingQueue) -> str:
     return f"{queue.account}/{queue.name}"
 
 
-def _release_owner(key: str, lease: Lease) -> None:
+def _release_owner(key: str, lease: HeldLease) -> None:
     try:
         lease.release()
         log.info("staging queue %s released", key)
