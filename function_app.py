@@ -21,7 +21,7 @@ import azure.functions as func
 from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
 from vault_app.services import services
-from vault_app.writer_fn import Staged, write_staged
+from vault_app.writer_fn import StagingMessage, write_staged
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 settings = config.load_settings()
@@ -130,8 +130,8 @@ def _register_writer(account: int, queue_name: str) -> None:
     @app.queue_trigger(arg_name="msg", queue_name=queue_name, connection=config.staging_connection(account))
     def writer(msg: func.QueueMessage) -> None:
         body = msg.get_body().decode("utf-8", errors="replace")
-        staged = Staged(msg.id or "", body, msg.dequeue_count or 1, msg.pop_receipt)
-        write_staged(services(), services().queue(account, queue_name), staged)
+        message = StagingMessage(msg.id or "", body, msg.dequeue_count or 1, msg.pop_receipt)
+        write_staged(services(), services().queue(account, queue_name), message)
 
 
 for _account in range(settings.staging_accounts):

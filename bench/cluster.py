@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import httpx
 import psutil
@@ -29,6 +30,7 @@ from azure.storage.blob import BlobLeaseClient
 
 from vault_app.batches import batch_id_for
 from vault_core.azure import StorageAccount
+from vault_core.pageblob import PageBlobs
 from vault_core.vault import Vault
 from vault_local.process import HostProcess
 
@@ -119,7 +121,7 @@ def delete_queues(account: StorageAccount, prefix: str) -> None:
 
 def drop_stream(vault: Vault, stream: str) -> None:
     """Delete a measured stream so the disk-backed Azurite stays small between configurations."""
-    blob = vault.container.get_blob_client(stream)
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(stream)
     try:
         BlobLeaseClient(blob).break_lease(lease_break_period=0)
     except (ResourceExistsError, ResourceNotFoundError):  # no lease, or no blob

@@ -20,10 +20,12 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import cast
 
 from bench.common import MIB, report, timed
 from vault_core.azure import StorageAccount
-from vault_core.format import NewMessage
+from vault_core.pageblob import PageBlobs
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite
@@ -54,7 +56,7 @@ def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> fl
 
 
 def raw_upload(vault: Vault, name: str, total: int) -> float:
-    blob = vault.container.get_blob_client(name)
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(name)
     blob.create_page_blob(size=total)
     data = os.urandom(CHUNK)
 
@@ -66,7 +68,7 @@ def raw_upload(vault: Vault, name: str, total: int) -> float:
 
 
 def raw_download(vault: Vault, stream: str, total: int) -> float:
-    blob = vault.container.get_blob_client(stream)
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(stream)
 
     def run() -> None:
         for pos in range(0, total, CHUNK):

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import httpx
 import urllib3
@@ -28,6 +29,7 @@ from azure.storage.blob import BlobLeaseClient
 
 from bench.common import MIB, cpu_seconds, report, timed
 from vault_core.azure import StorageAccount
+from vault_core.pageblob import PageBlobs
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
@@ -56,7 +58,7 @@ def raw_send_rate(account: StorageAccount, seconds: float = 2.0, senders: int = 
 
 
 def raw_upload_mib_s(vault: Vault, total_mib: int = 64) -> float:
-    blob = vault.container.get_blob_client(f"raw-{uuid.uuid4().hex[:8]}")
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(f"raw-{uuid.uuid4().hex[:8]}")
     blob.create_page_blob(size=total_mib * MIB)
     data = os.urandom(4 * MIB)
     rate = total_mib / timed(
@@ -113,7 +115,7 @@ def drop(vault: Vault, stream: str) -> None:
 
     The writer may still hold the stream's lease (open writers idle for 10 s): break it first.
     """
-    blob = vault.container.get_blob_client(stream)
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(stream)
     try:
         BlobLeaseClient(blob).break_lease(lease_break_period=0)
     except ResourceExistsError:  # no lease: the writer closed already
@@ -125,7 +127,7 @@ def read_api_mib_s(
     host: HostProcess, vault: Vault, stream: str, rounds: int
 ) -> tuple[list[float], list[float]]:
     committed = vault.reader.state(stream).committed
-    blob = vault.container.get_blob_client(stream)
+    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(stream)
 
     def raw() -> None:
         for p in range(0, committed, 4 * MIB):

@@ -17,7 +17,7 @@ from bench.common import report
 from vault_app.api import _ENCODER, WirePage, wire_line
 from vault_app.config import Limits
 from vault_app.ingest import parse_batch
-from vault_core.format import Message
+from vault_core.recordformat import Message
 
 MESSAGES = 1000
 

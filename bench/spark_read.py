@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from bench.common import MIB, median_of, report, timed
 from vault_core.azure import StorageAccount
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
 from vault_core.vault import Vault
 from vault_core.writer import Batch

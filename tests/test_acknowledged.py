@@ -21,7 +21,7 @@ from fault_proxy import FaultProxy
 from test_app import read_all
 
 from vault_core.azure import azurite_connection_string
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite

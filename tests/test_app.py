@@ -22,7 +22,7 @@ from vault_app.envelope import INLINE_LIMIT
 from vault_app.open_writers import OpenWriters
 from vault_app.services import Services
 from vault_core.azure import StorageAccount
-from vault_core.format import HEADER_SIZE, NewMessage, decode, encode
+from vault_core.recordformat import HEADER_SIZE, NewMessage, decode, encode
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess, local_env
 

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
+from typing import cast
 
 import httpx
 import pytest
@@ -39,7 +40,8 @@ from vault_client.wire import encode_message, to_millis
 from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidInput, InvalidOffset, MessageTooLarge
-from vault_core.format import HEADER_SIZE, NewMessage, encode
+from vault_core.pageblob import StreamBlob
+from vault_core.recordformat import HEADER_SIZE, NewMessage, encode
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite
@@ -65,7 +67,7 @@ def sas(vault: Vault) -> Sas:
     ``expires_in`` is the SAS's real lifetime; ``claims`` the expiry it reports (a lie, to
     simulate a clock that disagrees with storage's).
     """
-    settings = str(vault.account.connection_string).split(";")
+    settings = str(cast(StorageAccount, vault.account).connection_string).split(";")
     account_key = next(p.split("=", 1)[1] for p in settings if p.startswith("AccountKey="))
 
     def factory(
@@ -80,7 +82,7 @@ def sas(vault: Vault) -> Sas:
             i = min(len(calls), len(lifetimes) - 1)
             calls.append(i)
             now = datetime.now(timezone.utc)
-            client = vault.blob(stream).client
+            client = cast(StreamBlob, vault.blob(stream)).client
             token = generate_blob_sas(
                 str(client.account_name),
                 client.container_name,
@@ -281,7 +283,7 @@ def test_sas_refused_again_after_renewal_is_access_denied(vault: Vault, stream: 
 
 
 def _corrupt_first_value(vault: Vault, stream: str) -> None:
-    client = vault.blob(stream).client
+    client = cast(StreamBlob, vault.blob(stream)).client
     page = bytearray(client.download_blob(offset=0, length=512).readall())
     page[40] ^= 0xFF  # inside the first record's value: the checksum no longer matches
     client.upload_page(bytes(page), offset=0, length=512)

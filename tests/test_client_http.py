@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -25,7 +25,8 @@ from vault_client import (
     RetryPolicy,
 )
 from vault_client.cli import cli
-from vault_core.format import Message
+from vault_core.pageblob import StreamBlob
+from vault_core.recordformat import Message
 from vault_local.azurite import free_port
 from vault_local.process import HostProcess
 
@@ -425,7 +426,9 @@ def test_cli_verify_fails_a_corrupt_stream(
     from vault_core.vault import Vault
 
     produce(api, stream, ["a-long-enough-value", "b"])
-    client = Vault(StorageAccount(connection_string=vault_host.connection_string)).blob(stream).client
+    client = cast(
+        StreamBlob, Vault(StorageAccount(connection_string=vault_host.connection_string)).blob(stream)
+    ).client
     BlobLeaseClient(client).break_lease(0)  # the host keeps an idle writer (and its lease) open a while
     page = bytearray(client.download_blob(offset=0, length=512).readall())
     page[40] ^= 0xFF

@@ -9,7 +9,7 @@ from vault_app.config import load_settings
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
 from vault_core.azure import StorageAccount, azurite_connection_string
-from vault_core.format import NewMessage, decode
+from vault_core.recordformat import NewMessage, decode
 
 CONN = azurite_connection_string()
 
@@ -69,7 +69,7 @@ def test_streams_spread_stably_over_every_queue_of_every_staging_account() -> No
 def test_the_inline_envelope_round_trips_text_and_binary() -> None:
     msgs = [NewMessage(b"\x00\xffbin", b"\x01"), NewMessage("tëxt".encode(), "key")]
     env = envelope.decode(envelope.encode_messages("b1", "s", 5, msgs))
-    assert (env.batch_id, env.stream, env.staged_ms, env.messages) == ("b1", "s", 5, msgs)
+    assert (env.batch_id, env.stream, env.received_ms, env.messages) == ("b1", "s", 5, msgs)
 
 
 def test_a_claim_check_body_must_hold_the_announced_messages() -> None:

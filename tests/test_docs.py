@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 
-from vault_core import format as fmt
-from vault_core import pageblob
-from vault_core.format import NewMessage, encode, message_id
+from vault_core import pagelog
+from vault_core import recordformat as fmt
 from vault_core.index import _minute_key, _offset_key, _time_key
-from vault_core.pageblob import CommitState, CommittedBatch
+from vault_core.pagelog import CommitState, CommittedBatch
+from vault_core.recordformat import NewMessage, encode, message_id
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMAT_MD = (ROOT / "docs" / "FORMAT.md").read_text(encoding="utf-8")
@@ -194,8 +194,8 @@ def metadata_table(marker: str) -> dict[str, str]:
 
 
 def test_every_metadata_key_of_the_code_is_documented_and_no_other() -> None:
-    keys = {v for k, v in vars(pageblob).items() if k.startswith("META_")}
-    assert keys, "pageblob.py defines no META_ keys?"
+    keys = {v for k, v in vars(pagelog).items() if k.startswith("META_")}
+    assert keys, "pagelog.py defines no META_ keys?"
     for key in keys:
         assert f"`{key}`" in FORMAT_MD, f"commit record key {key} is not documented"
     assert set(re.findall(r"\bmv_[a-z_]+", FORMAT_MD)) <= keys
@@ -220,8 +220,8 @@ def test_the_commit_example_is_what_the_code_computes() -> None:
         committed=offset, count=count, first_ts=state.first_ts, last_ts=ts, batches=tuple(expected)
     )
     assert new.to_metadata() == after_
-    start = state.committed // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
-    end = (offset + pageblob.PAGE_SIZE - 1) // pageblob.PAGE_SIZE * pageblob.PAGE_SIZE
+    start = state.committed // pagelog.PAGE_SIZE * pagelog.PAGE_SIZE
+    end = (offset + pagelog.PAGE_SIZE - 1) // pagelog.PAGE_SIZE * pagelog.PAGE_SIZE
     assert f"Put Page bytes {start}–{end - 1}" in FORMAT_MD
 
 
@@ -298,6 +298,33 @@ def test_claim_check_blobs_are_records_from_offset_zero_as_format_md_says() -> N
     pointer = envelope.decode(envelope.encode_claim("big-1", "orders", TS, "big-1.records", len(messages)))
     claimed = envelope.decode_claimed(pointer, body).records
     assert claimed is not None and claimed.data == body and claimed.starts == [0, records[1].offset]
+
+
+# -- API.md ---------------------------------------------------------------------------------------
+API_MD = (ROOT / "docs" / "API.md").read_text(encoding="utf-8")
+
+
+def test_every_limit_of_the_api_is_in_api_md_as_the_code_states_it() -> None:
+    from vault_core import limits
+
+    rows = constant_rows(API_MD)
+    for literal, path in rows:
+        assert ast.literal_eval(literal) == resolve(path), f"API.md says {path} = {literal}"
+    stated = {n for n, v in vars(limits).items() if n.isupper() and isinstance(v, int)}
+    assert {path.rsplit(".", 1)[1] for _, path in rows} == stated
+    mib = limits.MiB
+    for prose in (
+        f"value ≤ {limits.MAX_MESSAGE_BYTES // mib} MiB (`VAULT_MAX_MESSAGE_BYTES`)",
+        f"≤ {limits.MAX_BATCH_MESSAGES:,} messages per batch (`VAULT_MAX_BATCH_MESSAGES`)",
+        f"≤ {limits.MAX_BATCH_BYTES // mib} MiB request body",
+        f"`?wait=SECONDS` (0-{limits.MAX_WAIT_SECONDS})",
+        f"`limit` 1-{limits.MAX_READ_MESSAGES:,} (default {limits.DEFAULT_READ_MESSAGES})",
+        f"`max_bytes` 1 to {limits.MAX_READ_BYTES // mib} MiB "
+        f"(default {limits.DEFAULT_READ_BYTES // mib} MiB)",
+        f"`wait` 0-{limits.MAX_WAIT_SECONDS}:",
+        f"At most {limits.MAX_READ_BYTES // mib} MiB per response",
+    ):
+        assert prose in " ".join(API_MD.split()), f"API.md does not say {prose!r}"
 
 
 # -- SECURITY.md ----------------------------------------------------------------------------------

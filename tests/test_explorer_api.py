@@ -15,6 +15,7 @@ import pytest
 from conftest import key_header
 
 from vault_app import explorer_api, ui
+from vault_core import limits
 from vault_core.checkpoints import CheckpointStore
 from vault_local.process import HostProcess
 
@@ -160,7 +161,7 @@ def test_no_script_turns_strings_into_markup_or_code(script: Path) -> None:
 def test_the_api_document_says_what_the_code_does() -> None:
     api_md = " ".join((Path(ui.__file__).parents[1] / "docs" / "API.md").read_text(encoding="utf-8").split())
     assert ui.CONTENT_SECURITY_POLICY in api_md
-    assert f"At most {explorer_api.MAX_GROUPS} groups" in api_md
+    assert f"At most {limits.MAX_GROUPS} groups" in api_md
     assert f"(1-{explorer_api.MAX_RATE_MINUTES}, default 60)" in api_md
 
 

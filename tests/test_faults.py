@@ -26,7 +26,7 @@ from test_app import read_all
 
 from vault_app import envelope
 from vault_core.azure import StorageAccount
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess

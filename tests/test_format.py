@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from vault_core import format as fmt
+from vault_core import recordformat as fmt
 from vault_core.errors import (
     CorruptRecord,
     InvalidInput,
@@ -14,8 +14,13 @@ from vault_core.errors import (
     MessageTooLarge,
     UnsupportedVersion,
 )
-from vault_core.format import NewMessage, decode, encode, message_id, parse_message_id
-from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.names import (
+    validate_batch_id,
+    validate_group_name,
+    validate_producer_batch_id,
+    validate_stream_name,
+)
+from vault_core.recordformat import NewMessage, decode, encode, message_id, parse_message_id
 
 DATA = Path(__file__).parent / "data"
 TS = 1_700_000_000_000
@@ -64,28 +69,28 @@ def test_every_flipped_byte_is_detected() -> None:
             decode(bytes(corrupt), 0, complete=True)
 
 
-def test_staged_records_restamped_equal_records_encoded_in_place() -> None:
+def test_encoded_batches_restamped_equal_records_encoded_in_place() -> None:
     messages = [m for _, m in ROUND_TRIPS]
-    staged = fmt.staged_records(encode(messages, 0, 1))
-    assert len(staged.starts) == len(messages) and staged.starts[0] == 0
+    encoded = fmt.encoded_batch(encode(messages, 0, 1))
+    assert len(encoded.starts) == len(messages) and encoded.starts[0] == 0
     buf = bytearray(b"committed bytes before the batch")
     at = len(buf)
-    buf += staged.data
-    fmt.restamp(buf, at, staged.starts, 70_000, TS)
+    buf += encoded.data
+    fmt.restamp(buf, at, encoded.starts, 70_000, TS)
     assert bytes(buf[at:]) == encode(messages, 70_000, TS)
 
 
-def test_every_flipped_byte_of_a_staged_batch_is_detected() -> None:
+def test_every_flipped_byte_of_an_encoded_batch_is_detected() -> None:
     buf = bytearray(encode([NewMessage(b"payload", "key"), NewMessage(b"two")], 0, TS))
     for i in range(len(buf)):
         corrupt = bytearray(buf)
         corrupt[i] ^= 0x01
         with pytest.raises((CorruptRecord, UnsupportedVersion)):
-            fmt.staged_records(bytes(corrupt))
+            fmt.encoded_batch(bytes(corrupt))
     with pytest.raises(CorruptRecord, match="partial record header"):
-        fmt.staged_records(bytes(buf) + b"\xf5MV")
+        fmt.encoded_batch(bytes(buf) + b"\xf5MV")
     with pytest.raises(CorruptRecord, match="runs past"):
-        fmt.staged_records(bytes(buf[:-1]))
+        fmt.encoded_batch(bytes(buf[:-1]))
 
 
 def test_checksum_error_names_offset_and_both_checksums() -> None:
@@ -155,3 +160,31 @@ def test_valid_stream_names_pass(name: str) -> None:
 def test_invalid_batch_ids_are_rejected(bid: str) -> None:
     with pytest.raises(InvalidInput):
         validate_batch_id(bid)
+
+
+@pytest.mark.parametrize(
+    ("name", "stream", "group", "batch", "producer_batch"),
+    [
+        ("orders.v2", True, True, True, False),
+        ("-lead", False, False, True, True),
+        ("x" * 64, True, True, True, True),
+        ("x" * 65, True, True, False, False),
+        ("x" * 129, False, False, False, False),
+        ("a/b", False, False, False, False),
+    ],
+)
+def test_each_kind_of_name_keeps_its_own_rule(
+    name: str, stream: bool, group: bool, batch: bool, producer_batch: bool
+) -> None:
+    """One helper checks every kind of name; each kind still has its own set and length."""
+    for validate, valid in (
+        (validate_stream_name, stream),
+        (validate_group_name, group),
+        (validate_batch_id, batch),
+        (validate_producer_batch_id, producer_batch),
+    ):
+        if valid:
+            assert validate(name) == name
+        else:
+            with pytest.raises(InvalidInput, match="invalid"):
+                validate(name)

@@ -491,7 +491,7 @@ def _app_tables() -> set[str]:
 
     services = Services(load_settings({"VaultStorage": azurite_connection_string()}))  # no request is sent
     index = services.vault.index
-    return {index.catalog.table_name, index.index.table_name, services.batches.table_name}
+    return {index.catalog.name, index.index.name, services.batches.name}
 
 
 APP_TABLES = {"mvcatalog", "mvindex", "mvbatches"}
@@ -506,7 +506,7 @@ def test_the_app_tables_are_the_ones_the_code_uses() -> None:
     from vault_core.azure import azurite_connection_string
 
     services = Services(load_settings({"VaultStorage": azurite_connection_string()}))  # no request is sent
-    assert {services.checkpoints.table_name} == APP_READ_TABLES
+    assert {services.checkpoints.table.name} == APP_READ_TABLES
 
 
 # --------------------------------------------------------------------------------------------

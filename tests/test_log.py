@@ -11,10 +11,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import pytest
 
-from vault_core import format as fmt
+from vault_core import recordformat as fmt
 from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.errors import (
@@ -28,8 +29,9 @@ from vault_core.errors import (
     StreamNotFound,
     UnsupportedVersion,
 )
-from vault_core.format import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
-from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.pageblob import StreamBlob
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch
 
@@ -74,7 +76,7 @@ def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Va
     assert read_all(vault, stream) == sent
 
 
-def test_staged_record_batches_append_like_messages(vault: Vault, stream: str) -> None:
+def test_encoded_batches_append_like_messages(vault: Vault, stream: str) -> None:
     """A claim-check body (records from offset 0) is copied and re-stamped, mixed with messages."""
     rng = random.Random(11)
     sent: list[bytes] = []
@@ -82,12 +84,12 @@ def test_staged_record_batches_append_like_messages(vault: Vault, stream: str) -
     for i, size in enumerate((3, 2 * MAX_PAGE_WRITE // 1000, 1, 700)):
         batch = [NewMessage(rng.randbytes(rng.randint(0, 2000)), f"k{i}") for _ in range(size)]
         sent += [m.value for m in batch]
-        staged = fmt.staged_records(fmt.encode(batch, 0, 1))
-        batches.append(Batch.of_records(staged, f"b{i}") if i % 2 == 0 else Batch(batch, f"b{i}"))
+        encoded = fmt.encoded_batch(fmt.encode(batch, 0, 1))
+        batches.append(Batch.of_records(encoded, f"b{i}") if i % 2 == 0 else Batch(batch, f"b{i}"))
     with vault.writer(stream) as w:
         results = w.append(batches)
         again = w.append(batches[:1])
-    assert [r.count for r in results] == [len(b.messages) or len(b.staged.starts) for b in batches]  # type: ignore[union-attr]
+    assert [r.count for r in results] == [len(b.messages) or len(b.encoded.starts) for b in batches]  # type: ignore[union-attr]
     assert again[0].duplicate and again[0].first_offset == 0
     got = list(vault.reader.scan(stream))
     assert [m.value for m in got] == sent
@@ -158,10 +160,7 @@ def test_second_writer_gets_a_clear_leased_error(vault: Vault, stream: str) -> N
 def test_a_writer_whose_lease_was_taken_stops_and_cannot_roll_back(vault: Vault, stream: str) -> None:
     stale = vault.writer(stream, lease_seconds=15)
     stale.append([Batch(msgs(10, tag="old"))])
-    vault.blob(stream).client.get_blob_properties()
-    from azure.storage.blob import BlobLeaseClient
-
-    BlobLeaseClient(vault.blob(stream).client, lease_id=stale.lease.id).break_lease(lease_break_period=0)
+    vault.blob(stream).break_lease()
     with vault.writer(stream) as fresh:
         fresh.append([Batch(msgs(10, tag="new"))])
         with pytest.raises(LeaseLost):
@@ -258,7 +257,7 @@ def test_a_flipped_byte_in_the_blob_is_detected_by_the_reader(vault: Vault, stre
     blob = vault.blob(stream)
     page = bytearray(blob.read(0, PAGE_SIZE))
     page[400] ^= 0x40  # inside the value of the third record
-    blob.client.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
+    cast(StreamBlob, blob).client.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
     with pytest.raises(CorruptRecord, match="checksum"):
         list(vault.reader.scan(stream))
     survivors = list(vault.reader.scan(stream, skip_corrupt=True))
@@ -342,8 +341,8 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(vault: Vault, stream: str) 
     with vault.writer(stream, index_spacing=8192) as w:
         w.append([Batch(msgs(300, size=200))])
     before = vault.index.points(stream)
-    for e in list(vault.index.index.query_entities("PartitionKey eq @pk", parameters={"pk": stream})):
-        vault.index.index.delete_entity(e["PartitionKey"], e["RowKey"])
+    for row in vault.index.index.query(stream):
+        vault.index.index.delete(row.partition, row.key)
     with vault.writer(stream, index_spacing=8192):
         pass
     assert vault.index.points(stream) == before and len(before) > 5
@@ -378,12 +377,12 @@ def test_skipping_a_corrupt_record_reports_where_and_how_much(vault: Vault, stre
         page_at = (victim.offset + 40) // PAGE_SIZE * PAGE_SIZE
         page = bytearray(blob.read(page_at, PAGE_SIZE))
         page[victim.offset + 40 - page_at] ^= 0x01
-        blob.client.upload_page(bytes(page), offset=page_at, length=PAGE_SIZE)
+        cast(StreamBlob, blob).client.upload_page(bytes(page), offset=page_at, length=PAGE_SIZE)
     skips: list[tuple[int, int]] = []
-    from vault_core.reader import scan_blob
+    from vault_core.reader import scan_log
 
     survivors = list(
-        scan_blob(
+        scan_log(
             blob, 0, blob.state().committed, skip_corrupt=True, on_skip=lambda off, n: skips.append((off, n))
         )
     )
@@ -427,7 +426,7 @@ def test_a_failed_index_write_is_redone_before_the_next_commit(vault: Vault, str
 def test_a_commit_record_of_an_unknown_format_is_rejected(vault: Vault, stream: str) -> None:
     with vault.writer(stream) as w:
         w.append([Batch(msgs(1))])
-    client = vault.blob(stream).client
+    client = cast(StreamBlob, vault.blob(stream)).client
     client.set_blob_metadata({**client.get_blob_properties().metadata, "mv_format": "2"})
     with pytest.raises(UnsupportedVersion, match="format '2'"):
         vault.reader.read(stream, 0)
@@ -479,7 +478,7 @@ def test_an_offset_inside_a_value_is_refused_even_if_a_valid_record_sits_there(
 
 def test_skipping_a_corrupt_record_never_resumes_at_a_forged_one(vault: Vault, stream: str) -> None:
     at = append_a_forgery(vault, stream)
-    container = vault.blob(stream).client
+    container = cast(StreamBlob, vault.blob(stream)).client
     second = at - HEADER_SIZE
     page = bytearray(container.download_blob(offset=0, length=PAGE_SIZE).readall())
     page[second] ^= 0xFF  # the carrier's header is damaged: its length can no longer be trusted

@@ -37,7 +37,8 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from vault_core.format import NewMessage
+import vault_core
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite
@@ -139,6 +140,9 @@ def imported_distributions(paths: list[Path], module_level_only: bool = False) -
     return found
 
 
+EXTRA_MODULES = {"queues.py": "queue", "aio.py": "queue"}
+"""Core modules that exist for one of the core's extras (the Function App's queues; aio also
+needs the aio extra's HTTP transport, which it does not import by name)."""
 CORE_FILES = [p for p in python_files(CORE) if "spark" not in p.relative_to(CORE).parts]
 SPARK_FILES = python_files(CORE / "spark")
 APP_FILES = [*CORE_FILES, *python_files(ROOT / "vault_app", ROOT / "function_app.py")]
@@ -199,8 +203,15 @@ def test_importing_the_core_needs_only_its_base_dependencies() -> None:
     """What a module imports at import time must be installed by ``pip install message-vault-core``:
     extras (azure-storage-queue) are imported where they are used."""
     base = set(requirements(CORE_PYPROJECT["project"]["dependencies"]))
-    at_import = imported_distributions(CORE_FILES, module_level_only=True)
+    extras = CORE_PYPROJECT["project"]["optional-dependencies"]
+    plain = [p for p in CORE_FILES if p.name not in EXTRA_MODULES]
+    at_import = imported_distributions(plain, module_level_only=True)
     assert {d: f for d, f in at_import.items() if d not in base} == {}
+    for name, extra in EXTRA_MODULES.items():  # an extra's own adapter needs just that extra
+        uses = imported_distributions([CORE / name], module_level_only=True)
+        assert set(uses) <= base | set(requirements(extras[extra])), name
+        for path in plain:  # and no plain module imports it when it is imported
+            assert f"vault_core.{name[:-3]}" not in imported_modules(path, module_level_only=True), path
 
 
 def test_the_core_wheel_carries_every_core_package() -> None:
@@ -219,7 +230,10 @@ def test_the_app_distribution_depends_on_this_core() -> None:
     main = MAIN_PYPROJECT["project"]
     pins = [r for r in map(Requirement, main["dependencies"]) if canonicalize_name(r.name) == core["name"]]
     assert [str(r.specifier) for r in pins] == [f"=={core['version']}"]
-    assert main["version"] == core["version"]
+    # One version: the app's is read from vault_core.__version__, which the core declares too.
+    assert "version" in main["dynamic"]
+    assert MAIN_PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "vault_core.__version__"}
+    assert core["version"] == vault_core.__version__
     spark = requirements(main["optional-dependencies"]["spark"])
     assert spark[core["name"]].extras == {"spark"}
     assert "vault_core*" not in MAIN_PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]

@@ -24,7 +24,7 @@ from conftest import isolated_host, key_header
 from vault_app.batches import digest
 from vault_app.envelope import encode_claim, encode_messages
 from vault_client.cli import cli
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 

@@ -18,8 +18,9 @@ from vault_app.api import _int_param, _wait_param, parse_range, parse_time
 from vault_app.config import Limits
 from vault_app.http import HttpError, Request
 from vault_app.ingest import parse_batch
-from vault_core.errors import FormatError
-from vault_core.format import MAX_TIMESTAMP_MS, NewMessage, decode, encode
+from vault_core.errors import FormatError, InvalidInput
+from vault_core.recordformat import MAX_TIMESTAMP_MS, NewMessage, decode, encode
+from vault_core.times import to_millis
 
 LIMITS = Limits(max_message_bytes=4096, max_batch_messages=50, max_batch_bytes=64 * 1024)
 CONTENT_TYPES = st.sampled_from([None, "application/json", "application/x-ndjson", "text/plain"])
@@ -108,6 +109,20 @@ def test_any_time_parameter_is_a_time_in_range_or_a_400(raw: str) -> None:
         assert exc.status == 400
         return
     assert 0 <= ms <= MAX_TIMESTAMP_MS
+
+
+@FAST
+@given(st.text(max_size=60) | st.integers() | st.datetimes() | st.datetimes(timezones=st.timezones()))
+def test_the_one_time_parser_gives_an_integer_or_invalid_input(when: Any) -> None:
+    """The API's ``at``, Spark's ``fromTime`` and the client's ``at`` all go through it."""
+    try:
+        ms = to_millis(when)
+    except InvalidInput:
+        assert isinstance(when, str)
+        return
+    assert isinstance(ms, int)
+    if isinstance(when, str) and when.strip().lstrip("-").isdigit():
+        assert ms == int(when)
 
 
 @FAST

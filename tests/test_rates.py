@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 from vault_core.clock import ManualClock
-from vault_core.format import NewMessage
 from vault_core.index import MINUTE_MS, IndexPoint
 from vault_core.rates import per_minute
+from vault_core.recordformat import NewMessage
+from vault_core.tables import AzureTable
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 
@@ -49,9 +52,9 @@ def test_lost_marks_are_re_derived_from_the_log_by_the_next_writer(vault: Vault,
     write_minutes(vault, stream, clock)
     now = clock.now_ms()
     before = vault.index.minute_marks(stream, 0, now)
-    for row in list(vault.index.index.query_entities("PartitionKey eq @pk", parameters={"pk": stream})):
-        if str(row["RowKey"])[0] in "mot":  # marks and index points: derived data, all lost
-            vault.index.index.delete_entity(stream, row["RowKey"])
+    for row in vault.index.index.query(stream):
+        if row.key[0] in "mot":  # marks and index points: derived data, all lost
+            vault.index.index.delete(stream, row.key)
     assert vault.index.minute_marks(stream, 0, now) == []
     Vault(vault.account, clock=clock).writer(stream).close()  # opening recovers the derived data from the log
     assert vault.index.minute_marks(stream, 0, now) == before
@@ -74,13 +77,14 @@ def test_marks_cost_the_writer_no_request_of_their_own(vault: Vault, stream: str
     clock = ManualClock(T0)
     v = Vault(vault.account, clock=clock)
     sent: list[list[str]] = []
-    submit = v.index.index.submit_transaction
+    table = cast(AzureTable, v.index.index).client
+    submit = table.submit_transaction
 
     def counting(operations: list[tuple[str, dict[str, object], dict[str, object]]], **kw: object) -> object:
         sent.append([str(op[1]["RowKey"])[0] for op in operations])
         return submit(operations, **kw)
 
-    v.index.index.submit_transaction = counting  # type: ignore[method-assign,assignment]
+    table.submit_transaction = counting  # type: ignore[method-assign,assignment]
     with v.writer(stream) as w:
         sent.clear()  # opening the stream writes its own rows
         for i in range(12):  # a commit every 20 s: four minutes

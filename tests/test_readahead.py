@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from vault_app.readahead import ReadAhead
-from vault_core.format import NewMessage
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 
@@ -14,7 +14,7 @@ class CountingReader(StreamReader):
     """The real reader, counting the GETs it makes (to see which reads were prefetched)."""
 
     def __init__(self, vault: Vault) -> None:
-        super().__init__(vault.reader.container, vault.reader.index)
+        super().__init__(vault.reader.log, vault.reader.index)
         self.fetches: list[int] = []
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:

@@ -13,13 +13,14 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from vault_core.clock import ManualClock
-from vault_core.format import Message, NewMessage
-from vault_core.pageblob import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.pageblob import StreamBlob
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
+from vault_core.recordformat import Message, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 
@@ -129,7 +130,7 @@ def corrupt_value_byte(vault: Vault, stream: str, m: Message) -> None:
     blob = vault.blob(stream)
     data = bytearray(blob.read(page, PAGE_SIZE))
     data[pos - page] ^= 0x5A
-    blob.client.upload_page(bytes(data), offset=page, length=PAGE_SIZE)
+    cast(StreamBlob, blob).client.upload_page(bytes(data), offset=page, length=PAGE_SIZE)
 
 
 @pytest.fixture(scope="module")
@@ -203,7 +204,7 @@ def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
 
 def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
     from vault_core.errors import FormatError
-    from vault_core.format import MAGIC, decode, encode
+    from vault_core.recordformat import MAGIC, decode, encode
     from vault_core.spark.columnar import decode_columns
 
     rng = random.Random(11)

@@ -16,7 +16,6 @@ from functools import lru_cache
 from typing import Any
 
 import msgspec
-from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 
 from vault_app import poison
 from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
@@ -24,23 +23,28 @@ from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
+from vault_app.openapi import SPEC
 from vault_app.readahead import ReadAhead
 from vault_app.services import Services, StagingQueue, services
 from vault_app.staging import Stager
 from vault_app.tail import Busy, Tails, WaitSlots
+from vault_core import __version__ as VERSION
 from vault_core.aio import async_clients
-from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable, VaultError
-from vault_core.format import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
+from vault_core.limits import (
+    DEFAULT_READ_BYTES,
+    DEFAULT_READ_MESSAGES,
+    MAX_READ_BYTES,
+    MAX_READ_MESSAGES,
+    MAX_WAIT_SECONDS,
+)
 from vault_core.names import validate_batch_id, validate_stream_name
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.reader import ReadResult, StreamReader
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.retry import budget
+from vault_core.times import to_millis
 
-VERSION = "0.1.0"
-MAX_WAIT_SECONDS = 60
-MAX_LIMIT = 10_000
-MAX_RANGE_BYTES = 16 * 1024 * 1024
 _read_ahead = ReadAhead()
 NDJSON = "application/x-ndjson"
 BATCH_RECHECK_SECONDS = 1.0
@@ -87,18 +91,10 @@ def parse_time(raw: str) -> int:
     Times before the epoch or past what a record can carry are clamped to that range: a seek
     there means "from the start" or "at the end".
     """
-    if re.fullmatch(r"-?\d{1,20}", raw):
-        return min(max(int(raw), 0), MAX_TIMESTAMP_MS)
     try:
-        dt = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        ms = int(dt.timestamp() * 1000)
-    except (ValueError, OverflowError):
-        shown = raw if len(raw) <= 40 else raw[:40] + "..."
-        raise HttpError(
-            400, "bad_request", f"time {shown!r} is neither milliseconds (up to 20 digits) nor ISO 8601"
-        ) from None
+        ms = to_millis(raw)
+    except InvalidInput as exc:
+        raise HttpError(400, "bad_request", str(exc)) from None
     return min(max(ms, 0), MAX_TIMESTAMP_MS)
 
 
@@ -261,8 +257,8 @@ async def get_messages(req: Request, caller: Caller) -> Response:
     stream = _stream(req)
     page = _PageRequest(
         stream,
-        limit=_int_param(req, "limit", 1000, 1, MAX_LIMIT),
-        max_bytes=_int_param(req, "max_bytes", 1024 * 1024, 1, MAX_RANGE_BYTES),
+        limit=_int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES),
+        max_bytes=_int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES),
         force_b64=req.query.get("encoding") == "base64",
         ndjson=NDJSON in (req.header("accept") or ""),
     )
@@ -438,7 +434,7 @@ def get_log(req: Request, caller: Caller) -> Response:
             ).encode(),
             {"Content-Range": f"bytes */{committed}"},
         )
-    end = min(end, committed, start + MAX_RANGE_BYTES)
+    end = min(end, committed, start + MAX_READ_BYTES)
     data = blob.read(start, end - start)
     return Response(
         206,
@@ -460,36 +456,15 @@ def get_access(req: Request, caller: Caller) -> Response:
     never past the caller's token: whoever loses access loses it on the blob soon after too."""
     svc = _svc()
     stream = _stream(req)
-    blob = svc.vault.blob(stream)
-    state = blob.state()
+    state = svc.vault.blob(stream).state()
     now = datetime.now(timezone.utc)
     expires = sas_expiry(now, svc.settings.sas_minutes, caller.principal.expires)
-    client = blob.client
-    account = svc.vault_account
-    common: dict[str, Any] = {
-        "account_name": client.account_name,
-        "container_name": client.container_name,
-        "blob_name": client.blob_name,
-        "permission": BlobSasPermissions(read=True),
-        "expiry": expires,
-        "start": now - timedelta(minutes=5),
-    }
-    if client.url.startswith("https://"):
-        common["protocol"] = "https"  # the SAS is refused over plain HTTP (Azurite is http only)
-    if account.connection_string:
-        key = dict(p.split("=", 1) for p in account.connection_string.split(";") if "=" in p).get(
-            "AccountKey"
-        )
-        sas = generate_blob_sas(account_key=key, **common)
-    else:
-        with translate_errors(stream):
-            udk = svc.vault.blob_service.get_user_delegation_key(now - timedelta(minutes=5), expires)
-        sas = generate_blob_sas(user_delegation_key=udk, **common)
+    url, sas = svc.vault.read_access(stream, start=now - timedelta(minutes=5), expiry=expires)
     return json_response(
         200,
         {
             "stream": stream,
-            "blob_url": client.url,
+            "blob_url": url,
             "sas": sas,
             "expires": expires.isoformat(),
             "committed": state.committed,
@@ -596,7 +571,7 @@ async def _poison_counts() -> list[dict[str, Any]]:
 
     async def count(q: StagingQueue) -> int | None:
         try:
-            return await async_clients(accounts[q.account]).queue_length(q.poison.queue_name)
+            return await async_clients(accounts[q.account]).queue_length(q.poison.name)
         except VaultError:
             return None
 
@@ -614,6 +589,4 @@ async def _poison_counts() -> list[dict[str, Any]]:
 
 @guarded
 def openapi(req: Request) -> Response:
-    from vault_app.openapi import SPEC  # imports this module's constants
-
     return json_response(200, SPEC)

@@ -11,7 +11,7 @@ id belongs to its stream, and the same id on two streams is two batches. Columns
 ``State``    ``staging`` (a POST reserved the id; not known to be in a queue yet), ``staged``
              (in a queue: the POST answered 202), or ``rejected`` (the writer gave up; ``Reason``)
 ``Digest``   SHA-256 of the batch's keys and values: a retry must carry the same batch
-``Count``, ``StagedMs``, ``Reason``
+``Count``, ``ReceivedMs``, ``Reason``
 
 "Committed" is not stored here: the stream's own batch index says it, written by the commit.
 
@@ -30,22 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import (
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-)
-from azure.data.tables import TableClient, UpdateMode
-
-from vault_core.azure import translate_errors
 from vault_core.errors import InvalidInput
-from vault_core.format import NewMessage
 from vault_core.index import IndexTables
 from vault_core.names import validate_producer_batch_id
-from vault_core.pageblob import CommittedBatch
+from vault_core.pagelog import CommittedBatch
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
+from vault_core.rows import Fields, Row, Table
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
 REASON_MAX = 1000
@@ -106,7 +97,7 @@ def digest(messages: Sequence[NewMessage]) -> str:
 class BatchTable:
     """The ``<prefix>batches`` table, read together with the stream index for "committed"."""
 
-    def __init__(self, table: TableClient, index: IndexTables) -> None:
+    def __init__(self, table: Table, index: IndexTables) -> None:
         self.table = table
         self.index = index
 
@@ -119,22 +110,13 @@ class BatchTable:
         staging). A status: the batch was staged before; that is the answer to give again.
         Raises :class:`IdempotencyMismatch` if the id names a different batch.
         """
-        row = {
-            "PartitionKey": batch_id,
-            "RowKey": stream,
-            "State": STAGING,
-            "Digest": batch_digest,
-            "Count": count,
-            "StagedMs": str(now_ms),
-        }
+        row: Fields = {"State": STAGING, "Digest": batch_digest, "Count": count, "ReceivedMs": now_ms}
 
-        def insert() -> dict[str, Any] | None:
-            with translate_errors(stream):
-                try:
-                    self.table.create_entity(row)
-                    return None
-                except ResourceExistsError:
-                    return dict(self.table.get_entity(batch_id, stream))
+        def insert() -> Row | None:
+            if self.table.insert(batch_id, stream, row) is not None:
+                return None
+            # Taken: what is there (a row deleted in between is "none", so the POST stages it).
+            return self.table.get(batch_id, stream)
 
         existing = with_retries(insert)
         if existing is None:
@@ -151,34 +133,15 @@ class BatchTable:
         return self._status(batch_id, stream, existing)
 
     def mark_staged(self, stream: str, batch_id: str) -> None:
-        def update() -> None:
-            with translate_errors(stream):
-                self.table.update_entity(
-                    {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED}, mode=UpdateMode.MERGE
-                )
-
-        with_retries(update)
+        with_retries(lambda: self.table.update(batch_id, stream, {"State": STAGED}))
 
     def reject(self, stream: str, batch_id: str, reason: str) -> None:
-        with translate_errors(stream):
-            self.table.upsert_entity(
-                {
-                    "PartitionKey": batch_id,
-                    "RowKey": stream,
-                    "State": REJECTED,
-                    "Reason": reason[:REASON_MAX],
-                },
-                mode=UpdateMode.MERGE,
-            )
+        self.table.upsert(batch_id, stream, {"State": REJECTED, "Reason": reason[:REASON_MAX]})
 
     def rejected(self, stream: str, batch_id: str) -> str | None:
         """The ETag of the batch's row if it says ``rejected``, else None: what :meth:`unreject` needs."""
-        with translate_errors(stream):
-            try:
-                row = self.table.get_entity(batch_id, stream)
-            except ResourceNotFoundError:
-                return None
-        return str(row.metadata["etag"]) if row.get("State") == REJECTED else None
+        row = self.table.get(batch_id, stream)
+        return row.etag if row is not None and row.get("State") == REJECTED else None
 
     def unreject(self, stream: str, batch_id: str, etag: str) -> bool:
         """A rejected batch replayed from poison is staged again; False if its row changed meanwhile.
@@ -188,55 +151,33 @@ class BatchTable:
         creates a row: one without the batch's digest would make a producer's retry of the
         batch look like a different batch.
         """
-        row = {"PartitionKey": batch_id, "RowKey": stream, "State": STAGED, "Reason": ""}
-        with translate_errors(stream):
-            try:
-                self.table.update_entity(
-                    row, mode=UpdateMode.MERGE, etag=etag, match_condition=MatchConditions.IfNotModified
-                )
-            except (ResourceModifiedError, ResourceNotFoundError):
-                return False
-            except HttpResponseError as exc:
-                if exc.status_code == 412:  # the row changed since ``etag``
-                    return False
-                raise
-        return True
+        return self.table.update(batch_id, stream, {"State": STAGED, "Reason": ""}, etag=etag) is not None
 
     def status(self, stream: str, batch_id: str) -> BatchStatus | None:
         """The batch's status on ``stream``: committed (from the index) or its row; None if unknown."""
         committed = self.committed(stream, batch_id)
         if committed is not None:
             return committed
-        with translate_errors(stream):
-            try:
-                row = dict(self.table.get_entity(batch_id, stream))
-            except ResourceNotFoundError:
-                return None
-        return self._status(batch_id, stream, row, check_index=False)
+        row = self.table.get(batch_id, stream)
+        return None if row is None else self._status(batch_id, stream, row, check_index=False)
 
     def find(self, batch_id: str) -> list[BatchStatus]:
         """The batch ``batch_id`` on every stream that has one (usually one stream)."""
-        with translate_errors():
-            rows = [
-                dict(e) for e in self.table.query_entities("PartitionKey eq @pk", parameters={"pk": batch_id})
-            ]
-        return [self._status(batch_id, str(r["RowKey"]), r) for r in rows]
+        return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id)]
 
     def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
         """The batch's offsets if it is committed to ``stream`` (needs no status row)."""
         found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
         return None if found is None else BatchStatus.of_commit(stream, found)
 
-    def _status(
-        self, batch_id: str, stream: str, row: dict[str, Any], *, check_index: bool = True
-    ) -> BatchStatus:
+    def _status(self, batch_id: str, stream: str, row: Row, *, check_index: bool = True) -> BatchStatus:
         if check_index and (committed := self.committed(stream, batch_id)) is not None:
             return committed
-        state = str(row.get("State", STAGED))
+        state = row.text("State", STAGED)
         return BatchStatus(
             batch_id,
             stream,
             state if state in (STAGING, STAGED, REJECTED) else STAGED,
-            int(row.get("Count", 0)),
-            reason=(row.get("Reason") or None) if state == REJECTED else None,
+            row.number("Count"),
+            reason=(row.text("Reason") or None) if state == REJECTED else None,
         )

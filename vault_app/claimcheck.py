@@ -21,19 +21,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from azure.core.exceptions import ResourceNotFoundError
-from azure.storage.blob import ContainerClient
-
 from vault_app import envelope
 from vault_app.envelope import Envelope, EnvelopeError
-from vault_core.azure import translate_errors
+from vault_core.blobs import BlobContainer
 from vault_core.errors import VaultError
-from vault_core.format import NewMessage
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 from vault_core.vault import Vault
-
-DELETE_BATCH = 256
-"""Blob Batch requests carry at most 256 sub-requests."""
 
 
 class AlreadyCommitted(Exception):
@@ -41,7 +35,7 @@ class AlreadyCommitted(Exception):
 
 
 class ClaimChecks:
-    def __init__(self, container: ContainerClient, vault: Vault) -> None:
+    def __init__(self, container: BlobContainer, vault: Vault) -> None:
         self.container = container
         self.vault = vault
 
@@ -50,7 +44,7 @@ class ClaimChecks:
         self,
         batch_id: str,
         stream: str,
-        staged_ms: int,
+        received_ms: int,
         messages: list[NewMessage],
         trace: str | None = None,
     ) -> tuple[str, bool]:
@@ -62,17 +56,16 @@ class ClaimChecks:
         size = sum(len(m.value) for m in messages)
         claimed = size + 40 * len(messages) > envelope.INLINE_LIMIT  # cheap bound before encoding
         if not claimed:
-            text = envelope.encode_messages(batch_id, stream, staged_ms, messages, trace)
+            text = envelope.encode_messages(batch_id, stream, received_ms, messages, trace)
             if len(text) <= envelope.INLINE_LIMIT:
                 return text, False
         name = f"{stream}/{batch_id}/{uuid.uuid4().hex}.records"
-        body = envelope.encode_claim_body(messages, staged_ms)
+        body = envelope.encode_claim_body(messages, received_ms)
         with_retries(lambda: self._upload(name, body))
-        return envelope.encode_claim(batch_id, stream, staged_ms, name, len(messages), trace), True
+        return envelope.encode_claim(batch_id, stream, received_ms, name, len(messages), trace), True
 
     def _upload(self, name: str, body: bytes) -> None:
-        with translate_errors():
-            self.container.upload_blob(name, body, overwrite=False)
+        self.container.upload_new(name, body)
 
     # -- the writer ------------------------------------------------------------------------
     def load(self, env: Envelope) -> Envelope:
@@ -84,15 +77,11 @@ class ClaimChecks:
         """
         if env.claim is None:
             return env
-        with translate_errors():
-            try:
-                body = self.container.download_blob(env.claim).readall()
-            except ResourceNotFoundError as exc:
-                if self._committed(env):
-                    raise AlreadyCommitted(env.batch_id) from exc
-                raise EnvelopeError(
-                    f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing"
-                ) from exc
+        body = self.container.download(env.claim)
+        if body is None:
+            if self._committed(env):
+                raise AlreadyCommitted(env.batch_id)
+            raise EnvelopeError(f"claim-check blob {env.claim!r} of batch {env.batch_id} is missing")
         return envelope.decode_claimed(env, body)
 
     def _committed(self, env: Envelope) -> bool:
@@ -108,9 +97,4 @@ class ClaimChecks:
 
     def delete(self, names: Sequence[str]) -> None:
         """Delete committed batches' blobs; failures are left to the lifecycle rule."""
-        for i in range(0, len(names), DELETE_BATCH):
-            try:
-                with translate_errors():
-                    self.container.delete_blobs(*names[i : i + DELETE_BATCH], raise_on_any_failure=False)
-            except VaultError:
-                pass
+        self.container.delete_many(names)

@@ -21,7 +21,8 @@ from typing import TypeVar
 
 from vault_app.auth.policy import Policy, parse_grants, parse_patterns
 from vault_app.auth.tokens import check_url
-from vault_core.format import MAX_VALUE_BYTES
+from vault_core import limits
+from vault_core.recordformat import MAX_VALUE_BYTES
 
 T = TypeVar("T")
 
@@ -109,9 +110,9 @@ def identity_setting_names(staging_accounts: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Limits:
-    max_message_bytes: int = 1024 * 1024
-    max_batch_messages: int = 10_000
-    max_batch_bytes: int = 16 * 1024 * 1024
+    max_message_bytes: int = limits.MAX_MESSAGE_BYTES
+    max_batch_messages: int = limits.MAX_BATCH_MESSAGES
+    max_batch_bytes: int = limits.MAX_BATCH_BYTES
 
 
 @dataclass(frozen=True)

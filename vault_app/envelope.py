@@ -2,7 +2,7 @@
 
 Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` in host.json)::
 
-    {"v": 1, "id": BATCH_ID, "stream": STREAM, "ts": STAGED_MS,
+    {"v": 1, "id": BATCH_ID, "stream": STREAM, "ts": RECEIVED_MS,
      "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
@@ -25,10 +25,10 @@ import json
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vault_core import format
+from vault_core import recordformat
 from vault_core.errors import FormatError, InvalidInput
-from vault_core.format import NewMessage
 from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.recordformat import NewMessage
 
 VERSION = 1
 INLINE_LIMIT = 60_000
@@ -45,18 +45,18 @@ class EnvelopeError(InvalidInput):
 class Envelope:
     batch_id: str
     stream: str
-    staged_ms: int
+    received_ms: int
     messages: list[NewMessage] | None = None
     claim: str | None = None
     count: int = 0
-    records: format.StagedRecords | None = None
+    records: recordformat.EncodedBatch | None = None
     """A claim-check batch once its blob is read: already in record form, checked."""
     trace: str | None = None
     """The ``traceparent`` of the POST that staged the batch, if it carried one."""
 
 
 def encode_messages(
-    batch_id: str, stream: str, staged_ms: int, messages: list[NewMessage], trace: str | None = None
+    batch_id: str, stream: str, received_ms: int, messages: list[NewMessage], trace: str | None = None
 ) -> str:
     rows = []
     for m in messages:
@@ -69,14 +69,14 @@ def encode_messages(
                 base64.b64encode(m.value).decode(),
             ]
         )
-    return _dump({"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "m": rows}, trace)
+    return _dump({"v": VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "m": rows}, trace)
 
 
 def encode_claim(
-    batch_id: str, stream: str, staged_ms: int, blob_name: str, count: int, trace: str | None = None
+    batch_id: str, stream: str, received_ms: int, blob_name: str, count: int, trace: str | None = None
 ) -> str:
     return _dump(
-        {"v": VERSION, "id": batch_id, "stream": stream, "ts": staged_ms, "claim": blob_name, "n": count},
+        {"v": VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "claim": blob_name, "n": count},
         trace,
     )
 
@@ -91,33 +91,33 @@ def decode(text: str | bytes) -> Envelope:
     try:
         doc = json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise EnvelopeError(f"staged message is not JSON: {exc}") from exc
+        raise EnvelopeError(f"staging message is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
-        raise EnvelopeError("staged message is not a JSON object")
+        raise EnvelopeError("staging message is not a JSON object")
     if doc.get("v") != VERSION:
         raise EnvelopeError(f"unknown staging envelope version {doc.get('v')!r}")
     try:
         batch_id = validate_batch_id(doc["id"])
         stream = validate_stream_name(doc["stream"])
-        staged = int(doc["ts"])
+        received = int(doc["ts"])
         trace = _trace(doc.get("tp"))
         if "claim" in doc:
             return Envelope(
-                batch_id, stream, staged, claim=str(doc["claim"]), count=int(doc["n"]), trace=trace
+                batch_id, stream, received, claim=str(doc["claim"]), count=int(doc["n"]), trace=trace
             )
-        return Envelope(batch_id, stream, staged, messages=[_message(row) for row in doc["m"]], trace=trace)
+        return Envelope(batch_id, stream, received, messages=[_message(row) for row in doc["m"]], trace=trace)
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
 
-def encode_claim_body(messages: list[NewMessage], staged_ms: int) -> bytes:
-    return format.encode(messages, 0, staged_ms)
+def encode_claim_body(messages: list[NewMessage], received_ms: int) -> bytes:
+    return recordformat.encode(messages, 0, received_ms)
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
     """The records of a claim-check blob, checked; their count must match the queue message."""
     try:
-        records = format.staged_records(blob_body)
+        records = recordformat.encoded_batch(blob_body)
     except FormatError as exc:
         raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
     if len(records.starts) != envelope.count:

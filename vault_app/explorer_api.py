@@ -12,15 +12,11 @@ from vault_app.auth.policy import Action
 from vault_app.http import Request, Response, guarded, json_response
 from vault_core.checkpoints import Checkpoint
 from vault_core.errors import FormatError, InvalidOffset
-from vault_core.format import HEADER_SIZE
 from vault_core.index import MINUTE_MS
+from vault_core.limits import MAX_GROUPS, MAX_RATE_MINUTES
 from vault_core.rates import per_minute
 from vault_core.reader import StreamReader
-
-MAX_RATE_MINUTES = 1440
-"""A day of minutes: one Tables query of at most 1,441 rows."""
-MAX_GROUPS = 200
-"""Groups listed per stream; each one's time lag costs a read of the record at its position."""
+from vault_core.recordformat import HEADER_SIZE
 
 
 @guarded

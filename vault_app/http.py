@@ -26,10 +26,9 @@ from vault_core.errors import (
     InvalidOffset,
     InvalidStreamName,
     MessageTooLarge,
-    StorageUnavailable,
-    StreamNotFound,
+    NotFound,
     VaultError,
-    WriterConflict,
+    retriable,
 )
 from vault_core.retry import REQUEST_BUDGET_SECONDS, budget
 
@@ -99,9 +98,9 @@ def to_http_error(exc: BaseException) -> HttpError:
         return HttpError(400, "bad_request", str(exc))
     if isinstance(exc, Busy):
         return HttpError(429, "busy", f"{exc}; retry shortly", {"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)})
-    if isinstance(exc, StreamNotFound):
+    if isinstance(exc, NotFound):
         return HttpError(404, "not_found", str(exc))
-    if isinstance(exc, (StorageUnavailable, WriterConflict)):
+    if retriable(exc):  # storage down or throttling, or another writer busy: later may work
         return HttpError(
             503,
             "unavailable",

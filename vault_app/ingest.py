@@ -17,7 +17,7 @@ import msgspec
 
 from vault_app.config import Limits
 from vault_app.http import HttpError
-from vault_core.format import MAX_KEY_BYTES, NewMessage
+from vault_core.recordformat import MAX_KEY_BYTES, NewMessage
 
 NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl")
 

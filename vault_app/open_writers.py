@@ -19,13 +19,9 @@ import time
 import uuid
 from dataclasses import dataclass
 
-from azure.core import MatchConditions
-from azure.core.exceptions import ResourceExistsError
-from azure.storage.blob import BlobClient, BlobLeaseClient
-
 from vault_app.services import Services, StagingQueue
-from vault_core.azure import translate_errors
-from vault_core.errors import LeaseLost, StreamLeased, StreamNotFound, VaultError
+from vault_core.errors import LeaseLost, VaultError
+from vault_core.pagelog import HeldLease
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
 log = logging.getLogger("vault_app.writer")
@@ -49,7 +45,7 @@ class _Owned:
     """A staging queue this process owns: its lease, when it was last used and renewed, and how
     many invocations of it are running (a busy queue is never released)."""
 
-    lease: BlobLeaseClient
+    lease: HeldLease
     used: float
     renewed: float
     running: int = 0
@@ -107,7 +103,9 @@ class OpenWriters:
             if owned is not None:
                 owned.running += 1
                 return True
-        lease = _acquire_owner(services.claimcheck.get_blob_client(OWNER_BLOB_PREFIX + key), self.owner_id)
+        lease = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key).acquire(
+            WRITER_LEASE_SECONDS, self.owner_id
+        )
         if lease is None:
             return False
         now = time.monotonic()
@@ -142,8 +140,7 @@ class OpenWriters:
             due = [(k, o) for k, o in self._owned.items() if now - o.renewed >= WRITER_LEASE_SECONDS / 3]
         for key, owned in due:
             try:
-                with translate_errors():
-                    owned.lease.renew()
+                owned.lease.renew()
                 owned.renewed = now
             except VaultError as exc:
                 # Taken over after a stall, or storage down: forget it. If the lease is still
@@ -205,27 +202,9 @@ def _key(queue: StagingQueue) -> str:
     return f"{queue.account}/{queue.name}"
 
 
-def _acquire_owner(blob: BlobClient, lease_id: str) -> BlobLeaseClient | None:
-    """The queue's owner lease, or None if another instance holds it."""
-    for _ in range(2):
-        try:
-            with translate_errors():
-                return blob.acquire_lease(lease_duration=WRITER_LEASE_SECONDS, lease_id=lease_id)
-        except StreamLeased:
-            return None
-        except StreamNotFound:  # the queue's first owner: create the lease blob, then lease it
-            with translate_errors():
-                try:
-                    blob.create_page_blob(size=0, match_condition=MatchConditions.IfMissing)
-                except ResourceExistsError:
-                    pass
-    return None
-
-
-def _release_owner(key: str, lease: BlobLeaseClient) -> None:
+def _release_owner(key: str, lease: HeldLease) -> None:
     try:
-        with translate_errors():
-            lease.release()
+        lease.release()
         log.info("staging queue %s released", key)
     except VaultError as exc:  # expired or taken: nothing to release
         log.info("ownership of staging queue %s not released: %s", key, exc)

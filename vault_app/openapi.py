@@ -7,8 +7,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from vault_app.api import MAX_LIMIT, MAX_WAIT_SECONDS, VERSION
-from vault_app.explorer_api import MAX_GROUPS, MAX_RATE_MINUTES
+from vault_core import __version__
+from vault_core.limits import (
+    DEFAULT_READ_BYTES,
+    DEFAULT_READ_MESSAGES,
+    MAX_GROUPS,
+    MAX_RATE_MINUTES,
+    MAX_READ_BYTES,
+    MAX_READ_MESSAGES,
+    MAX_WAIT_SECONDS,
+    MiB,
+)
 
 
 def _param(name: str, where: str, kind: str, text: str, required: bool = False) -> dict[str, Any]:
@@ -50,6 +59,8 @@ POISON_FILTERS = [
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
 _opt_str = {"type": "string", "nullable": True}
+_LIMIT = f"1-{MAX_READ_MESSAGES} (default {DEFAULT_READ_MESSAGES})"
+_MAX_BYTES = f"1-{MAX_READ_BYTES}: about this many bytes (default {DEFAULT_READ_BYTES // MiB} MiB)"
 CREDENTIALS: list[dict[str, list[str]]] = [{"entraId": []}, {"functionKey": []}, {"functionKeyHeader": []}]
 
 SCHEMAS: dict[str, Any] = {
@@ -326,8 +337,8 @@ PATHS: dict[str, Any] = {
                 STREAM,
                 _param("from", "query", "integer", "record boundary to start at (default 0)"),
                 _param("at", "query", "string", "time (ms or ISO 8601): first message at or after it"),
-                _param("limit", "query", "integer", f"1-{MAX_LIMIT} (default 1000)"),
-                _param("max_bytes", "query", "integer", "about this many bytes (default 1 MiB)"),
+                _param("limit", "query", "integer", _LIMIT),
+                _param("max_bytes", "query", "integer", _MAX_BYTES),
                 _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for data at the tail"),
                 _param("encoding", "query", "string", "base64: never return values as text"),
             ],
@@ -503,7 +514,7 @@ SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {
         "title": "Message Vault for Azure Functions",
-        "version": VERSION,
+        "version": __version__,
         "description": "Publish-subscribe with replay and batching on Azure page blobs. See docs/API.md.",
     },
     "servers": [{"url": "/api"}],

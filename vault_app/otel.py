@@ -24,7 +24,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from vault_app.telemetry import Commit, Span, Telemetry
+from vault_app.instruments import Commit, Span, Telemetry
 from vault_core.errors import InvalidInput
 
 INSTRUMENTATION = "vault_app"
@@ -149,7 +149,7 @@ class OtelTelemetry(Telemetry):
         append = trace.get_current_span().get_span_context()
         links = [Link(append)] if append.is_valid else None
         for c in fresh:
-            lag = max(0, committed_ms - c.staged_ms)
+            lag = max(0, committed_ms - c.received_ms)
             self._lag.record(lag, by_stream)
             # Under the POST's context when the batch carries one (else under the append).
             parent = _context(c.trace)

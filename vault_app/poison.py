@@ -31,15 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from azure.storage.queue import QueueClient, QueueMessage
-
 from vault_app import envelope
 from vault_app.batches import BatchStatus, BatchTable
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services, StagingQueue
-from vault_core.azure import translate_errors
-from vault_core.errors import InvalidInput, StreamNotFound, VaultError
+from vault_core.errors import InvalidInput, VaultError
 from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.queues import Queue, QueuedMessage
 
 PAGE = 32
 """Messages per peek or receive: the queue service's maximum."""
@@ -165,22 +163,17 @@ def queue_depths(services: Services, *, staging: bool = True, retry: bool = True
     things (the catalog, ``/health``) that must not fail because one queue cannot be read.
     Without ``retry`` each count is one attempt, so storage that refuses costs no back-off.
     """
-    options: dict[str, Any] = {} if retry else {"retry_total": 0}
     return [
-        QueueDepth(
-            q.account, q.name, _count(q.client, **options) if staging else None, _count(q.poison, **options)
-        )
+        QueueDepth(q.account, q.name, _count(q.staging, retry) if staging else None, _count(q.poison, retry))
         for q in services.queues
     ]
 
 
-def _count(client: QueueClient, **options: Any) -> int | None:
+def _count(queue: Queue, retry: bool = True) -> int | None:
     try:
-        with translate_errors():
-            count = client.get_queue_properties(**options).approximate_message_count
+        return queue.approximate_count(retry=retry)
     except VaultError:
         return None
-    return None if count is None else int(count)
 
 
 # -- listing -------------------------------------------------------------------------------
@@ -236,21 +229,13 @@ def list_poison(services: Services, selector: Selector | None = None) -> PoisonL
     statuses: dict[tuple[str, str], BatchStatus | None] = {}
     messages, queues = [], []
     for q in services.queues:
-        peeked = _peek(q.poison)
+        peeked = q.poison.peek(PAGE)  # a poison queue that was never created holds nothing
         queues.append(ListedQueue(q.account, q.name, _count(q.poison), len(peeked)))
         for m in peeked:
-            parked = read_message(q, m.id, m.inserted_on, str(m.content))
+            parked = read_message(q, m.id, m.inserted, m.body)
             if selector.matches(parked):
                 messages.append(Listed(parked, _status(services.batch_table, parked, statuses)))
     return PoisonListing(messages, queues)
-
-
-def _peek(client: QueueClient) -> list[Any]:
-    try:
-        with translate_errors():
-            return list(client.peek_messages(max_messages=PAGE))
-    except StreamNotFound:  # a poison queue that was never created holds nothing
-        return []
 
 
 def _status(
@@ -318,10 +303,10 @@ def _replay_queue(
     services: Services, q: StagingQueue, selector: Selector, report: ReplayReport, stop_at: float
 ) -> bool:
     """Replay the selected batches of one poison queue; True once it has been read to its end."""
-    held: list[QueueMessage] = []  # received, still in poison: made visible again at the end
+    held: list[QueuedMessage] = []  # received, still in poison: made visible again at the end
     try:
         while time.monotonic() < stop_at and len(held) < REPLAY_MAX_HELD:
-            page = _receive(q.poison)
+            page = q.poison.receive(PAGE, REPLAY_VISIBILITY)  # one request
             if not page:
                 return True
             held += page
@@ -334,15 +319,15 @@ def _replay_queue(
 
 
 def _replay_one(
-    services: Services, q: StagingQueue, selector: Selector, m: QueueMessage, report: ReplayReport
+    services: Services, q: StagingQueue, selector: Selector, m: QueuedMessage, report: ReplayReport
 ) -> bool:
     """Replay one received poison message if it is selected and valid; True if it left poison.
 
     The rejected status row is read before the send and turned back to ``staged`` only if it
     is unchanged after it: a writer that rejects the replayed batch again in between wins.
     """
-    body = str(m.content)
-    parked = read_message(q, m.id, m.inserted_on, body)
+    body = m.body
+    parked = read_message(q, m.id, m.inserted, body)
     if not selector.matches(parked):
         report.skipped += 1
         return False
@@ -354,8 +339,7 @@ def _replay_one(
         return False
     table = services.batch_table
     etag = table.rejected(parked.stream, parked.batch_id)
-    with translate_errors():
-        q.client.send_message(body, time_to_live=-1)  # fresh (dequeue count 0), never expires
+    q.staging.send(body)  # fresh (dequeue count 0), never expires
     _delete(q.poison, m)
     if etag is not None:
         table.unreject(parked.stream, parked.batch_id, etag)
@@ -363,30 +347,16 @@ def _replay_one(
     return True
 
 
-def _receive(client: QueueClient) -> list[QueueMessage]:
-    """One page (one request): ``receive_messages`` alone would fetch a message per request."""
+def _delete(queue: Queue, m: QueuedMessage) -> None:
     try:
-        with translate_errors():
-            pages = client.receive_messages(
-                messages_per_page=PAGE, visibility_timeout=REPLAY_VISIBILITY
-            ).by_page()
-            return list(next(pages, []))
-    except StreamNotFound:
-        return []
-
-
-def _delete(client: QueueClient, m: QueueMessage) -> None:
-    try:
-        with translate_errors():
-            client.delete_message(m.id, m.pop_receipt)
+        queue.delete(m)
     except VaultError:
         pass  # it reappears in poison: a second copy, which a later replay appends at most once
 
 
-def _release(client: QueueClient, messages: list[QueueMessage]) -> None:
+def _release(queue: Queue, messages: list[QueuedMessage]) -> None:
     for m in messages:
         try:
-            with translate_errors():
-                client.update_message(m.id, m.pop_receipt, visibility_timeout=0)
+            queue.hide(m, 0)
         except VaultError:
             pass  # visible again anyway after REPLAY_VISIBILITY

@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
 
 MAX_HELD_BYTES = 64 * 1024 * 1024

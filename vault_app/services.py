@@ -1,4 +1,6 @@
-"""The storage clients the app uses, built once per process from :mod:`vault_app.config`."""
+"""What the app works with, built once per process from :mod:`vault_app.config`: the vault, the
+staging queues (and which one a stream uses), the claim-check container and the batch table, as
+storage adapters (:mod:`vault_core.azure` hands them out), and the services built on them."""
 
 from __future__ import annotations
 
@@ -6,16 +8,15 @@ import zlib
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from azure.data.tables import TableClient
-from azure.storage.blob import ContainerClient
-from azure.storage.queue import QueueClient
-
 from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
-from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.azure import StorageAccount
+from vault_core.blobs import BlobContainer
 from vault_core.checkpoints import CheckpointStore
+from vault_core.queues import Queue
+from vault_core.rows import Table
 from vault_core.vault import Vault
 
 
@@ -25,12 +26,12 @@ class StagingQueue:
 
     account: int
     name: str
-    client: QueueClient
-    poison: QueueClient
+    staging: Queue
+    poison: Queue
 
 
 class Services:
-    """Lazily built clients; one instance per process (see :func:`services`)."""
+    """Built lazily, each part on first use; one instance per process (see :func:`services`)."""
 
     def __init__(self, settings: VaultSettings) -> None:
         self.settings = settings
@@ -48,17 +49,17 @@ class Services:
         )
 
     @cached_property
-    def claimcheck(self) -> ContainerClient:
-        return self.vault.blob_service.get_container_client(self.settings.claimcheck_container)
+    def claimcheck(self) -> BlobContainer:
+        return self.vault_account.blob_container(self.settings.claimcheck_container)
 
     @cached_property
     def claims(self) -> ClaimChecks:
         return ClaimChecks(self.claimcheck, self.vault)
 
     @cached_property
-    def batches(self) -> TableClient:
+    def batches(self) -> Table:
         """Batch status rows: PartitionKey = batch id, RowKey = stream (see vault_app.batches)."""
-        return self.vault.index.service.get_table_client(f"{self.settings.table_prefix}batches")
+        return self.vault_account.table(f"{self.settings.table_prefix}batches")
 
     @cached_property
     def batch_table(self) -> BatchTable:
@@ -76,23 +77,15 @@ class Services:
     def checkpoints(self) -> CheckpointStore:
         """Consumer-group checkpoints, where the clients keep them by default: the vault's
         account, table ``<prefix>checkpoints`` (the app only reads them, for the explorer)."""
-        return CheckpointStore(self.vault.index.service, f"{self.settings.table_prefix}checkpoints")
+        return CheckpointStore.from_account(self.vault_account, f"{self.settings.table_prefix}checkpoints")
 
     @cached_property
     def queues(self) -> list[StagingQueue]:
         """Every staging queue, account by account: the shards a stream hashes onto."""
         out = []
         for account, storage in enumerate(self.staging_accounts):
-            service = storage.queue_service()
             for name in self.settings.queue_names:
-                out.append(
-                    StagingQueue(
-                        account,
-                        name,
-                        service.get_queue_client(name),
-                        service.get_queue_client(f"{name}-poison"),
-                    )
-                )
+                out.append(StagingQueue(account, name, storage.queue(name), storage.queue(f"{name}-poison")))
         return out
 
     def queue_for(self, stream: str) -> StagingQueue:
@@ -109,11 +102,11 @@ class Services:
     def ensure(self) -> None:
         """Create containers, tables and queues if missing (local runs; Bicep does it in Azure)."""
         self.vault.ensure()
-        create_if_missing(
-            self.claimcheck.create_container,
-            self.batches.create_table,
-            *(client.create_queue for q in self.queues for client in (q.client, q.poison)),
-        )
+        self.claimcheck.create_if_missing()
+        self.batches.create_if_missing()
+        for q in self.queues:
+            q.staging.create_if_missing()
+            q.poison.create_if_missing()
 
 
 @lru_cache(maxsize=1)

@@ -12,15 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
 
 from vault_app import telemetry
 from vault_app.batches import STAGED, BatchStatus, digest
 from vault_app.services import Services
 from vault_app.telemetry import event
-from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable, StreamNotFound, VaultError
-from vault_core.format import NewMessage
+from vault_core.errors import VaultError
+from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 
 log = logging.getLogger("vault_app.staging")
@@ -53,7 +51,7 @@ class Stager:
         text, claimed = self.services.claims.queue_text(batch_id, stream, now, messages, span.traceparent)
         queue = self.services.queue_for(stream)
         span.set(messages=len(messages), queue=queue.name, account=queue.account, claim_check=claimed)
-        with_retries(lambda: self._send(queue.client, text))
+        with_retries(lambda: queue.staging.send(text))
         try:
             table.mark_staged(stream, batch_id)
         except VaultError as exc:  # staged all the same: the row says "staging" until it commits
@@ -71,12 +69,3 @@ class Stager:
             duration_ms=round((time.monotonic() - started) * 1000, 1),
         )
         return BatchStatus(batch_id, stream, STAGED, len(messages))
-
-    @staticmethod
-    def _send(client: Any, text: str) -> None:
-        try:
-            with translate_errors():
-                # Never expire (the service default is 7 days): a staged batch waits for its writer.
-                client.send_message(text, time_to_live=-1)
-        except StreamNotFound as exc:  # infrastructure missing: the service is unavailable
-            raise StorageUnavailable(f"staging queue {client.queue_name!r} does not exist") from exc

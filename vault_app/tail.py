@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 
 from vault_core.errors import VaultError
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.retry import budget
 
 log = logging.getLogger("vault_app.tail")

@@ -43,8 +43,8 @@ from vault_app.envelope import Envelope, EnvelopeError
 from vault_app.open_writers import open_writers
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
-from vault_core.azure import translate_errors
-from vault_core.errors import StorageUnavailable, StreamFull, VaultError, WriterConflict
+from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
+from vault_core.queues import QueuedMessage
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -65,16 +65,13 @@ NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
 
-TRANSIENT = (StorageUnavailable, WriterConflict)
-"""Failures that trying again later can cure: never a reason to poison a batch."""
-
 fault_hook: Callable[[str], None] | None = None
 """Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
 
 
 @dataclass(frozen=True)
-class Staged:
-    """A queue message as the trigger hands it over."""
+class StagingMessage:
+    """A message of a staging queue as the trigger hands it over (its body is an envelope)."""
 
     id: str
     body: str
@@ -83,18 +80,9 @@ class Staged:
 
 
 @dataclass
-class _Held:
-    """A message this invocation drained: its pop receipt changes with every renewal."""
-
-    id: str
-    body: str
-    receipt: str
-
-
-@dataclass
 class _Work:
     envelope: Envelope
-    drained: _Held | None = None
+    drained: QueuedMessage | None = None
     """None for the trigger message itself (the host deletes that one on success)."""
 
 
@@ -104,15 +92,17 @@ class _Plan:
     bytes: int = 0
 
 
-def write_staged(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+def write_staged(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     with telemetry.current().writing(queue.name, queue.account):
         _write(services, queue, trigger)
 
 
-def _write(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+def _write(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     try:
         owner = open_writers.own(services, queue)
-    except TRANSIENT as exc:
+    except VaultError as exc:
+        if not exc.retriable:
+            raise
         _hand_back_trigger(queue, trigger, exc)
         return
     if not owner:
@@ -124,7 +114,7 @@ def _write(services: Services, queue: StagingQueue, trigger: Staged) -> None:
         open_writers.done(queue)
 
 
-def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> None:
+def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
     """This instance owns the queue: append the trigger's batch and whatever else is pending."""
     claims = services.claims
     try:
@@ -134,8 +124,10 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> No
     except EnvelopeError as exc:
         _poison(services, queue, trigger.body, str(exc))
         return
-    except TRANSIENT as exc:
-        _hand_back_trigger(queue, trigger, exc)
+    except VaultError as exc:
+        if not exc.retriable:
+            raise
+        _hand_back_trigger(queue, trigger, exc)  # trying again later can cure it: never poison
         return
     telemetry.current().link(first.trace)
     plan = _Plan()
@@ -148,11 +140,6 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> No
             drained = [w.drained for w in work if w.drained]
             try:
                 _append(services, claims, queue, stream, work, renewer)
-            except TRANSIENT as exc:
-                renewer.forget(drained)
-                _hand_back(queue, drained, exc)
-                if stream == first.stream:
-                    _hand_back_trigger(queue, trigger, exc)
             except StreamFull as exc:
                 renewer.forget(drained)
                 for w in work:
@@ -160,10 +147,15 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: Staged) -> No
                     _poison(services, queue, body, str(exc))
                     if w.drained:
                         _delete(queue, w.drained)
-            except BaseException:
+            except BaseException as exc:
+                renewer.forget(drained)
+                if retriable(exc):  # trying again later can cure it: never a reason to poison
+                    _hand_back(queue, drained, exc)
+                    if stream == first.stream:
+                        _hand_back_trigger(queue, trigger, exc)
+                    continue
                 # A bug or an answer we do not understand: give the drained batches back and
                 # let the host retry the trigger (and poison it after maxDequeueCount).
-                renewer.forget(drained)
                 _release(queue, drained)
                 if drained:
                     telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
@@ -211,7 +203,7 @@ def _append(
         messages=sum(r.count for r in fresh),
         bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
         duration_ms=round((time.monotonic() - started) * 1000, 1),
-        lag_ms=now_ms - min(w.envelope.staged_ms for w in work),
+        lag_ms=now_ms - min(w.envelope.received_ms for w in work),
     )
 
 
@@ -221,7 +213,7 @@ def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.C
         telemetry.Commit(
             r.batch_id,
             w.envelope.trace,
-            w.envelope.staged_ms,
+            w.envelope.received_ms,
             r.count,
             r.first_offset,
             r.next_offset,
@@ -242,18 +234,10 @@ def _drain(
 ) -> None:
     while plan.bytes < DRAIN_BYTES:
         try:
-            with translate_errors():
-                got = list(
-                    queue.client.receive_messages(
-                        messages_per_page=DRAIN_MESSAGES,  # one request, not one per message
-                        max_messages=DRAIN_MESSAGES,
-                        visibility_timeout=DRAIN_VISIBILITY,
-                    )
-                )
+            held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
-        held = [_Held(m.id, m.content, m.pop_receipt or "") for m in got]
         renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = _io.map(lambda m: _try_load(claims, m.body), held)
@@ -269,7 +253,7 @@ def _drain(
                 _delete(queue, m)
             else:
                 _hand_back(queue, [m], result)
-        if len(got) < DRAIN_MESSAGES:
+        if len(held) < DRAIN_MESSAGES:
             return
 
 
@@ -299,34 +283,31 @@ def _reason(exc: BaseException) -> str:
     return "leased" if isinstance(exc, WriterConflict) else "unavailable"
 
 
-def _hand_back_trigger(queue: StagingQueue, trigger: Staged, exc: BaseException) -> None:
+def _hand_back_trigger(queue: StagingQueue, trigger: StagingMessage, exc: BaseException) -> None:
     """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
 
     If the queue cannot take it either, fail the invocation: the host retries it later.
     """
-    with translate_errors():
-        queue.client.send_message(trigger.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+    queue.staging.send(trigger.body, visible_in=_retry_delay(exc))
     telemetry.current().requeued(queue.name, queue.account, _reason(exc))
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
-def _pass_to_owner(queue: StagingQueue, trigger: Staged) -> None:
+def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage) -> None:
     """Another instance owns the queue: its batch goes back at once, visible to the owner's next
     drain, and this invocation then pauses, so that this instance's poller of the queue takes
     one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""
-    with translate_errors():
-        queue.client.send_message(trigger.body, visibility_timeout=0, time_to_live=-1)
+    queue.staging.send(trigger.body)
     telemetry.current().requeued(queue.name, queue.account, "not_owner")
     log.info("batch of message %s handed back to %s for its owner", trigger.id, queue.name)
     time.sleep(NOT_OWNER_PAUSE_SECONDS)
 
 
-def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -> None:
+def _hand_back(queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException) -> None:
     """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
     for m in messages:
         try:
-            with translate_errors():
-                queue.client.send_message(m.body, visibility_timeout=_retry_delay(exc), time_to_live=-1)
+            queue.staging.send(m.body, visible_in=_retry_delay(exc))
         except VaultError:
             _release(queue, [m])
             telemetry.current().requeued(queue.name, queue.account, _reason(exc))
@@ -336,26 +317,24 @@ def _hand_back(queue: StagingQueue, messages: list[_Held], exc: BaseException) -
         log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
 
 
-def _release(queue: StagingQueue, messages: list[_Held]) -> None:
+def _release(queue: StagingQueue, messages: list[QueuedMessage]) -> None:
     for m in messages:
         try:
-            with translate_errors():
-                queue.client.update_message(m.id, m.receipt, visibility_timeout=0)
+            queue.staging.hide(m, 0)
         except VaultError:
             pass  # it becomes visible anyway when DRAIN_VISIBILITY runs out
 
 
-def _delete(queue: StagingQueue, m: _Held) -> None:
+def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
     try:
-        with translate_errors():
-            queue.client.delete_message(m.id, m.receipt)
+        queue.staging.delete(m)
     except VaultError:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
 def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
     """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
-    log.error("batch rejected, moved to %s: %s", queue.poison.queue_name, reason)
+    log.error("batch rejected, moved to %s: %s", queue.poison.name, reason)
     stream: str | None = None
     try:
         doc = json.loads(body)
@@ -363,8 +342,7 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
         services.batch_table.reject(stream, str(doc["id"]), reason)
     except (ValueError, KeyError, TypeError, VaultError):
         pass  # nothing identifies the batch (or no table): the poison queue and this log line keep it
-    with translate_errors():
-        queue.poison.send_message(body, time_to_live=-1)
+    queue.poison.send(body)
     telemetry.current().poisoned(queue.name, queue.account, stream)
 
 
@@ -378,7 +356,7 @@ class _Renewer:
 
     def __init__(self, queue: StagingQueue) -> None:
         self.queue = queue
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, QueuedMessage] = {}
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -394,11 +372,11 @@ class _Renewer:
         self._stop.set()
         self._thread.join()
 
-    def hold(self, messages: list[_Held]) -> None:
+    def hold(self, messages: list[QueuedMessage]) -> None:
         with self._lock:
             self._held.update((m.id, m) for m in messages)
 
-    def forget(self, messages: list[_Held]) -> None:
+    def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
@@ -410,10 +388,6 @@ class _Renewer:
                     held = list(self._held.values())
                 for m in held:
                     try:
-                        with translate_errors():
-                            r = self.queue.client.update_message(
-                                m.id, m.receipt, visibility_timeout=DRAIN_VISIBILITY
-                            )
-                        m.receipt = r.pop_receipt or m.receipt
+                        self.queue.staging.hide(m, DRAIN_VISIBILITY)
                     except VaultError as exc:
                         log.info("renewing drained message %s failed: %s", m.id, exc)

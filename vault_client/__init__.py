@@ -23,7 +23,7 @@ from vault_client.results import Delivery, SendResult
 from vault_client.retry import RetryPolicy
 from vault_client.sources import ApiSource, Source
 from vault_core.checkpoints import Checkpoint, CheckpointConflict, CheckpointStore
-from vault_core.format import Message
+from vault_core.recordformat import Message
 
 __all__ = [
     "Access",

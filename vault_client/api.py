@@ -17,6 +17,7 @@ from vault_client.errors import ApiError, EndpointUnreachable, api_error
 from vault_client.retry import RETRIABLE_STATUS, RetryPolicy, parse_retry_after
 from vault_client.wire import decode_message
 from vault_core.errors import InvalidInput
+from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.reader import ReadResult
 
@@ -260,8 +261,8 @@ class ApiClient:
         from_offset: int | None = None,
         *,
         at: int | str | None = None,
-        limit: int = 1000,
-        max_bytes: int = 1024 * 1024,
+        limit: int = DEFAULT_READ_MESSAGES,
+        max_bytes: int = DEFAULT_READ_BYTES,
         wait: float = 0.0,
     ) -> ReadResult:
         """One page of messages from ``from_offset`` (or the first at/after time ``at``)."""

@@ -7,7 +7,7 @@
             handle(message)
 
 Both read paths (HTTP API, or the blob with a SAS: ``direct=True``) yield the same
-:class:`vault_core.format.Message` objects. Iteration first catches up to the committed end
+:class:`vault_core.recordformat.Message` objects. Iteration first catches up to the committed end
 as fast as the path allows, then (with ``follow``) chases the tail with long polls.
 
 With a consumer ``group`` the start position is the group's checkpoint when it has one
@@ -27,6 +27,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal
 
+from vault_client import direct as direct_pages
 from vault_client.api import ApiClient
 from vault_client.auth import TokenCredential
 from vault_client.direct import AccessProvider, DirectSource
@@ -35,8 +36,9 @@ from vault_client.sources import ApiSource, Source
 from vault_client.wire import to_millis
 from vault_core.checkpoints import Checkpoint, CheckpointStore
 from vault_core.errors import InvalidInput, StreamNotFound
-from vault_core.format import Message
+from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES, MAX_WAIT_SECONDS
 from vault_core.reader import ReadResult
+from vault_core.recordformat import Message
 
 Start = int | Literal["beginning", "end"]
 
@@ -58,7 +60,7 @@ class Consumer:
     ) -> None:
         """Read ``source`` from ``start`` (an offset, ``"beginning"`` or ``"end"``) or time ``at``.
 
-        ``wait`` (0-60 s) is how long one request waits for new data when following.
+        ``wait`` (0-MAX_WAIT_SECONDS s) is how long one request waits for new data when following.
         """
         if isinstance(start, bool) or not (isinstance(start, int) or start in ("beginning", "end")):
             raise InvalidInput(f'start must be an offset, "beginning" or "end", not {start!r}')
@@ -68,8 +70,8 @@ class Consumer:
             raise InvalidInput("give a start offset or a time (at), not both")
         if group is not None and checkpoints is None:
             raise InvalidInput("a consumer group needs a checkpoint store (checkpoints=CheckpointStore...)")
-        if not 0 <= wait <= 60:
-            raise InvalidInput("wait must be between 0 and 60 seconds")
+        if not 0 <= wait <= MAX_WAIT_SECONDS:
+            raise InvalidInput(f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
         self.source = source
         self.start = start
         self.at_ms = None if at is None else to_millis(at)
@@ -121,11 +123,16 @@ class Consumer:
                 stream,
                 lambda: access_api.access(stream),
                 seek=seeker.seek_time,
-                page_size=page_size or 10_000,
-                max_bytes=max_bytes or 4 * 1024 * 1024,
+                page_size=page_size or direct_pages.PAGE_MESSAGES,
+                max_bytes=max_bytes or direct_pages.PAGE_BYTES,
             )
         else:
-            source = ApiSource(api, stream, page_size=page_size or 1000, max_bytes=max_bytes or 1024 * 1024)
+            source = ApiSource(
+                api,
+                stream,
+                page_size=page_size or DEFAULT_READ_MESSAGES,
+                max_bytes=max_bytes or DEFAULT_READ_BYTES,
+            )
         consumer = cls(source, **options)
         if owned:
             consumer._owned.append(api)

@@ -4,40 +4,46 @@ The SAS comes from an *access provider*, normally ``GET /streams/{s}/access``
 (:meth:`ApiClient.access`). It is renewed shortly before it expires, and once more when
 storage refuses a read with 401/403 (a SAS revoked, or a clock that disagrees with ours).
 
-Reads reuse :class:`vault_core.reader.StreamReader` unchanged: it bounds every read by the
-commit record (``mv_committed`` in the blob's metadata) and verifies every checksum.
+Reads reuse :class:`vault_core.reader.StreamReader` unchanged (:class:`SasBlob` is a
+:class:`~vault_core.readable.ReadableLog`): it bounds every read by the commit record
+(``mv_committed`` in the blob's metadata) and verifies every checksum.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import TypeVar
 
-from azure.storage.blob import BlobClient, ContainerClient
-
 from vault_client.api import Access
-from vault_core.errors import InvalidInput, StorageFailure
-from vault_core.format import Message
-from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.errors import InvalidInput, StorageAccessDenied
+from vault_core.pageblob import StreamBlob
+from vault_core.pagelog import CommitState
 from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
+from vault_core.recordformat import Message
+from vault_core.retry import poll
 
 T = TypeVar("T")
 AccessProvider = Callable[[], Access]
 
+PAGE_MESSAGES = 10_000
+PAGE_BYTES = 4 * 1024 * 1024
+"""A direct page's default size: larger than the API's, since no server decodes it (and each
+GET has a fixed cost)."""
 
-class AccessDenied(StorageFailure):
+
+class AccessDenied(StorageAccessDenied):
     """Storage refused the SAS even after it was renewed."""
 
 
-def _blob_client(access: Access) -> BlobClient:
-    return BlobClient.from_blob_url(f"{access.blob_url}?{access.sas.lstrip('?')}")
+def _blob(access: Access, stream: str) -> StreamBlob:
+    return StreamBlob.from_url(f"{access.blob_url}?{access.sas.lstrip('?')}", stream)
 
 
-class SasBlob(StreamBlob):
-    """A stream's page blob reached through a SAS that renews itself. Safe to share between threads."""
+class SasBlob:
+    """A stream's page blob reached through a SAS that renews itself: a
+    :class:`~vault_core.readable.ReadableLog`. Safe to share between threads."""
 
     def __init__(
         self,
@@ -47,14 +53,15 @@ class SasBlob(StreamBlob):
         margin: timedelta = timedelta(seconds=60),
         now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     ) -> None:
+        self.stream = stream
         self._provider = access
         self._margin = margin
         self._now = now
         self._lock = threading.Lock()
         self._access = access()
+        self._blob = _blob(self._access, stream)
         self.refreshes = 0
         """How often the SAS was renewed (on expiry or on a refused read)."""
-        super().__init__(_blob_client(self._access), stream)
 
     @property
     def access(self) -> Access:
@@ -64,25 +71,22 @@ class SasBlob(StreamBlob):
         with self._lock:
             if self._access is stale:  # another thread may have renewed it already
                 self._access = self._provider()
-                self.client = _blob_client(self._access)
+                self._blob = _blob(self._access, self.stream)
                 self.refreshes += 1
 
-    def _call(self, op: Callable[[], T]) -> T:
+    def _call(self, op: Callable[[StreamBlob], T]) -> T:
         current = self._access
         if current.expires - self._margin <= self._now():
             self._renew(current)
         used = self._access
         try:
-            return op()
-        except StorageFailure as exc:
-            if exc.status not in (401, 403):
-                raise
+            return op(self._blob)
+        except StorageAccessDenied:
+            pass
         self._renew(used)
         try:
-            return op()
-        except StorageFailure as exc:
-            if exc.status not in (401, 403):
-                raise
+            return op(self._blob)
+        except StorageAccessDenied as exc:
             raise AccessDenied(
                 f"storage refused the SAS for stream {self.stream!r} even after renewing it",
                 status=exc.status,
@@ -90,28 +94,13 @@ class SasBlob(StreamBlob):
             ) from exc
 
     def state(self) -> CommitState:
-        return self._call(super().state)
+        return self._call(lambda blob: blob.state())
 
     def read(self, start: int, length: int) -> bytes:
-        return self._call(lambda: super(SasBlob, self).read(start, length))
+        return self._call(lambda blob: blob.read(start, length))
 
     def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
-        return self._call(lambda: super(SasBlob, self).read_with_state(start, length))
-
-
-class _OneBlobReader(StreamReader):
-    """StreamReader's bounded reads, scans and time seeks, on one SAS blob instead of a container."""
-
-    def __init__(self, blob: SasBlob) -> None:
-        url = blob.access.blob_url
-        # StreamReader wants a container; it is never used because blob() is overridden.
-        super().__init__(ContainerClient.from_container_url(url[: url.rindex("/")]), index=None)
-        self._blob = blob
-
-    def blob(self, stream: str) -> StreamBlob:
-        if stream != self._blob.stream:
-            raise InvalidInput(f"this reader reads stream {self._blob.stream!r}, not {stream!r}")
-        return self._blob
+        return self._call(lambda blob: blob.read_with_state(start, length))
 
 
 class DirectSource:
@@ -123,8 +112,8 @@ class DirectSource:
         access: AccessProvider,
         *,
         seek: Callable[[int], int] | None = None,
-        page_size: int = 10_000,
-        max_bytes: int = 4 * 1024 * 1024,
+        page_size: int = PAGE_MESSAGES,
+        max_bytes: int = PAGE_BYTES,
         chunk: int = SCAN_CHUNK,
         prefetch: int = SCAN_PREFETCH,
         poll_min: float = 0.02,
@@ -135,7 +124,7 @@ class DirectSource:
         without it a time seek scans the blob from the start."""
         self.stream = stream
         self.blob = SasBlob(stream, access, margin=margin)
-        self.reader = _OneBlobReader(self.blob)
+        self.reader = StreamReader(self._log, index=None)
         self._seek = seek
         self.page_size = page_size
         self.max_bytes = max_bytes
@@ -144,15 +133,20 @@ class DirectSource:
         self.poll_min = poll_min
         self.poll_max = poll_max
 
+    def _log(self, stream: str) -> SasBlob:
+        if stream != self.stream:
+            raise InvalidInput(f"this source reads stream {self.stream!r}, not {stream!r}")
+        return self.blob
+
     def read(self, offset: int, wait: float = 0.0) -> ReadResult:
-        deadline = time.monotonic() + wait
-        delay = self.poll_min
-        while True:
-            result = self.reader.read(self.stream, offset, max_bytes=self.max_bytes, max_count=self.page_size)
-            if result.messages or time.monotonic() + delay > deadline:
-                return result
-            time.sleep(delay)
-            delay = min(delay * 2, self.poll_max)
+        return poll(
+            lambda: self.reader.read(self.stream, offset, max_bytes=self.max_bytes, max_count=self.page_size),
+            lambda result: bool(result.messages),
+            wait,
+            first=self.poll_min,
+            longest=self.poll_max,
+            each_within=None,
+        )
 
     def committed(self) -> int:
         return self.blob.state().committed

@@ -13,7 +13,7 @@ from typing import IO, Any, Protocol
 
 from vault_client.wire import message_json
 from vault_core.errors import InvalidInput
-from vault_core.format import Message
+from vault_core.recordformat import Message
 
 PARQUET_ROW_GROUP = 64 * 1024
 

@@ -15,8 +15,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from vault_core.checkpoints import Checkpoint, CheckpointStore, validate_group_name
+from vault_core.checkpoints import Checkpoint, CheckpointStore
 from vault_core.errors import StreamNotFound
+from vault_core.names import validate_group_name
 
 
 def default_member_name() -> str:

@@ -28,13 +28,11 @@ from vault_client.errors import BufferFull, ProducerClosed
 from vault_client.results import SendResult
 from vault_client.retry import RetryPolicy
 from vault_client.wire import batch_body, encode_message
+from vault_core import limits
 from vault_core.errors import MessageTooLarge
-from vault_core.format import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 from vault_core.names import validate_stream_name
+from vault_core.recordformat import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 
-MAX_BODY_BYTES = 16 * 1024 * 1024
-"""The API's default request body limit (VAULT_MAX_BATCH_BYTES)."""
-MAX_BATCH_MESSAGES = 10_000
 YIELD_EVERY = 64
 """send() offers the GIL to the sender threads this often (see send)."""
 
@@ -88,10 +86,10 @@ class Producer:
         """
         if api is None and url is None:
             raise ValueError("give the vault's url (and key) or an ApiClient")
-        if not 1 <= batch_max_messages <= MAX_BATCH_MESSAGES:
-            raise ValueError(f"batch_max_messages must be 1-{MAX_BATCH_MESSAGES}")
-        if not 1024 <= batch_max_bytes <= MAX_BODY_BYTES:
-            raise ValueError(f"batch_max_bytes must be 1 KiB-{MAX_BODY_BYTES} bytes")
+        if not 1 <= batch_max_messages <= limits.MAX_BATCH_MESSAGES:
+            raise ValueError(f"batch_max_messages must be 1-{limits.MAX_BATCH_MESSAGES}")
+        if not 1024 <= batch_max_bytes <= limits.MAX_BATCH_BYTES:
+            raise ValueError(f"batch_max_bytes must be 1 KiB-{limits.MAX_BATCH_BYTES} bytes")
         if on_full not in ("block", "raise"):
             raise ValueError('on_full must be "block" or "raise"')
         self._owns_api = api is None

@@ -14,7 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vault_core.retry import poll as poll_until
+
 COMMITTED = "committed"
+REJECTED = "rejected"
 
 
 @dataclass(frozen=True)
@@ -115,20 +118,25 @@ class SendResult:
         asks first).
         """
         deadline = time.monotonic() + timeout
-        delivery = self.result(timeout)
-        while delivery.status != COMMITTED:
-            if delivery.status == "rejected":
-                raise RuntimeError(
-                    f"batch {delivery.batch_id} was rejected by the writer: "
-                    f"{(self._outcome.ack or {}).get('reason', 'no reason given')}"
-                )
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"batch {delivery.batch_id} was not committed within {timeout}s")
-            time.sleep(min(poll, left))
-            poll = min(poll * 2, 1.0)
-            self._outcome.update(self._outcome.status(self._outcome.stream, delivery.batch_id))
-            delivery = self._delivery()
+        answered = [self.result(timeout)]  # the POST's answer is the first status: no request for it
+
+        def status() -> Delivery:
+            if answered:
+                return answered.pop()
+            outcome = self._outcome
+            outcome.update(outcome.status(outcome.stream, str((outcome.ack or {}).get("batch_id"))))
+            return self._delivery()
+
+        settled = (COMMITTED, REJECTED)
+        left = max(0.0, deadline - time.monotonic())
+        delivery = poll_until(status, lambda d: d.status in settled, left, first=poll, each_within=None)
+        if delivery.status == REJECTED:
+            raise RuntimeError(
+                f"batch {delivery.batch_id} was rejected by the writer: "
+                f"{(self._outcome.ack or {}).get('reason', 'no reason given')}"
+            )
+        if delivery.status != COMMITTED:
+            raise TimeoutError(f"batch {delivery.batch_id} was not committed within {timeout}s")
         return delivery
 
     def add_done_callback(self, fn: Callable[[SendResult], None]) -> None:

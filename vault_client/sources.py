@@ -11,8 +11,9 @@ from collections.abc import Iterator
 from typing import Protocol
 
 from vault_client.api import ApiClient
-from vault_core.format import Message
+from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.reader import ReadResult
+from vault_core.recordformat import Message
 
 
 class Source(Protocol):
@@ -45,8 +46,8 @@ class ApiSource:
         api: ApiClient,
         stream: str,
         *,
-        page_size: int = 1000,
-        max_bytes: int = 1024 * 1024,
+        page_size: int = DEFAULT_READ_MESSAGES,
+        max_bytes: int = DEFAULT_READ_BYTES,
         owns_api: bool = False,
     ) -> None:
         self.api = api

@@ -1,6 +1,6 @@
 """Verifying a whole stream: every checksum, offset continuity, and the commit record's count.
 
-Reads the raw log with :func:`vault_core.reader.scan_blob` in *skip* mode, so one corrupt
+Reads the raw log with :func:`vault_core.reader.scan_log` in *skip* mode, so one corrupt
 record does not hide the rest: each unreadable byte range is reported with its offsets.
 """
 
@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from vault_core.errors import FormatError
-from vault_core.pageblob import StreamBlob
-from vault_core.reader import scan_blob
+from vault_core.pagelog import ReadableLog
+from vault_core.reader import scan_log
 
 PROGRESS_EVERY = 4096
 
@@ -40,7 +40,7 @@ class VerifyReport:
         return not self.problems
 
 
-def verify_log(blob: StreamBlob, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
+def verify_log(blob: ReadableLog, progress: Callable[[int, int], None] | None = None) -> VerifyReport:
     """Read ``blob`` from 0 to its committed length; ``progress(bytes, records)`` is called now and then."""
     state = blob.state()
     report = VerifyReport(blob.stream, state.committed, state.count)
@@ -52,7 +52,7 @@ def verify_log(blob: StreamBlob, progress: Callable[[int, int], None] | None = N
         skipped = True
 
     try:
-        for m in scan_blob(blob, 0, state.committed, skip_corrupt=True, on_skip=on_skip):
+        for m in scan_log(blob, 0, state.committed, skip_corrupt=True, on_skip=on_skip):
             if m.offset != expected:
                 what = "corrupt records skipped" if skipped else "gap between records"
                 report.problems.append(Problem(expected, f"{what}: bytes {expected}-{m.offset - 1}"))

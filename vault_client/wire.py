@@ -1,16 +1,18 @@
-"""The JSON shapes of docs/API.md: messages out (produce) and in (consume), and time values."""
+"""The JSON shapes of docs/API.md: messages out (produce) and in (consume), and time values
+(parsed by :func:`vault_core.times.to_millis`, re-exported here)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import re
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from vault_core.errors import InvalidInput
-from vault_core.format import FLAG_KEY_IS_TEXT, Message
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, Message
+from vault_core.times import to_millis
+
+__all__ = ["batch_body", "decode_message", "encode_message", "iso", "message_json", "to_millis"]
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 """JSON string literal of a str (C-accelerated), non-ASCII kept as is: the body is UTF-8."""
@@ -88,27 +90,6 @@ def message_json(m: Message) -> dict[str, Any]:
         "value": value,
         "value_encoding": "base64" if value_b64 else "utf-8",
     }
-
-
-def to_millis(when: int | str | datetime) -> int:
-    """Milliseconds since the epoch from milliseconds, ISO 8601 text or a datetime (naive = UTC)."""
-    if isinstance(when, bool):
-        raise InvalidInput(f"not a time: {when!r}")
-    if isinstance(when, int):
-        return when
-    if isinstance(when, str):
-        text = when.strip()
-        if re.fullmatch(r"-?\d+", text):
-            return int(text)
-        try:
-            when = datetime.fromisoformat(text.replace("Z", "+00:00").replace("z", "+00:00"))
-        except ValueError:
-            raise InvalidInput(
-                f"time {text!r} is neither milliseconds since the epoch nor ISO 8601 (2026-11-22T06:00:00Z)"
-            ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return int(when.timestamp() * 1000)
 
 
 def iso(ms: int | None) -> str:

@@ -24,7 +24,7 @@ from azure.core.credentials import AccessToken
 from azure.storage.blob.aio import BlobServiceClient
 
 from vault_core.azure import StorageAccount, translate_errors
-from vault_core.pageblob import CommitState
+from vault_core.pagelog import CommitState
 from vault_core.retry import request_hook
 
 if TYPE_CHECKING:

@@ -1,45 +1,48 @@
-"""The one adapter between the vault and the Azure SDKs: clients, and error translation.
+"""The storage account adapter: how to reach an account, its SDK clients, and the adapters of
+the containers, tables and queues in it.
 
-Every SDK exception is translated into :mod:`vault_core.errors` by :func:`translate_errors`,
-so nothing above this module catches ``azure.core`` exceptions.
+:class:`StorageAccount` builds the SDK clients (sharing one HTTP session and honouring the
+request's storage budget) and hands out the adapters that wrap them: stream page blobs
+(:mod:`vault_core.pageblob`), ordinary blobs (:mod:`vault_core.blobs`), queues
+(:mod:`vault_core.queues`) and tables (:mod:`vault_core.tables`); it also mints read-only SAS
+tokens. Every SDK exception is translated
+by :func:`vault_core.translation.translate_errors`, so nothing above the adapters catches
+``azure.core`` exceptions.
 """
 
 from __future__ import annotations
 
 import urllib.request
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from datetime import datetime
+from functools import cached_property, lru_cache
 from typing import TYPE_CHECKING, Any
 
 import requests
-from azure.core.exceptions import (
-    AzureError,
-    HttpResponseError,
-    ResourceExistsError,
-    ResourceModifiedError,
-    ResourceNotFoundError,
-    ServiceRequestError,
-    ServiceResponseError,
-)
 from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
-from azure.storage.blob import BlobServiceClient
+from azure.storage.blob import BlobSasPermissions, BlobServiceClient, generate_blob_sas
 from azure.storage.blob import ExponentialRetry as BlobRetry
 
-from vault_core.errors import (
-    LeaseLost,
-    StorageFailure,
-    StorageUnavailable,
-    StreamLeased,
-    StreamNotFound,
-    VaultError,
-)
+from vault_core.blobs import BlobContainer
+from vault_core.pageblob import PageBlobs
 from vault_core.retry import BudgetExhausted, remaining, request_hook
+from vault_core.tables import AzureTable
+from vault_core.translation import create_if_missing, translate_errors
+
+__all__ = [
+    "AZURITE_CONNECTION_STRING",
+    "StorageAccount",
+    "azurite_connection_string",
+    "create_if_missing",
+    "translate_errors",
+]
 
 if TYPE_CHECKING:
     from azure.storage.queue import QueueServiceClient
+
+    from vault_core.queues import Queue
 
 AZURITE_CONNECTION_STRING = (
     # Azurite's well-known development account: public, documented, local only.
@@ -173,6 +176,57 @@ class StorageAccount:
             return TableServiceClient.from_connection_string(self.connection_string, **options)
         return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential, **options)
 
+    # -- the adapters, on one SDK client per service of this account ---------------------------
+    @cached_property
+    def _blobs(self) -> BlobServiceClient:
+        return self.blob_service()
+
+    @cached_property
+    def _queues(self) -> QueueServiceClient:
+        return self.queue_service()
+
+    @cached_property
+    def _tables(self) -> TableServiceClient:
+        return self.table_service()
+
+    def page_blobs(self, container: str) -> PageBlobs:
+        return PageBlobs(self._blobs.get_container_client(container))
+
+    def blob_container(self, name: str) -> BlobContainer:
+        return BlobContainer(self._blobs.get_container_client(name))
+
+    def queue(self, name: str) -> Queue:
+        from vault_core.queues import Queue  # the `queue` extra, see _queue_retry
+
+        return Queue(self._queues.get_queue_client(name))
+
+    def table(self, name: str) -> AzureTable:
+        return AzureTable(self._tables.get_table_client(name))
+
+    def read_sas(self, container: str, blob: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
+        """The URL of a blob and a read-only SAS for it alone, valid from ``start`` to ``expiry``.
+
+        Signed with the account key of a connection string, else with a user delegation key
+        (an identity-based connection: the identity needs a role that may delegate).
+        """
+        client = self._blobs.get_blob_client(container, blob)
+        common: dict[str, Any] = {
+            "account_name": client.account_name,
+            "container_name": container,
+            "blob_name": blob,
+            "permission": BlobSasPermissions(read=True),
+            "expiry": expiry,
+            "start": start,
+        }
+        if client.url.startswith("https://"):
+            common["protocol"] = "https"  # the SAS is refused over plain HTTP (Azurite is http only)
+        if self.connection_string:
+            parts = dict(p.split("=", 1) for p in self.connection_string.split(";") if "=" in p)
+            return client.url, generate_blob_sas(account_key=parts.get("AccountKey"), **common)
+        with translate_errors(blob):
+            key = self._blobs.get_user_delegation_key(start, expiry)
+        return client.url, generate_blob_sas(user_delegation_key=key, **common)
+
     @staticmethod
     def _url(url: str | None, service: str) -> str:
         if not url:
@@ -192,67 +246,3 @@ def _identity_credential(env: Mapping[str, str], name: str) -> Any:
         if client_id
         else DefaultAzureCredential()
     )
-
-
-_LEASE_HELD = {"LeaseAlreadyPresent"}
-_LEASE_LOST = {
-    "LeaseIdMismatchWithBlobOperation",
-    "LeaseIdMismatchWithLeaseOperation",
-    "LeaseLost",
-    "LeaseNotPresentWithBlobOperation",
-    "LeaseNotPresentWithLeaseOperation",
-    "LeaseIdMissing",
-    "LeaseExpired",
-    "ConditionNotMet",
-}
-_NOT_FOUND = {"BlobNotFound", "ContainerNotFound", "ResourceNotFound", "TableNotFound"}
-
-
-def create_if_missing(*creates: Callable[[], object]) -> None:
-    """Run each ``create`` call (a container, table or queue), treating "already exists" as done."""
-    with translate_errors():
-        for create in creates:
-            try:
-                create()
-            except ResourceExistsError:
-                pass
-
-
-def error_code(exc: BaseException) -> str | None:
-    code = getattr(exc, "error_code", None)
-    code = getattr(code, "value", code)  # the SDKs return a StorageErrorCode enum or a string
-    return str(code) if code is not None else None
-
-
-@contextmanager
-def translate_errors(stream: str | None = None) -> Iterator[None]:
-    """Map Azure SDK exceptions raised inside the block to the vault's error tree."""
-    try:
-        yield
-    except VaultError:
-        raise
-    except BudgetExhausted as exc:
-        raise StorageUnavailable(str(exc)) from exc
-    except (ServiceRequestError, ServiceResponseError) as exc:
-        raise StorageUnavailable(f"storage could not be reached: {exc.__class__.__name__}") from exc
-    except HttpResponseError as exc:
-        raise translate_http_error(exc, stream) from exc
-    except AzureError as exc:
-        raise StorageUnavailable(f"storage request failed: {exc.__class__.__name__}: {exc.message}") from exc
-
-
-def translate_http_error(exc: HttpResponseError, stream: str | None = None) -> VaultError:
-    code = error_code(exc)
-    status = exc.status_code
-    what = f"stream {stream!r}" if stream else "the stream"
-    if code in _LEASE_HELD or (isinstance(exc, ResourceExistsError) and status == 409 and code is None):
-        return StreamLeased(f"{what} is leased by another writer")
-    if code in _LEASE_LOST or isinstance(exc, ResourceModifiedError) or status == 412:
-        return LeaseLost(
-            f"this writer lost its lease on {what} (or the blob changed under it); it stopped writing"
-        )
-    if code in _NOT_FOUND or isinstance(exc, ResourceNotFoundError):
-        return StreamNotFound(f"{what} does not exist" if stream else f"not found: {code}")
-    if status is not None and (status >= 500 or status in (408, 429)):
-        return StorageUnavailable(f"storage is unavailable or throttling (status {status}, code {code})")
-    return StorageFailure("unexpected storage error", status=status, code=code)

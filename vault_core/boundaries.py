@@ -19,8 +19,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from vault_core.errors import InvalidOffset
-from vault_core.format import HEADER, HEADER_SIZE, MAGIC
 from vault_core.index import IndexTables
+from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC
 
 PROOF_CHUNK = 4 * 1024 * 1024
 """Bytes read per request while walking towards an offset."""
@@ -29,6 +29,19 @@ REMEMBERED_STREAMS = 1024
 
 Read = Callable[[int, int], bytes]
 """``read(start, length)``: committed bytes of the stream."""
+
+
+def boundary_by_definition(stream: str, offset: int, committed: int) -> bool:
+    """Whether ``offset`` is a boundary with no proof needed (0 or the committed end).
+
+    Raises InvalidOffset outside ``[0, committed]``. Otherwise False means it must be proven: by
+    :meth:`Boundaries.prove`, or by asking a server that does (``vault_client.rawlog``).
+    """
+    if offset in (0, committed):
+        return True
+    if not 0 < offset < committed:
+        raise InvalidOffset(f"offset {offset} is outside the committed part of {stream!r} (0-{committed})")
+    return False
 
 
 class Boundaries:
@@ -56,12 +69,8 @@ class Boundaries:
 
     def prove(self, stream: str, offset: int, committed: int, read: Read) -> None:
         """Return if ``offset`` is a boundary of the committed log, else raise InvalidOffset."""
-        if offset in (0, committed) or self._is_known(stream, offset):
+        if boundary_by_definition(stream, offset, committed) or self._is_known(stream, offset):
             return
-        if not 0 < offset < committed:
-            raise InvalidOffset(
-                f"offset {offset} is outside the committed part of {stream!r} (0-{committed})"
-            )
         start = self._start_below(stream, offset)
         if not self._walk(stream, start, offset, read):
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")

@@ -12,22 +12,15 @@ silently moving the group's position backwards or forwards under the other membe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import Any
 
-from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
-from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
-
-from vault_core.azure import StorageAccount, create_if_missing, translate_errors
-from vault_core.errors import InvalidInput, InvalidOffset, VaultError
-from vault_core.names import validate_stream_name
+from vault_core.azure import StorageAccount
+from vault_core.errors import InvalidOffset, NotFound, VaultError
+from vault_core.index import HasTables
+from vault_core.names import validate_group_name, validate_stream_name
+from vault_core.rows import Fields, Row, Table
 
 DEFAULT_TABLE = "mvcheckpoints"
-GROUP_NAME_MAX = 128
-# Same character set as stream names: safe as a Table PartitionKey and on a command line.
-_GROUP_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class CheckpointConflict(VaultError):
@@ -53,42 +46,27 @@ class Checkpoint:
     member: str | None = None
 
 
-def validate_group_name(name: str) -> str:
-    if not isinstance(name, str) or not _GROUP_NAME.fullmatch(name):
-        raise InvalidInput(
-            f"invalid consumer group name {name!r}: use 1-{GROUP_NAME_MAX} characters from "
-            "A-Z a-z 0-9 . _ -, starting with a letter or digit"
-        )
-    return name
-
-
-def _num(value: Any) -> int:
-    return int(getattr(value, "value", value))
-
-
-def _checkpoint(entity: Any) -> Checkpoint:
-    meta = entity.metadata
+def _checkpoint(row: Row) -> Checkpoint:
     return Checkpoint(
-        group=str(entity["PartitionKey"]),
-        stream=str(entity["RowKey"]),
-        offset=_num(entity["Offset"]),
-        etag=str(meta["etag"]),
-        updated=_num(entity.get("Updated", 0)),
-        member=entity.get("Member") or None,
+        group=row.partition,
+        stream=row.key,
+        offset=row.number("Offset"),
+        etag=row.etag,
+        updated=row.number("Updated"),
+        member=row.text("Member") or None,
     )
 
 
 class CheckpointStore:
     """Checkpoints of every consumer group of one vault; safe to share between threads."""
 
-    def __init__(self, service: TableServiceClient, table: str = DEFAULT_TABLE) -> None:
-        self.table_name = table
-        self.table: TableClient = service.get_table_client(table)
+    def __init__(self, table: Table) -> None:
+        self.table = table
         self._ensured = False
 
     @classmethod
-    def from_account(cls, account: StorageAccount, table: str = DEFAULT_TABLE) -> CheckpointStore:
-        return cls(account.table_service(), table)
+    def from_account(cls, account: HasTables, table: str = DEFAULT_TABLE) -> CheckpointStore:
+        return cls(account.table(table))
 
     @classmethod
     def from_connection_string(cls, connection_string: str, table: str = DEFAULT_TABLE) -> CheckpointStore:
@@ -96,20 +74,15 @@ class CheckpointStore:
 
     def ensure(self) -> CheckpointStore:
         """Create the table if it is missing (idempotent)."""
-        create_if_missing(self.table.create_table)
+        self.table.create_if_missing()
         self._ensured = True
         return self
 
     # -- reads -----------------------------------------------------------------------------
     def get(self, group: str, stream: str) -> Checkpoint | None:
         """The group's checkpoint on ``stream``, or None if it never committed one."""
-        validate_group_name(group)
-        validate_stream_name(stream)
-        with translate_errors(stream):
-            try:
-                return _checkpoint(self.table.get_entity(group, stream))
-            except ResourceNotFoundError:  # no row, or no table yet: both mean "no checkpoint"
-                return None
+        row = self.table.get(validate_group_name(group), validate_stream_name(stream))
+        return None if row is None else _checkpoint(row)  # no row, or no table yet
 
     def for_stream(self, stream: str, limit: int = 1000) -> list[Checkpoint]:
         """Every group's checkpoint on ``stream`` (at most ``limit``), sorted by group.
@@ -117,31 +90,18 @@ class CheckpointStore:
         Groups are partitions, so this filter reads the whole table: fine for the few hundred
         rows a vault's consumer groups make, which is what the explorer shows."""
         validate_stream_name(stream)
-        with translate_errors(stream):
-            try:
-                rows = []
-                for row in self.table.query_entities("RowKey eq @rk", parameters={"rk": stream}):
-                    rows.append(row)
-                    if len(rows) >= limit:
-                        break
-            except ResourceNotFoundError:
-                return []
+        try:
+            rows = self.table.query(lo=stream, hi=stream + "\x00")[:limit]  # row key == stream
+        except NotFound:
+            return []  # no table yet: no group has committed anything
         return sorted((_checkpoint(r) for r in rows), key=lambda c: c.group)
 
     def list(self, group: str | None = None) -> list[Checkpoint]:
         """Every checkpoint, or one group's, sorted by group then stream."""
-        with translate_errors():
-            try:
-                if group is None:
-                    rows = list(self.table.list_entities())
-                else:
-                    rows = list(
-                        self.table.query_entities(
-                            "PartitionKey eq @pk", parameters={"pk": validate_group_name(group)}
-                        )
-                    )
-            except ResourceNotFoundError:
-                return []
+        try:
+            rows = self.table.query(None if group is None else validate_group_name(group))
+        except NotFound:  # no table yet: no checkpoints
+            return []
         return sorted((_checkpoint(r) for r in rows), key=lambda c: (c.group, c.stream))
 
     # -- conditional writes ------------------------------------------------------------------
@@ -165,39 +125,17 @@ class CheckpointStore:
             raise InvalidOffset(f"a checkpoint offset must be >= 0, got {offset}")
         if not self._ensured:
             self.ensure()
-        entity = {
-            "PartitionKey": group,
-            "RowKey": stream,
-            # Offsets and epoch milliseconds exceed Int32, which the SDK would otherwise pick.
-            "Offset": EntityProperty(offset, EdmType.INT64),
-            "Updated": EntityProperty(now_ms, EdmType.INT64),
-            "Member": member or "",
-        }
-        with translate_errors(stream):
-            try:
-                if etag is None:
-                    result = self.table.create_entity(entity)
-                else:
-                    result = self.table.update_entity(
-                        entity,
-                        mode=UpdateMode.REPLACE,
-                        etag=etag,
-                        match_condition=MatchConditions.IfNotModified,
-                    )
-            except ResourceExistsError as exc:
-                raise CheckpointConflict(group, stream, "it was created after this member looked") from exc
-            except ResourceNotFoundError as exc:
-                raise CheckpointConflict(group, stream, "it was deleted") from exc
-            except HttpResponseError as exc:
-                if exc.status_code == 412:
-                    raise CheckpointConflict(group, stream, "its ETag no longer matches") from exc
-                raise
-        return Checkpoint(group, stream, offset, str(result["etag"]), now_ms, member or None)
+        fields: Fields = {"Offset": offset, "Updated": now_ms, "Member": member or ""}
+        if etag is None:
+            written = self.table.insert(group, stream, fields)
+            if written is None:
+                raise CheckpointConflict(group, stream, "it was created after this member looked")
+        else:
+            written = self.table.update(group, stream, fields, etag=etag, merge=False)
+            if written is None:
+                raise CheckpointConflict(group, stream, "it changed or was deleted since this member read it")
+        return Checkpoint(group, stream, offset, written, now_ms, member or None)
 
     def delete(self, group: str, stream: str) -> None:
         """Forget the group's position on ``stream`` (it starts again from its start option)."""
-        with translate_errors(stream):
-            try:
-                self.table.delete_entity(validate_group_name(group), validate_stream_name(stream))
-            except ResourceNotFoundError:
-                pass
+        self.table.delete(validate_group_name(group), validate_stream_name(stream))

@@ -2,25 +2,27 @@
 
 ::
 
-    VaultError                      base; ``retriable`` says whether trying again can help
+    VaultError                      base; ``retriable``: trying again later can help (see retriable())
     ├── InvalidInput                permanent: a caller sent something we refuse
     │   ├── InvalidStreamName
     │   ├── MessageTooLarge         key or value over the documented limit
     │   └── InvalidOffset           negative, past the committed end, or not a record boundary
     │       └── OffsetPastEnd       past the committed end (a reader may wait there, not start)
-    ├── StreamNotFound              permanent
+    ├── NotFound                    a container, table, queue or blob that does not exist
+    │   └── StreamNotFound          a stream that was never written (permanent)
     ├── FormatError                 permanent: bytes that are not a valid record
     │   ├── UnsupportedVersion      a record written by a newer format version
     │   └── CorruptRecord           checksum or header mismatch (carries offset, stored/computed CRC)
-    ├── WriterConflict              another writer owns, or took over, the stream
-    │   ├── StreamLeased            the blob lease is held by another writer (retriable later)
+    ├── WriterConflict              another writer owns, or took over, the stream (retriable)
+    │   ├── StreamLeased            the blob lease is held by another writer
     │   └── LeaseLost               our lease expired/was broken mid-append; we stopped writing
     ├── StreamFull                  the page blob maximum would be exceeded
     ├── StorageUnavailable          throttling, timeouts, connection errors (retriable)
     └── StorageFailure              any other storage answer we did not expect (status, code)
+        └── StorageAccessDenied     storage refused the credential (401/403): a SAS expired or revoked
 
 Azure SDK exceptions are translated into this tree in exactly one place,
-:func:`vault_core.azure.translate_errors`.
+:func:`vault_core.translation.translate_errors`, which only the storage adapters use.
 """
 
 from __future__ import annotations
@@ -30,6 +32,13 @@ class VaultError(Exception):
     """Base of every error the vault raises on purpose."""
 
     retriable: bool = False
+    """Trying the same thing again later can succeed: the writer hands such a batch back to its
+    queue instead of poisoning it, and the API answers 503 with ``Retry-After``."""
+
+
+def retriable(exc: BaseException) -> bool:
+    """Whether trying again later can cure ``exc`` (a :class:`VaultError` that says so)."""
+    return isinstance(exc, VaultError) and exc.retriable
 
 
 class InvalidInput(VaultError):
@@ -52,7 +61,11 @@ class OffsetPastEnd(InvalidOffset):
     """An offset beyond the stream's committed length."""
 
 
-class StreamNotFound(VaultError):
+class NotFound(VaultError):
+    """A storage resource (container, table, queue, blob) that does not exist."""
+
+
+class StreamNotFound(NotFound):
     """The stream has never been written."""
 
 
@@ -94,19 +107,17 @@ class CorruptRecord(FormatError):
 
 
 class WriterConflict(VaultError):
-    """Another writer owns the stream; this writer must not write."""
+    """Another writer owns the stream; this writer must not write (until that one is done)."""
+
+    retriable = True
 
 
 class StreamLeased(WriterConflict):
     """The stream is leased by another writer."""
 
-    retriable = True
-
 
 class LeaseLost(WriterConflict):
     """This writer's lease expired or was taken; it stopped writing and left the stream consistent."""
-
-    retriable = True
 
 
 class StreamFull(VaultError):
@@ -126,3 +137,8 @@ class StorageFailure(VaultError):
         super().__init__(f"{message} (status {status}, code {code})")
         self.status = status
         self.code = code
+
+
+class StorageAccessDenied(StorageFailure):
+    """Storage refused the request's credential (401/403): a SAS that expired or was revoked, or
+    an identity without the role."""

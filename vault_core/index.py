@@ -24,17 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
-from azure.core.exceptions import ResourceExistsError
-from azure.data.tables import EdmType, EntityProperty, TableClient, TableServiceClient, UpdateMode
-
-from vault_core.azure import create_if_missing, translate_errors
-from vault_core.pageblob import CommitState, CommittedBatch
+from vault_core.pagelog import CommitState, CommittedBatch
+from vault_core.rows import Fields, Row, Table
 
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"
-_TRANSACTION_LIMIT = 100  # Azure Tables' maximum operations per entity-group transaction
 MINUTE_MS = 60_000
 
 
@@ -76,34 +72,30 @@ def starts_minute(previous_ts: int | None, ts: int) -> bool:
     return previous_ts is None or ts // MINUTE_MS > previous_ts // MINUTE_MS
 
 
-def _i64(value: int) -> EntityProperty:
-    # Offsets and epoch milliseconds exceed Int32, which the SDK would otherwise pick.
-    return EntityProperty(value, EdmType.INT64)
+def _point(row: Row) -> IndexPoint:
+    return IndexPoint(row.number("Offset"), row.number("Ts"), row.number("Count"))
 
 
-def _num(value: Any) -> int:
-    # Int64 columns may come back wrapped in an EntityProperty, depending on SDK version.
-    return int(getattr(value, "value", value))
+class HasTables(Protocol):
+    """Where tables come from: a storage account (or its in-memory twin)."""
 
-
-def _opt(value: Any) -> int | None:
-    return None if value is None else _num(value)
-
-
-def _point(entity: dict[str, Any]) -> IndexPoint:
-    return IndexPoint(_num(entity["Offset"]), _num(entity["Ts"]), _num(entity["Count"]))
+    def table(self, name: str) -> Table: ...
 
 
 class IndexTables:
     """Catalog and index for every stream of one vault."""
 
-    def __init__(self, service: TableServiceClient, prefix: str = "mv") -> None:
-        self.service = service
-        self.catalog: TableClient = service.get_table_client(f"{prefix}catalog")
-        self.index: TableClient = service.get_table_client(f"{prefix}index")
+    def __init__(self, catalog: Table, index: Table) -> None:
+        self.catalog = catalog
+        self.index = index
+
+    @classmethod
+    def in_account(cls, account: HasTables, prefix: str = "mv") -> IndexTables:
+        return cls(account.table(f"{prefix}catalog"), account.table(f"{prefix}index"))
 
     def ensure_tables(self) -> None:
-        create_if_missing(self.catalog.create_table, self.index.create_table)
+        self.catalog.create_if_missing()
+        self.index.create_if_missing()
 
     # -- writes (idempotent upserts; safe to repeat after a crash) ----------------------
     def record_commit(
@@ -117,19 +109,12 @@ class IndexTables:
     ) -> None:
         """Index rows and batch ids of a commit, then the catalog row."""
         self.record_index(stream, points, batches, minutes)
-        entry: dict[str, Any] = {
-            "PartitionKey": CATALOG_PARTITION,
-            "RowKey": stream,
-            "Committed": _i64(state.committed),
-            "Count": _i64(state.count),
-            "Updated": _i64(now_ms),
-        }
+        entry: dict[str, int] = {"Committed": state.committed, "Count": state.count, "Updated": now_ms}
         if state.first_ts is not None:
-            entry["FirstTs"] = _i64(state.first_ts)
+            entry["FirstTs"] = state.first_ts
         if state.last_ts is not None:
-            entry["LastTs"] = _i64(state.last_ts)
-        with translate_errors(stream):
-            self.catalog.upsert_entity(entry, mode=UpdateMode.MERGE)
+            entry["LastTs"] = state.last_ts
+        self.catalog.upsert(CATALOG_PARTITION, stream, entry, merge=True)
 
     def record_index(
         self,
@@ -142,48 +127,23 @@ class IndexTables:
 
         Minute marks go first: a recovering writer re-derives them only after the last index
         point it finds, so an index point in Tables must imply the marks written with it."""
-        rows: list[dict[str, Any]] = []
+        rows: list[tuple[str, Fields]] = []
         for m in minutes:
-            fields = {"Offset": _i64(m.offset), "Ts": _i64(m.timestamp), "Count": _i64(m.count)}
-            rows.append({"PartitionKey": stream, "RowKey": _minute_key(m.timestamp), **fields})
+            rows.append((_minute_key(m.timestamp), {"Offset": m.offset, "Ts": m.timestamp, "Count": m.count}))
         for p in points:
-            fields = {"Offset": _i64(p.offset), "Ts": _i64(p.timestamp), "Count": _i64(p.count)}
-            rows.append({"PartitionKey": stream, "RowKey": _offset_key(p.offset), **fields})
-            rows.append({"PartitionKey": stream, "RowKey": _time_key(p.timestamp, p.offset), **fields})
+            fields = {"Offset": p.offset, "Ts": p.timestamp, "Count": p.count}
+            rows.append((_offset_key(p.offset), fields))
+            rows.append((_time_key(p.timestamp, p.offset), fields))
         for b in batches:
-            rows.append(
-                {
-                    "PartitionKey": stream,
-                    "RowKey": "b" + b.batch_id,
-                    "First": _i64(b.first_offset),
-                    "Next": _i64(b.next_offset),
-                    "Count": _i64(b.count),
-                    "Ts": _i64(b.timestamp),
-                }
-            )
-        with translate_errors(stream):
-            for i in range(0, len(rows), _TRANSACTION_LIMIT):
-                chunk = rows[i : i + _TRANSACTION_LIMIT]
-                self.index.submit_transaction(
-                    [("upsert", row, {"mode": UpdateMode.REPLACE}) for row in chunk]
-                )
+            fields = {"First": b.first_offset, "Next": b.next_offset, "Count": b.count, "Ts": b.timestamp}
+            rows.append(("b" + b.batch_id, fields))
+        self.index.replace_all(stream, rows)
 
     def register_stream(self, stream: str, now_ms: int) -> None:
         """Create the catalog row with its creation time, if it is not there yet."""
-        with translate_errors(stream):
-            try:
-                self.catalog.create_entity(
-                    {
-                        "PartitionKey": CATALOG_PARTITION,
-                        "RowKey": stream,
-                        "Created": _i64(now_ms),
-                        "Updated": _i64(now_ms),
-                        "Committed": _i64(0),
-                        "Count": _i64(0),
-                    }
-                )
-            except ResourceExistsError:
-                pass
+        self.catalog.insert(
+            CATALOG_PARTITION, stream, {"Created": now_ms, "Updated": now_ms, "Committed": 0, "Count": 0}
+        )
 
     # -- reads ---------------------------------------------------------------------------
     def last_point(self, stream: str) -> IndexPoint | None:
@@ -209,74 +169,42 @@ class IndexTables:
     def points(self, stream: str, start: int = 0, end: int | None = None) -> list[IndexPoint]:
         """Index points with ``start <= offset < end``, ascending (for planning parallel reads)."""
         upper = _offset_key(end) if end is not None else "p"
-        filt = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
-        params = {"pk": stream, "lo": _offset_key(start), "hi": upper}
-        with translate_errors(stream):
-            return [_point(e) for e in self.index.query_entities(filt, parameters=params)]
+        return [_point(r) for r in self.index.query(stream, lo=_offset_key(start), hi=upper)]
 
     def minute_marks(self, stream: str, start_ms: int, end_ms: int) -> list[IndexPoint]:
         """The first record of each minute from ``start_ms``'s minute to ``end_ms``'s, ascending."""
-        filt = "PartitionKey eq @pk and RowKey ge @lo and RowKey le @hi"
-        params = {"pk": stream, "lo": _minute_key(max(0, start_ms)), "hi": _minute_key(max(0, end_ms))}
-        with translate_errors(stream):
-            return [_point(e) for e in self.index.query_entities(filt, parameters=params)]
+        lo, hi = _minute_key(max(0, start_ms)), _minute_key(max(0, end_ms) + MINUTE_MS)  # hi: exclusive
+        return [_point(r) for r in self.index.query(stream, lo=lo, hi=hi)]
 
     def committed_batches(self, stream: str, batch_ids: Sequence[str]) -> dict[str, CommittedBatch]:
         """Which of ``batch_ids`` are already committed to ``stream``, with their offsets."""
         found: dict[str, CommittedBatch] = {}
-        unique = list(dict.fromkeys(batch_ids))
-        with translate_errors(stream):
-            for i in range(0, len(unique), 15):  # keep each filter well under the URL limit
-                chunk = unique[i : i + 15]
-                params: dict[str, Any] = {"pk": stream}
-                ors = []
-                for j, bid in enumerate(chunk):
-                    params[f"r{j}"] = "b" + bid
-                    ors.append(f"RowKey eq @r{j}")
-                # The SDK substitutes @names only when they stand between spaces.
-                filt = f"PartitionKey eq @pk and ( {' or '.join(ors)} )"
-                for e in self.index.query_entities(filt, parameters=params):
-                    bid = str(e["RowKey"])[1:]
-                    found[bid] = CommittedBatch(
-                        bid, _num(e["First"]), _num(e["Next"]), _num(e["Count"]), _num(e["Ts"])
-                    )
+        for r in self.index.rows(stream, ["b" + bid for bid in batch_ids]):
+            bid = r.key[1:]
+            found[bid] = CommittedBatch(
+                bid, r.number("First"), r.number("Next"), r.number("Count"), r.number("Ts")
+            )
         return found
 
     def catalog_entry(self, stream: str) -> CatalogEntry | None:
-        with translate_errors(stream):
-            rows = list(
-                self.catalog.query_entities(
-                    "PartitionKey eq @pk and RowKey eq @rk",
-                    parameters={"pk": CATALOG_PARTITION, "rk": stream},
-                )
-            )
-        return _catalog(rows[0]) if rows else None
+        row = self.catalog.get(CATALOG_PARTITION, stream)
+        return _catalog(row) if row else None
 
     def list_catalog(self) -> list[CatalogEntry]:
-        with translate_errors():
-            rows = self.catalog.query_entities("PartitionKey eq @pk", parameters={"pk": CATALOG_PARTITION})
-            return [_catalog(e) for e in rows]
+        return [_catalog(r) for r in self.catalog.query(CATALOG_PARTITION)]
 
     def _first(self, stream: str, lo: str, hi: str) -> IndexPoint | None:
-        filt = "PartitionKey eq @pk and RowKey ge @lo and RowKey lt @hi"
-        with translate_errors(stream):
-            pages = self.index.query_entities(
-                filt, parameters={"pk": stream, "lo": lo, "hi": hi}, results_per_page=1
-            ).by_page()
-            for page in pages:
-                for entity in page:
-                    return _point(entity)
-                return None
-        return None
+        found = self.index.query(stream, lo=lo, hi=hi, top=1)
+        return _point(found[0]) if found else None
 
 
-def _catalog(e: dict[str, Any]) -> CatalogEntry:
+def _catalog(r: Row) -> CatalogEntry:
     return CatalogEntry(
-        stream=str(e["RowKey"]),
-        committed=_num(e.get("Committed", 0)),
-        count=_num(e.get("Count", 0)),
-        first_ts=_opt(e.get("FirstTs")),
-        last_ts=_opt(e.get("LastTs")),
-        created=_num(e.get("Created", 0)),
-        updated=_num(e.get("Updated", 0)),
+        stream=r.key,
+        committed=r.number("Committed"),
+        count=r.number("Count"),
+        first_ts=r.optional_number("FirstTs"),
+        last_ts=r.optional_number("LastTs"),
+        created=r.number("Created"),
+        updated=r.number("Updated"),
     )

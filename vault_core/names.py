@@ -1,33 +1,66 @@
-"""Stream and batch names: a safe character set, checked before any storage call.
+"""Names the vault takes from callers: streams, consumer groups, batch ids. Each kind is a
+character set and a length, checked before any storage call by one helper.
 
 A stream name is 1-128 characters from ``A-Z a-z 0-9 . _ -``, starting with a letter or
 digit. It becomes a blob name (no ``/``, so a stream cannot reach another stream's blob
 or the claim-check container) and a Table partition key (none of ``/ \\ # ?`` or control
-characters, which Tables forbid).
+characters, which Tables forbid). A consumer group name follows the same rule: it is a
+Table partition key too, and is typed on command lines.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from vault_core.errors import InvalidInput, InvalidStreamName
 
 STREAM_NAME_MAX = 128
-_STREAM_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-
+GROUP_NAME_MAX = STREAM_NAME_MAX
 BATCH_ID_MAX = 64
-_BATCH_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
-_PRODUCER_BATCH_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """One kind of name: what it is called in errors, its pattern, and the rule in words."""
+
+    what: str
+    pattern: re.Pattern[str]
+    rule: str
+    error: type[InvalidInput] = InvalidInput
+
+    def check(self, name: object) -> str:
+        if not isinstance(name, str) or not self.pattern.fullmatch(name):
+            raise self.error(f"invalid {self.what} {name!r}: use {self.rule}")
+        return name
+
+
+_LEADING_ALNUM = (
+    re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{STREAM_NAME_MAX - 1}}}"),
+    f"1-{STREAM_NAME_MAX} characters from A-Z a-z 0-9 . _ -, starting with a letter or digit",
+)
+_STREAM = _Kind("stream name", *_LEADING_ALNUM, error=InvalidStreamName)
+_GROUP = _Kind("consumer group name", *_LEADING_ALNUM)
+_BATCH_ID = _Kind(
+    "batch id",
+    re.compile(rf"[A-Za-z0-9._-]{{1,{BATCH_ID_MAX}}}"),
+    f"1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 . _ -",
+)
+_PRODUCER_BATCH_ID = _Kind(
+    "batch id",
+    re.compile(rf"[A-Za-z0-9_-]{{1,{BATCH_ID_MAX}}}"),
+    f"1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 _ -",
+)
 
 
 def validate_stream_name(name: str) -> str:
     """Return ``name`` if it is a valid stream name, else raise :class:`InvalidStreamName`."""
-    if not isinstance(name, str) or not _STREAM_NAME.fullmatch(name):
-        raise InvalidStreamName(
-            f"invalid stream name {name!r}: use 1-{STREAM_NAME_MAX} characters from A-Z a-z 0-9 . _ -, "
-            "starting with a letter or digit"
-        )
-    return name
+    return _STREAM.check(name)
+
+
+def validate_group_name(name: str) -> str:
+    """Return ``name`` if it is a valid consumer group name, else raise :class:`InvalidInput`."""
+    return _GROUP.check(name)
 
 
 def validate_batch_id(batch_id: str) -> str:
@@ -36,17 +69,9 @@ def validate_batch_id(batch_id: str) -> str:
     The ids a producer picks never contain ``.`` (:func:`validate_producer_batch_id`); the
     ids the vault assigns always do, so the two can never name the same batch.
     """
-    if not isinstance(batch_id, str) or not _BATCH_ID.fullmatch(batch_id):
-        raise InvalidInput(
-            f"invalid batch id {batch_id!r}: use 1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 . _ -"
-        )
-    return batch_id
+    return _BATCH_ID.check(batch_id)
 
 
 def validate_producer_batch_id(batch_id: str) -> str:
     """A producer's own ``batch_id``: 1-64 of ``A-Z a-z 0-9 _ -`` (no ``.``, see above)."""
-    if not isinstance(batch_id, str) or not _PRODUCER_BATCH_ID.fullmatch(batch_id):
-        raise InvalidInput(
-            f"invalid batch id {batch_id!r}: use 1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 _ -"
-        )
-    return batch_id
+    return _PRODUCER_BATCH_ID.check(batch_id)

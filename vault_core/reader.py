@@ -14,8 +14,6 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from azure.storage.blob import ContainerClient
-
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import (
@@ -23,18 +21,18 @@ from vault_core.errors import (
     FormatError,
     InvalidOffset,
     OffsetPastEnd,
-    StorageFailure,
     StreamNotFound,
 )
-from vault_core.format import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
 from vault_core.index import IndexTables
-from vault_core.names import validate_stream_name
-from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
+from vault_core.pagelog import CommitState, LogOpener, ReadableLog
+from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
+from vault_core.retry import Backoff
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
-DEFAULT_MAX_BYTES = 1024 * 1024
-DEFAULT_MAX_COUNT = 1000
+DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
+DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 
 
 @dataclass(frozen=True)
@@ -46,8 +44,8 @@ class ReadResult:
     """The committed length seen by this read; ``next_offset == committed`` means caught up."""
 
 
-def scan_blob(
-    blob: StreamBlob,
+def scan_log(
+    log: ReadableLog,
     start: int,
     end: int,
     *,
@@ -74,7 +72,7 @@ def scan_blob(
     pending: deque[Future[bytes]] = deque()
     try:
         for p, n in ranges[:prefetch]:
-            pending.append(pool.submit(blob.read, p, n))
+            pending.append(pool.submit(log.read, p, n))
         next_range = len(pending)
         carry = b""
         base = start
@@ -83,7 +81,7 @@ def scan_blob(
             data = pending.popleft().result()
             last = next_range == len(ranges) and not pending
             if next_range < len(ranges):
-                pending.append(pool.submit(blob.read, *ranges[next_range]))
+                pending.append(pool.submit(log.read, *ranges[next_range]))
                 next_range += 1
             buf = carry + data if carry else data
             if skip_to > base:  # still skipping: drop what lies before the boundary
@@ -92,12 +90,12 @@ def scan_blob(
             pos = 0
             while True:
                 try:
-                    records, pos = decode(buf, base, pos, stream=blob.stream, complete=last)
+                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last)
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
-                    yield from _records_before(buf, base, pos, bad, blob.stream)
+                    yield from _records_before(buf, base, pos, bad, log.stream)
                     over = _walk_over(buf, base, bad, end)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if on_skip:
@@ -113,7 +111,7 @@ def scan_blob(
         if carry:
             raise CorruptRecord(
                 f"{len(carry)} bytes before the committed end do not form a whole record",
-                stream=blob.stream,
+                stream=log.stream,
                 offset=base,
             )
     finally:
@@ -163,20 +161,16 @@ def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> l
 class StreamReader:
     """Reads any stream of one vault; safe to share between threads."""
 
-    def __init__(
-        self, container: ContainerClient, index: IndexTables | None, *, clock: Clock | None = None
-    ) -> None:
-        self.container = container
+    def __init__(self, logs: LogOpener, index: IndexTables | None, *, clock: Clock | None = None) -> None:
+        self.log = logs
+        """The log of a stream by name (which it checks)."""
         self.index = index
         self.clock = clock or SystemClock()
         self.boundaries = Boundaries(index)
         """What this reader has proven to be record boundaries (a read may start only there)."""
 
-    def blob(self, stream: str) -> StreamBlob:
-        return StreamBlob.in_container(self.container, validate_stream_name(stream))
-
     def state(self, stream: str) -> CommitState:
-        return self.blob(stream).state()
+        return self.log(stream).state()
 
     def read(
         self,
@@ -228,15 +222,9 @@ class StreamReader:
             raise InvalidOffset(f"offset must be >= 0, got {from_offset}")
         if max_bytes <= 0:
             raise InvalidOffset("max_bytes must be positive")
-        blob = self.blob(stream)
-        try:
-            # At least a header: a max_bytes smaller than the next record still learns its
-            # length, so the read answers with that one record, never with an empty page.
-            return blob.read_with_state(from_offset, max(max_bytes, HEADER_SIZE))
-        except StorageFailure as exc:
-            if exc.status != 416:  # a range starting at or past the blob's end
-                raise
-            return b"", blob.state()
+        # At least a header: a max_bytes smaller than the next record still learns its
+        # length, so the read answers with that one record, never with an empty page.
+        return self.log(stream).read_with_state(from_offset, max(max_bytes, HEADER_SIZE))
 
     def decode_fetched(
         self,
@@ -259,10 +247,10 @@ class StreamReader:
         limit = min(len(data), max_bytes, committed - from_offset)
         if limit <= 0:
             return ReadResult([], from_offset, committed)
-        self.boundaries.prove(stream, from_offset, committed, self.blob(stream).read)
+        self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
         need = record_length_at(data, 0)
         if need is not None and need > limit and from_offset + need <= committed:
-            data = self.blob(stream).read(from_offset, need)  # one record larger than max_bytes
+            data = self.log(stream).read(from_offset, need)  # one record larger than max_bytes
             limit = need
         records, pos = decode(
             data,
@@ -287,20 +275,20 @@ class StreamReader:
         skip_corrupt: bool = False,
     ) -> Iterator[Message]:
         """Every record from ``from_offset`` up to ``to_offset`` (default: the committed end now)."""
-        blob = self.blob(stream)
-        committed = blob.state().committed
+        log = self.log(stream)
+        committed = log.state().committed
         end = committed if to_offset is None else to_offset
         if from_offset < 0 or from_offset > committed or end > committed or end < from_offset:
             raise InvalidOffset(
                 f"range [{from_offset}, {end}) is outside the committed part of {stream!r} [0, {committed})"
             )
         if from_offset < end:
-            self.boundaries.prove(stream, from_offset, committed, blob.read)
+            self.boundaries.prove(stream, from_offset, committed, log.read)
         resync: list[int] = []
         if skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, end)]
-        yield from scan_blob(
-            blob, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt, resync=resync
+        yield from scan_log(
+            log, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt, resync=resync
         )
 
     def follow(
@@ -320,7 +308,7 @@ class StreamReader:
         stops iterating). A stream that does not exist yet is waited for.
         """
         offset = from_offset
-        delay = poll_min
+        backoff = Backoff(poll_min, poll_max)
         while stop is None or not stop.is_set():
             try:
                 result = self.read(stream, offset, max_bytes=max_bytes, max_count=max_count)
@@ -329,13 +317,12 @@ class StreamReader:
             if result.messages:
                 yield from result.messages
                 offset = result.next_offset
-                delay = poll_min
+                backoff.reset()
                 continue
             if stop is not None:
-                stop.wait(delay)
+                stop.wait(backoff.next())
             else:
-                time.sleep(delay)
-            delay = min(delay * 2, poll_max)
+                time.sleep(backoff.next())
 
     def seek_time(self, stream: str, at_ms: int) -> int:
         """Offset of the first record with timestamp >= ``at_ms``, or the committed end if none.
@@ -343,11 +330,11 @@ class StreamReader:
         One index query finds the last index point before ``at_ms``; at most about one index
         spacing of log is scanned from there.
         """
-        blob = self.blob(stream)
-        committed = blob.state().committed
+        log = self.log(stream)
+        committed = log.state().committed
         point = self.index.point_before_time(stream, at_ms) if self.index else None
         start = point.offset if point and point.offset < committed else 0
-        for message in scan_blob(blob, start, committed, chunk=1024 * 1024, prefetch=2):
+        for message in scan_log(log, start, committed, chunk=1024 * 1024, prefetch=2):
             if message.timestamp >= at_ms:
                 return message.offset
         return committed

@@ -78,6 +78,25 @@ def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T
     raise AssertionError("unreachable")
 
 
+class Backoff:
+    """Waits that double from ``first`` up to ``longest``: the one back-off of every poll loop."""
+
+    def __init__(self, first: float, longest: float) -> None:
+        self.first = first
+        self.longest = longest
+        self._next = first
+
+    def next(self) -> float:
+        """The wait before the next try; the one after it is twice as long (up to ``longest``)."""
+        delay = self._next
+        self._next = min(delay * 2, self.longest)
+        return delay
+
+    def reset(self) -> None:
+        """Something arrived: the next wait is short again."""
+        self._next = self.first
+
+
 def poll(
     fetch: Callable[[], T],
     done: Callable[[T], bool],
@@ -85,20 +104,24 @@ def poll(
     *,
     first: float = 0.05,
     longest: float = 1.0,
+    each_within: float | None = REQUEST_BUDGET_SECONDS,
 ) -> T:
     """Call ``fetch`` until ``done`` says so or ``wait`` seconds pass; the last value fetched.
 
-    Back-off between calls from ``first`` to ``longest`` seconds. Each call gets a fresh request
-    budget, so a long wait is not cut short by it, while a call made when storage is down still
-    fails within one budget.
+    Back-off between calls from ``first`` to ``longest`` seconds. On a request path each call
+    gets a fresh storage budget of ``each_within`` seconds, so a long wait is not cut short by
+    the request's budget, while a call made when storage is down still fails within one budget;
+    ``None`` (libraries, the client) sets no budget.
     """
     deadline = time.monotonic() + wait
-    delay = first
+    backoff = Backoff(first, longest)
     while True:
-        with budget():
+        if each_within is None:
             value = fetch()
+        else:
+            with budget(each_within):
+                value = fetch()
         left = deadline - time.monotonic()
         if done(value) or left <= 0:
             return value
-        time.sleep(min(delay, left))
-        delay = min(delay * 2, longest)
+        time.sleep(min(backoff.next(), left))

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from functools import cached_property
+from typing import Protocol
 
-from azure.storage.blob import BlobServiceClient, ContainerClient
-
-from vault_core.azure import StorageAccount, create_if_missing, translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pageblob import CommitState, StreamBlob
+from vault_core.pagelog import CommitState, PageLog, PageLogs
 from vault_core.reader import StreamReader
+from vault_core.rows import Table
 from vault_core.writer import DEFAULT_LEASE_SECONDS, StreamWriter
+
+
+class Storage(Protocol):
+    """What a vault needs of a storage account: :class:`vault_core.azure.StorageAccount`, or
+    :class:`vault_core.memory.MemoryAccount` in tests."""
+
+    def page_blobs(self, container: str) -> PageLogs: ...
+
+    def table(self, name: str) -> Table: ...
+
+    def read_sas(
+        self, container: str, blob: str, *, start: datetime, expiry: datetime
+    ) -> tuple[str, str]: ...
 
 
 class Vault:
@@ -21,7 +34,7 @@ class Vault:
 
     def __init__(
         self,
-        account: StorageAccount,
+        account: Storage,
         *,
         container: str = "streams",
         table_prefix: str = "mv",
@@ -33,29 +46,31 @@ class Vault:
         self.clock = clock or SystemClock()
 
     @cached_property
-    def blob_service(self) -> BlobServiceClient:
-        return self.account.blob_service()
-
-    @cached_property
-    def container(self) -> ContainerClient:
-        return self.blob_service.get_container_client(self.container_name)
+    def page_blobs(self) -> PageLogs:
+        return self.account.page_blobs(self.container_name)
 
     @cached_property
     def index(self) -> IndexTables:
-        return IndexTables(self.account.table_service(), self.table_prefix)
+        return IndexTables.in_account(self.account, self.table_prefix)
 
     @cached_property
     def reader(self) -> StreamReader:
-        return StreamReader(self.container, self.index, clock=self.clock)
+        return StreamReader(self.blob, self.index, clock=self.clock)
 
     def ensure(self) -> Vault:
         """Create the container and tables if they are missing (idempotent)."""
-        create_if_missing(self.container.create_container)
+        self.page_blobs.create_if_missing()
         self.index.ensure_tables()
         return self
 
-    def blob(self, stream: str) -> StreamBlob:
-        return StreamBlob.in_container(self.container, validate_stream_name(stream))
+    def blob(self, stream: str) -> PageLog:
+        return self.page_blobs.blob(validate_stream_name(stream))
+
+    def read_access(self, stream: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
+        """The URL of ``stream``'s blob and a read-only SAS for it alone, from ``start`` to ``expiry``."""
+        return self.account.read_sas(
+            self.container_name, validate_stream_name(stream), start=start, expiry=expiry
+        )
 
     def writer(
         self, stream: str, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, **options: int
@@ -72,19 +87,17 @@ class Vault:
         are exact as of that listing even if a writer died before refreshing the catalog row,
         which only contributes the creation time.
         """
-        with translate_errors():
-            blobs = list(self.container.list_blobs(include=["metadata"]))
+        blobs = self.page_blobs.list()
         catalog = {e.stream: e for e in self.index.list_catalog()}
         out = []
         for b in blobs:
             known = catalog.get(b.name)
             try:
-                state = CommitState.from_metadata(dict(b.metadata or {}), b.etag, b.size)
+                state = CommitState.from_metadata(b.metadata, b.etag, b.size)
             except FormatError:  # written by a newer vault: report what the catalog knows
                 if known:
                     out.append(known)
                 continue
-            modified = int(b.last_modified.timestamp() * 1000) if b.last_modified else 0
             out.append(
                 CatalogEntry(
                     stream=b.name,
@@ -92,8 +105,8 @@ class Vault:
                     count=state.count,
                     first_ts=state.first_ts,
                     last_ts=state.last_ts,
-                    created=known.created if known else modified,
-                    updated=max(known.updated, modified) if known else modified,
+                    created=known.created if known else b.modified_ms,
+                    updated=max(known.updated, b.modified_ms) if known else b.modified_ms,
                 )
             )
         return out

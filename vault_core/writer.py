@@ -24,30 +24,28 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
-from azure.storage.blob import BlobLeaseClient
-
-from vault_core.azure import translate_errors
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
-from vault_core.format import (
-    MAX_KEY_BYTES,
-    MAX_TIMESTAMP_MS,
-    MAX_VALUE_BYTES,
-    NewMessage,
-    StagedRecords,
-    check_limits,
-    encode_into,
-    restamp,
-)
 from vault_core.index import IndexPoint, IndexTables, starts_minute
 from vault_core.names import validate_batch_id
-from vault_core.pageblob import (
+from vault_core.pagelog import (
     MAX_PAGE_BLOB_SIZE,
     MAX_PAGE_WRITE,
     PAGE_SIZE,
     CommitState,
     CommittedBatch,
-    StreamBlob,
+    HeldLease,
+    PageLog,
+)
+from vault_core.recordformat import (
+    MAX_KEY_BYTES,
+    MAX_TIMESTAMP_MS,
+    MAX_VALUE_BYTES,
+    EncodedBatch,
+    NewMessage,
+    check_limits,
+    encode_into,
+    restamp,
 )
 
 log = logging.getLogger(__name__)
@@ -70,17 +68,17 @@ class Batch:
     messages: Sequence[NewMessage]
     batch_id: str | None = None
     """Producer-chosen id; a batch whose id is already committed is not appended again."""
-    staged: StagedRecords | None = None
+    encoded: EncodedBatch | None = None
     """The batch already in record form (a claim-check body), instead of ``messages``: the
     writer copies its records and re-stamps offsets and time rather than encoding each one."""
 
     @classmethod
-    def of_records(cls, records: StagedRecords, batch_id: str | None = None) -> Batch:
+    def of_records(cls, records: EncodedBatch, batch_id: str | None = None) -> Batch:
         return cls((), batch_id, records)
 
     @property
     def count(self) -> int:
-        return len(self.staged.starts) if self.staged is not None else len(self.messages)
+        return len(self.encoded.starts) if self.encoded is not None else len(self.messages)
 
 
 @dataclass(frozen=True)
@@ -108,9 +106,9 @@ class StreamWriter:
 
     def __init__(
         self,
-        blob: StreamBlob,
+        blob: PageLog,
         index: IndexTables,
-        lease: BlobLeaseClient,
+        lease: HeldLease,
         state: CommitState,
         *,
         clock: Clock,
@@ -141,7 +139,7 @@ class StreamWriter:
     @classmethod
     def open(
         cls,
-        blob: StreamBlob,
+        blob: PageLog,
         index: IndexTables,
         *,
         clock: Clock | None = None,
@@ -199,8 +197,7 @@ class StreamWriter:
     def _release(self) -> None:
         self._closed = True
         try:
-            with translate_errors(self.stream):
-                self.lease.release()
+            self.lease.release()
         except VaultError as exc:  # an expired or broken lease needs no release
             log.info("lease on %s not released: %s", self.stream, exc)
 
@@ -223,7 +220,7 @@ class StreamWriter:
 
         The marks of the last point's commit were written with it (``record_index``), so the
         record at ``last`` itself is not marked again."""
-        from vault_core.reader import scan_blob  # the reader depends on nothing in this module
+        from vault_core.reader import scan_log  # the reader depends on nothing in this module
 
         start = last.offset if last else 0
         points: list[IndexPoint] = []
@@ -231,7 +228,7 @@ class StreamWriter:
         prev = last
         count = last.count if last else 0
         previous_ts: int | None = None
-        for message in scan_blob(self.blob, start, committed):
+        for message in scan_log(self.blob, start, committed):
             if prev is None or message.offset - prev.offset >= self.index_spacing:
                 prev = IndexPoint(message.offset, message.timestamp, count)
                 if not (last and prev.offset == last.offset):
@@ -330,17 +327,17 @@ class StreamWriter:
         try:
             for i, batch in group.batches:
                 first = offset
-                if batch.staged is not None:
-                    staged = batch.staged
+                if batch.encoded is not None:
+                    encoded = batch.encoded
                     at = len(buf)
-                    buf += staged.data
-                    restamp(buf, at, staged.starts, offset, ts)
-                    for start in staged.starts:
+                    buf += encoded.data
+                    restamp(buf, at, encoded.starts, offset, ts)
+                    for start in encoded.starts:
                         if last_point is None or offset + start - last_point.offset >= self.index_spacing:
                             last_point = IndexPoint(offset + start, ts, count)
                             points.append(last_point)
                         count += 1
-                    offset += len(staged.data)
+                    offset += len(encoded.data)
                 for message in batch.messages:
                     if last_point is None or offset - last_point.offset >= self.index_spacing:
                         last_point = IndexPoint(offset, ts, count)
@@ -449,8 +446,7 @@ class StreamWriter:
         """Renew the lease once a third of its duration has passed, so long appends keep it."""
         now = self.clock.monotonic()
         if force or now - self._renewed_at > self.lease_seconds / 3:
-            with translate_errors(self.stream):
-                self.lease.renew()
+            self.lease.renew()
             self._renewed_at = now
 
 

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from vault_core.azure import StorageAccount
-from vault_core.format import NewMessage
 from vault_core.index import IndexTables
 from vault_core.pageblob import StreamBlob
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 

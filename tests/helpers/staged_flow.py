@@ -14,8 +14,8 @@ import uuid
 from vault_app.config import load_settings
 from vault_app.services import Services
 from vault_app.staging import Stager
-from vault_app.writer_fn import Staged, write_staged
-from vault_core.format import NewMessage
+from vault_app.writer_fn import StagingMessage, write_staged
+from vault_core.recordformat import NewMessage
 from vault_local.process import local_env
 
 
@@ -42,12 +42,14 @@ def stage(services: Services, stream: str, batches: list[list[NewMessage]]) -> l
 def write_next(services: Services, stream: str) -> None:
     """One writer invocation on the next message of the stream's queue, which must have one."""
     queue = services.queue_for(stream)
-    message = queue.client.receive_message(visibility_timeout=30)
+    message = queue.staging.client.receive_message(visibility_timeout=30)
     assert message is not None, f"nothing staged in {queue.name}"
     write_staged(
-        services, queue, Staged(message.id, message.content, message.dequeue_count or 1, message.pop_receipt)
+        services,
+        queue,
+        StagingMessage(message.id, message.content, message.dequeue_count or 1, message.pop_receipt),
     )
-    queue.client.delete_message(message.id, message.pop_receipt)  # the host's part, on success
+    queue.staging.client.delete_message(message.id, message.pop_receipt)  # the host's part, on success
 
 
 def main() -> None:

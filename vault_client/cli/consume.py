@@ -11,6 +11,7 @@ from vault_client.cli.args import start_offset, stream_name, time_value
 from vault_client.cli.output import FORMATTERS, OutputFormat
 from vault_client.cli.settings import connection_options, settings
 from vault_client.consumer import Consumer
+from vault_core.limits import MAX_WAIT_SECONDS
 
 
 @click.command()
@@ -50,7 +51,7 @@ from vault_client.consumer import Consumer
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0, 60),
+    type=click.FloatRange(0, MAX_WAIT_SECONDS),
     default=20,
     show_default=True,
     metavar="SECONDS",

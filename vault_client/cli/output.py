@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from vault_client.wire import message_json
-from vault_core.format import Message
+from vault_core.recordformat import Message
 
 OutputFormat = Literal["ndjson", "text", "raw"]
 

@@ -13,6 +13,8 @@ from vault_client.cli.inputs import Format, read_messages
 from vault_client.cli.progress import human_bytes, progress_bar, rate
 from vault_client.cli.settings import connection_options, settings
 from vault_client.producer import Producer
+from vault_core import limits
+from vault_core.limits import MAX_WAIT_SECONDS
 
 PROGRESS_EVERY = 1000
 
@@ -39,14 +41,14 @@ def _size(file: BinaryIO) -> int | None:
 @click.option("--message-key", metavar="TEXT", help="Key of every message read as a plain line.")
 @click.option(
     "--batch-messages",
-    type=click.IntRange(1, 10_000),
+    type=click.IntRange(1, limits.MAX_BATCH_MESSAGES),
     default=1000,
     show_default=True,
     help="Most messages per batch.",
 )
 @click.option(
     "--batch-bytes",
-    type=click.IntRange(1024, 16 * 1024 * 1024),
+    type=click.IntRange(1024, limits.MAX_BATCH_BYTES),
     default=1024 * 1024,
     show_default=True,
     help="Most bytes per batch request.",
@@ -68,7 +70,7 @@ def _size(file: BinaryIO) -> int | None:
 )
 @click.option(
     "--wait",
-    type=click.FloatRange(0, 60),
+    type=click.FloatRange(0, MAX_WAIT_SECONDS),
     default=0,
     metavar="SECONDS",
     help="Wait up to this long for each batch to be committed (slower; default: staged is enough).",

@@ -14,12 +14,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from azure.storage.blob import ContainerClient
-
 from vault_core.azure import StorageAccount
 from vault_core.index import IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pageblob import StreamBlob
+from vault_core.pageblob import PageBlobs, StreamBlob
 from vault_core.reader import StreamReader
 
 
@@ -94,20 +92,24 @@ class StaticToken:
 
 @dataclass(frozen=True)
 class Clients:
-    """The SDK clients of one :class:`Connection` in this process."""
+    """The storage adapters of one :class:`Connection` in this process."""
 
-    container: ContainerClient
+    blobs: PageBlobs
     index: IndexTables | None
     reader: StreamReader
 
     def blob(self, stream: str) -> StreamBlob:
-        return StreamBlob.in_container(self.container, validate_stream_name(stream))
+        return self.blobs.blob(validate_stream_name(stream))
 
 
 @lru_cache(maxsize=16)
 def clients(connection: Connection) -> Clients:
     """Clients for ``connection``, built once per process (executors reuse Python workers)."""
-    container = connection.blob_account().blob_service().get_container_client(connection.container)
+    blobs = connection.blob_account().page_blobs(connection.container)
     tables = connection.table_account()
-    index = IndexTables(tables.table_service(), connection.table_prefix) if tables else None
-    return Clients(container, index, StreamReader(container, index))
+    index = IndexTables.in_account(tables, connection.table_prefix) if tables else None
+
+    def blob(stream: str) -> StreamBlob:
+        return blobs.blob(validate_stream_name(stream))
+
+    return Clients(blobs, index, StreamReader(blob, index))

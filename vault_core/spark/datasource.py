@@ -29,18 +29,11 @@ except ImportError as exc:  # pragma: no cover - depends on the installed Spark
         "on Spark 3.x use vault_core.spark.read_streams"
     ) from exc
 
+from vault_core.spark.input_partition import VaultInputPartition
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_partition
-from vault_core.spark.plan import Partition, plan_read
+from vault_core.spark.plan import plan_read
 from vault_core.spark.schema import SPARK_SCHEMA, arrow_schema
-
-
-class VaultInputPartition(InputPartition):
-    """Spark's wrapper around a planned :class:`Partition` (pickled to the executor)."""
-
-    def __init__(self, part: Partition) -> None:
-        super().__init__(part)
-        self.part = part
 
 
 class MessageVaultDataSource(DataSource):

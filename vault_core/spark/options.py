@@ -14,11 +14,13 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Literal
 
+from vault_core.errors import InvalidInput
 from vault_core.names import validate_stream_name
 from vault_core.spark.connection import Connection
+from vault_core.times import to_millis
 
 DEFAULT_MAX_PARTITION_BYTES = 32 * 1024 * 1024
 DEFAULT_CHUNK_BYTES = 4 * 1024 * 1024
@@ -164,25 +166,13 @@ def _parse_time(name: str, value: object) -> Position:
 
 
 def parse_time_ms(value: object, name: str = "time") -> int:
-    """Epoch milliseconds from an integer, or an ISO-8601 string (no zone means UTC)."""
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, datetime):
-        return _datetime_ms(value)
-    text = str(value).strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
+    """Epoch milliseconds from an integer, a datetime or text (:func:`vault_core.times.to_millis`)."""
     try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise ValueError(f"option {name}: expected epoch ms or an ISO-8601 time, got {value!r}") from None
-    return _datetime_ms(parsed)
-
-
-def _datetime_ms(moment: datetime) -> int:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return int(moment.timestamp() * 1000)
+        return to_millis(value if isinstance(value, (int, datetime)) else str(value))
+    except InvalidInput as exc:
+        raise ValueError(
+            f"option {name}: expected epoch ms or an ISO-8601 time, got {value!r} ({exc})"
+        ) from None
 
 
 def _positive(opts: Mapping[str, str], key: str, default: int) -> int:
@@ -222,4 +212,4 @@ def to_option_map(**kwargs: object) -> dict[str, str]:
 
 
 def _scalar(value: object) -> object:
-    return _datetime_ms(value) if isinstance(value, datetime) else value
+    return to_millis(value) if isinstance(value, datetime) else value

@@ -1,12 +1,12 @@
 """One Spark task: download a partition's bytes in large ranges and yield Arrow batches.
 
-The I/O pattern is :func:`vault_core.reader.scan_blob`'s: ``chunk``-sized ranged GETs with
+The I/O pattern is :func:`vault_core.reader.scan_log`'s: ``chunk``-sized ranged GETs with
 ``prefetch`` in flight, a carry of the record cut by each chunk edge, every CRC verified.
 Decoding is columnar (:mod:`vault_core.spark.columnar`), one Arrow batch per chunk.
 
 Without ``skip_corrupt`` the first record that does not verify raises the reference
 :class:`CorruptRecord`, which Spark shows with the stream and offset. With it, the rest of the
-partition, from that record on, is read by :func:`vault_core.reader.scan_blob` with its own
+partition, from that record on, is read by :func:`vault_core.reader.scan_log` with its own
 ``skip_corrupt`` (the vault's one definition of skipping and resynchronising), slower but
 rare; the skipped bytes go into a :class:`SkipReport`, which is logged (WARNING, executor log)
 and, when ``corruptReportPath`` is set, written as one small JSON file per partition.
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from vault_core.errors import CorruptRecord, StorageFailure
-from vault_core.format import Message
-from vault_core.pageblob import StreamBlob
-from vault_core.reader import scan_blob
+from vault_core.pagelog import ReadableLog
+from vault_core.reader import scan_log
+from vault_core.recordformat import Message
 from vault_core.spark.columnar import decode_columns, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
@@ -66,11 +66,11 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
 
 
 def _skipping(
-    blob: StreamBlob, start: int, part: Partition, schema: pa.Schema, report: SkipReport
+    blob: ReadableLog, start: int, part: Partition, schema: pa.Schema, report: SkipReport
 ) -> Iterator[pa.RecordBatch]:
-    """``[start, part.end)`` through scan_blob's skip-and-resynchronise; ``start`` is a boundary."""
+    """``[start, part.end)`` through scan_log's skip-and-resynchronise; ``start`` is a boundary."""
     pending: list[Message] = []
-    for message in scan_blob(
+    for message in scan_log(
         blob,
         start,
         part.end,
@@ -88,7 +88,7 @@ def _skipping(
 
 
 def download(
-    blob: StreamBlob, start: int, end: int, chunk: int, prefetch: int
+    blob: ReadableLog, start: int, end: int, chunk: int, prefetch: int
 ) -> Generator[tuple[bytes, bool], None, None]:
     """``[start, end)`` in ``chunk``-sized ranged GETs, ``prefetch`` in flight: ``(bytes, is_last)``."""
     ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))

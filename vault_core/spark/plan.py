@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from vault_core.errors import InvalidOffset, StreamNotFound
-from vault_core.format import HEADER_SIZE
+from vault_core.recordformat import HEADER_SIZE
 from vault_core.spark.connection import Clients, Connection, clients
 from vault_core.spark.options import (
     DEFAULT_CHUNK_BYTES,

@@ -17,7 +17,7 @@ from typing import Any
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from vault_core.spark.datasource import VaultInputPartition
+from vault_core.spark.input_partition import VaultInputPartition
 from vault_core.spark.options import LATEST, PositionSpec, ReadOptions
 from vault_core.spark.partition_reader import read_partition
 from vault_core.spark.plan import Planner, StreamRange

@@ -262,23 +262,23 @@ def _check_header(
         )
 
 
-class StagedRecords(NamedTuple):
-    """A batch already in record form, laid out from offset 0 (a staged claim-check body), and
-    the position of each record in it. :func:`staged_records` makes one after checking every
+class EncodedBatch(NamedTuple):
+    """A batch already in record form, laid out from offset 0 (a claim-check body), and
+    the position of each record in it. :func:`encoded_batch` makes one after checking every
     record; the writer copies ``data`` into the log and :func:`restamp` gives the copy its place."""
 
     data: bytes
     starts: list[int]
 
 
-def staged_records(buf: bytes, *, stream: str | None = None) -> StagedRecords:
+def encoded_batch(buf: bytes, *, stream: str | None = None) -> EncodedBatch:
     """Check that ``buf`` is whole, valid records laid out from offset 0; where each starts.
 
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` as :func:`decode` does (it is
     :func:`decode` with ``buf`` as a complete log).
     """
     records, _ = decode(buf, 0, stream=stream, complete=True)
-    return StagedRecords(buf, [r.offset for r in records])
+    return EncodedBatch(buf, [r.offset for r in records])
 
 
 _STAMP = struct.Struct("<Qq")  # offset, timestamp: the fields restamp() rewrites
@@ -286,7 +286,7 @@ _CRC = struct.Struct("<I")
 
 
 def restamp(buf: bytearray, at: int, starts: list[int], first_offset: int, timestamp: int) -> None:
-    """Give the staged records copied to the end of ``buf``, from ``at``, their offsets and time.
+    """Give the records of an encoded batch copied to the end of ``buf``, from ``at``, their offsets and time.
 
     Each record's ``offset`` becomes ``first_offset`` plus its position in the batch, its
     ``timestamp`` becomes ``timestamp``, and its ``crc`` is computed afresh over the new bytes.

@@ -1,0 +1,142 @@
+"""The project's structure, read from its source (pure and fast: nothing is imported or run).
+
+* The storage SDKs are called by the storage adapters alone; everything above them sees the
+  vault's own types and errors (vault_core/translation.py).
+* The layers point one way: vault_core knows nothing of the app, the client or the local host.
+* No import cycles among the project's modules, lazy imports inside functions included.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("vault_core", "vault_app", "vault_client", "vault_local")
+
+ADAPTERS = {
+    "vault_core.azure",  # the account: SDK clients, SAS, adapter factories
+    "vault_core.translation",  # SDK exceptions -> vault_core.errors
+    "vault_core.pageblob",  # stream page blobs, leases, the streams container
+    "vault_core.blobs",  # ordinary blobs (claim checks)
+    "vault_core.queues",
+    "vault_core.tables",
+    "vault_core.aio",  # the async clients of the request path's waits (commit records, queue lengths)
+}
+STORAGE_SDKS = ("azure.storage", "azure.data", "azure.core")
+ALLOWED_EVERYWHERE = ("azure.core.credentials",)
+"""Credential types (tokens for the API, SAS credentials for Spark) are not storage calls."""
+RUNTIME_STAND_IN = ("vault_local",)
+"""The local Functions host plays the Functions runtime, which reads the staging queues itself."""
+
+KNOWN_CYCLES: set[frozenset[str]] = set()
+"""None: the host, its pool of workers, the worker process and the route table are separate
+modules (vault_local/host.py, workers.py, worker.py, routes.py)."""
+
+
+def modules() -> dict[str, Path]:
+    found = {"function_app": ROOT / "function_app.py"}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+MODULES = modules()
+
+
+def imports(path: Path) -> Iterator[str]:
+    """Every module ``path`` imports, anywhere in it (functions and TYPE_CHECKING blocks too)."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                yield submodule if submodule in MODULES else node.module
+
+
+def project_graph() -> dict[str, set[str]]:
+    return {name: {m for m in imports(path) if m in MODULES} for name, path in MODULES.items()}
+
+
+def test_the_module_list_is_the_project() -> None:
+    assert {"vault_core.reader", "vault_app.api", "vault_client.rawlog", "vault_local.host"} <= set(MODULES)
+    assert set(MODULES) >= ADAPTERS, "an adapter named here no longer exists"
+
+
+def test_only_the_storage_adapters_import_the_storage_sdks() -> None:
+    offenders = {
+        f"{name}: {imported}"
+        for name, path in MODULES.items()
+        if name not in ADAPTERS and not name.startswith(RUNTIME_STAND_IN)
+        for imported in imports(path)
+        if imported.startswith(STORAGE_SDKS) and not imported.startswith(ALLOWED_EVERYWHERE)
+    }
+    assert not offenders, "SDK calls belong in an adapter (see vault_core/translation.py):\n" + "\n".join(
+        sorted(offenders)
+    )
+
+
+def test_the_core_does_not_reach_up_into_the_app_the_client_or_the_host() -> None:
+    above: dict[str, tuple[str, ...]] = {
+        "vault_core": ("vault_app", "vault_client", "vault_local", "function_app", "azure.functions")
+    }
+    above["vault_client"] = ("vault_app", "vault_local", "function_app", "azure.functions")
+    offenders = {
+        f"{name}: {imported}"
+        for name, path in MODULES.items()
+        for layer, forbidden in above.items()
+        if name.split(".")[0] == layer
+        for imported in imports(path)
+        if imported.startswith(forbidden)
+    }
+    assert not offenders, "\n".join(sorted(offenders))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1 or v in graph[v]:
+                found.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_cycles_finds_a_cycle_through_a_lazy_import() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_there_are_no_import_cycles() -> None:
+    found = [c for c in cycles(project_graph()) if frozenset(c) not in KNOWN_CYCLES]
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)

@@ -1,0 +1,324 @@
+"""The writer's protocol, its lease renewal and its crash windows, in memory and in milliseconds.
+
+The same StreamWriter as on Azure, over :mod:`vault_core.memory` (which passes the page blob and
+table contracts of tests/test_contracts.py), with a ManualClock: leases expire when the test
+moves the clock, and a crash is the writer stopping dead at a chosen call and never releasing
+its lease. tests/test_log.py proves the same on Azurite, with a real kill -9.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from vault_core import recordformat as fmt
+from vault_core.clock import ManualClock
+from vault_core.errors import CorruptRecord, InvalidOffset, LeaseLost, MessageTooLarge, StreamLeased
+from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease
+from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
+from vault_core.vault import Vault
+from vault_core.writer import MIN_GROWTH, Batch, StreamWriter
+
+LEASE = 15
+STREAM = "s"
+
+
+class Crash(BaseException):
+    """The process died here (not an Exception: nothing in the writer may handle it)."""
+
+
+def msgs(n: int, size: int = 100, tag: str = "m") -> list[NewMessage]:
+    return [NewMessage(f"{tag}-{i:06d}-".encode() + b"x" * size, "k") for i in range(n)]
+
+
+def tags(vault: Vault) -> list[bytes]:
+    return [m.value.split(b"-")[0] for m in vault.reader.scan(STREAM)]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_750_000_000_000)
+
+
+@pytest.fixture
+def vault(clock: ManualClock) -> Vault:
+    return Vault(MemoryAccount(clock), clock=clock).ensure()
+
+
+class Faulty(MemoryPageBlob):
+    """The in-memory page blob, with a hook before every write: a crash point or a slow call."""
+
+    def __init__(self, vault: Vault, before: Callable[[str, int], None]) -> None:
+        container = vault.page_blobs
+        assert isinstance(container, MemoryPageBlobs)
+        super().__init__(container, STREAM)
+        self.before = before
+        self.calls: dict[str, int] = {}
+
+    def _hook(self, what: str) -> None:
+        self.calls[what] = self.calls.get(what, 0) + 1
+        self.before(what, self.calls[what])
+
+    def resize(self, size: int, lease: HeldLease, etag: str) -> str:
+        self._hook("resize")
+        return super().resize(size, lease, etag)
+
+    def write_pages(self, offset: int, data: bytes | memoryview, lease: HeldLease, etag: str) -> str:
+        self._hook("write_pages")
+        return super().write_pages(offset, data, lease, etag)
+
+    def commit(self, state: CommitState, lease: HeldLease, etag: str) -> str:
+        self._hook("commit")
+        return super().commit(state, lease, etag)
+
+
+def crash_at(point: str, nth: int = 1) -> Callable[[str, int], None]:
+    def before(what: str, count: int) -> None:
+        if what == point and count == nth:
+            raise Crash(f"killed before {point} #{nth}")
+
+    return before
+
+
+def faulty_writer(vault: Vault, before: Callable[[str, int], None], **options: Any) -> StreamWriter:
+    return StreamWriter.open(
+        Faulty(vault, before), vault.index, clock=vault.clock, lease_seconds=LEASE, **options
+    )
+
+
+def abandon(writer: StreamWriter) -> None:
+    """What a dead process leaves: no close, no release; only its threads go (as the process did)."""
+    writer._recorder.shutdown(wait=True)  # a test's stand-in for the process exiting
+    writer._uploader.shutdown(wait=True)
+
+
+def after_lease_expiry(clock: ManualClock) -> None:
+    clock.advance((LEASE + 1) * 1000)
+
+
+# -- the protocol ------------------------------------------------------------------------------
+def test_round_trip_keeps_every_field(vault: Vault, clock: ManualClock) -> None:
+    sent = [NewMessage(b"text", "key"), NewMessage(b"\x00\xff", b"\x01"), NewMessage(b"", b"")]
+    with vault.writer(STREAM) as w:
+        [result] = w.append([Batch(sent)])
+    got = vault.reader.read(STREAM, 0).messages
+    assert [(m.key, m.value, m.key_is_text) for m in got] == [
+        (b"key", b"text", True),
+        (b"\x01", b"\x00\xff", False),
+        (b"", b"", False),
+    ]
+    assert {m.timestamp for m in got} == {clock.now_ms()}
+    assert got[-1].next_offset == result.next_offset == vault.reader.state(STREAM).committed
+
+
+def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Vault) -> None:
+    rng = random.Random(7)
+    sent: list[bytes] = []
+    with vault.writer(STREAM) as w:
+        for size in (1, 511, 513, 3 * MAX_PAGE_WRITE // 2, 7, MAX_PAGE_WRITE + 1, 300_000):
+            batch: list[NewMessage] = []
+            while sum(len(m.value) + HEADER_SIZE + 1 for m in batch) < size:
+                batch.append(NewMessage(rng.randbytes(rng.randint(0, 70_000)), "k"))
+            w.append([Batch(batch)])
+            sent += [m.value for m in batch]
+        assert w.state.committed % PAGE_SIZE != 0  # the log is not padded to pages
+    assert [m.value for m in vault.reader.scan(STREAM)] == sent
+
+
+def test_encoded_batches_and_messages_mix_and_duplicates_are_not_appended(vault: Vault) -> None:
+    batches = [
+        Batch.of_records(fmt.encoded_batch(fmt.encode(msgs(3, tag="e"), 0, 1)), "b0"),
+        Batch(msgs(2, tag="m"), "b1"),
+    ]
+    with vault.writer(STREAM) as w:
+        first = w.append(batches)
+        again = w.append([batches[1], Batch(msgs(1, tag="n"), "b2"), batches[0]])
+    assert [r.duplicate for r in first + again] == [False, False, True, False, True]
+    assert again[0].first_offset == first[1].first_offset and again[2].first_offset == 0
+    assert tags(vault) == [b"e"] * 3 + [b"m"] * 2 + [b"n"]
+
+
+def test_every_offset_a_read_returns_reads_back(vault: Vault) -> None:
+    rng = random.Random(3)
+    with vault.writer(STREAM) as w:
+        for i in range(60):
+            w.append([Batch([NewMessage(rng.randbytes(rng.randint(0, 900)), f"{i}")] * rng.randint(1, 8))])
+    everything = list(vault.reader.scan(STREAM))
+    for expected in everything:
+        assert vault.reader.read(STREAM, expected.offset, max_count=1).messages == [expected]
+    with pytest.raises(InvalidOffset):
+        vault.reader.read(STREAM, everything[3].offset + 1)
+
+
+def test_the_blob_grows_in_large_steps_and_oversize_batches_write_nothing(vault: Vault) -> None:
+    with vault.writer(STREAM) as w:
+        w.append([Batch(msgs(10, size=1000))])
+        with pytest.raises(MessageTooLarge):
+            w.append([Batch(msgs(2)), Batch([NewMessage(b"v" * (MAX_VALUE_BYTES + 1))])])
+        w.append([Batch(msgs(1))])
+        assert w.state.blob_size == MIN_GROWTH
+    assert len(tags(vault)) == 11
+
+
+def test_time_seeks_and_a_clock_going_backwards(vault: Vault, clock: ManualClock) -> None:
+    offsets = {}
+    with vault.writer(STREAM, index_spacing=4096) as w:
+        for _ in range(10):
+            clock.advance(1000)
+            [r] = w.append([Batch(msgs(40, size=200))])
+            offsets[clock.now_ms()] = r.first_offset
+        clock.advance(-60_000)
+        [late] = w.append([Batch(msgs(1))])
+    assert late.timestamp == max(offsets)  # never earlier than what is committed
+    for at, expected in offsets.items():
+        assert vault.reader.seek_time(STREAM, at - 500) == expected
+
+
+# -- leases ------------------------------------------------------------------------------------
+def test_a_second_writer_is_refused_until_the_lease_expires(vault: Vault, clock: ManualClock) -> None:
+    stale = vault.writer(STREAM, lease_seconds=LEASE)
+    stale.append([Batch(msgs(10, tag="old"))])
+    with pytest.raises(StreamLeased):
+        vault.writer(STREAM)
+    after_lease_expiry(clock)  # the stale writer never renewed: its lease ran out
+    with vault.writer(STREAM) as fresh:
+        fresh.append([Batch(msgs(10, tag="new"))])
+        with pytest.raises(LeaseLost):
+            stale.append([Batch(msgs(10, tag="stale"))])
+    assert tags(vault) == [b"old"] * 10 + [b"new"] * 10
+
+
+def test_the_lease_is_renewed_during_a_long_append(vault: Vault, clock: ManualClock) -> None:
+    def slow(what: str, count: int) -> None:
+        if what == "write_pages":
+            clock.advance(1000)  # each 64 KiB page write takes a second
+
+    writer = faulty_writer(vault, slow, max_write=64 * 1024)
+    writer.append([Batch(msgs(220, size=5000))])  # 17 page writes: longer than the lease
+    assert writer.blob.calls["write_pages"] > LEASE  # type: ignore[attr-defined]
+    with pytest.raises(StreamLeased):
+        vault.writer(STREAM)  # still held: it was renewed on the way
+    writer.close()
+    vault.writer(STREAM).close()  # released by close: free at once
+    assert len(tags(vault)) == 220
+
+
+def test_only_one_of_two_racing_writers_wins(vault: Vault) -> None:
+    vault.writer(STREAM).close()
+    outcomes: list[str] = []
+    barrier = threading.Barrier(2)
+
+    def race(tag: str) -> None:
+        barrier.wait()
+        try:
+            w = vault.writer(STREAM)
+        except StreamLeased:
+            outcomes.append("leased")
+            return
+        w.append([Batch(msgs(50, tag=tag))])
+        outcomes.append(tag)
+        w.close()
+
+    threads = [threading.Thread(target=race, args=(t,)) for t in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    winners = [o for o in outcomes if o != "leased"]
+    assert len(winners) == 1 and tags(vault) == [winners[0].encode()] * 50
+
+
+# -- crash windows -----------------------------------------------------------------------------
+def test_killed_between_pages_and_commit_loses_nothing_and_exposes_nothing(
+    vault: Vault, clock: ManualClock
+) -> None:
+    with vault.writer(STREAM) as w:
+        w.append([Batch(msgs(100, tag="committed"))])
+    committed = vault.reader.state(STREAM).committed
+    dying = faulty_writer(vault, crash_at("commit"))
+    with pytest.raises(Crash):
+        dying.append([Batch(msgs(50, tag="lost"), "lost-batch")])
+    abandon(dying)
+    assert vault.reader.state(STREAM).committed == committed  # pages written, commit not
+    with pytest.raises(StreamLeased):
+        vault.writer(STREAM)  # the dead writer's lease holds until it expires
+    after_lease_expiry(clock)
+    with vault.writer(STREAM) as w:
+        [again] = w.append([Batch(msgs(5, tag="after"), "lost-batch")])
+    assert not again.duplicate  # it never committed: appended now, once
+    assert tags(vault) == [b"committed"] * 100 + [b"after"] * 5
+
+
+def test_killed_between_two_page_writes_of_one_batch_exposes_nothing(
+    vault: Vault, clock: ManualClock
+) -> None:
+    dying = faulty_writer(vault, crash_at("write_pages", 2), max_write=64 * 1024)
+    with pytest.raises(Crash):
+        dying.append([Batch(msgs(100, size=2000, tag="torn"))])
+    abandon(dying)
+    after_lease_expiry(clock)
+    assert vault.reader.state(STREAM).committed == 0
+    with vault.writer(STREAM) as w:
+        w.append([Batch(msgs(3, tag="next"))])
+    assert tags(vault) == [b"next"] * 3
+
+
+def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: ManualClock) -> None:
+    index = vault.index.index
+
+    def lose_the_index_write(*args: Any, **kwargs: Any) -> None:
+        raise Crash("killed before the index rows were written")
+
+    with vault.writer(STREAM) as w:
+        w.append([Batch(msgs(10, tag="before"), "b0")])
+    dying = vault.writer(STREAM, lease_seconds=LEASE)
+    index.replace_all = lose_the_index_write  # type: ignore[method-assign]
+    [first] = dying.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])  # committed
+    abandon(dying)
+    del index.replace_all  # the next process writes its index rows as usual
+    assert not vault.index.committed_batches(STREAM, ["batch-1"])  # only the commit record knows it
+    after_lease_expiry(clock)
+    with vault.writer(STREAM) as w:
+        [again] = w.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])
+    assert again.duplicate and again.first_offset == first.first_offset and again.count == 3000
+    assert tags(vault) == [b"before"] * 10 + [b"redelivered"] * 3000
+    entry = vault.index.catalog_entry(STREAM)
+    assert entry is not None and entry.count == 3010 and vault.index.last_point(STREAM) is not None
+
+
+def test_the_index_is_rebuilt_from_the_log_when_lost(vault: Vault) -> None:
+    with vault.writer(STREAM, index_spacing=8192) as w:
+        w.append([Batch(msgs(300, size=200))])
+    before = vault.index.points(STREAM)
+    for row in vault.index.index.query(STREAM):
+        vault.index.index.delete(row.partition, row.key)
+    with vault.writer(STREAM, index_spacing=8192):
+        pass
+    assert vault.index.points(STREAM) == before and len(before) > 5
+
+
+# -- what readers refuse -------------------------------------------------------------------------
+def test_a_flipped_byte_is_detected_and_skipping_reads_the_rest(vault: Vault) -> None:
+    with vault.writer(STREAM) as w:
+        w.append([Batch(msgs(50))])
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[400] ^= 0x40  # inside the value of the third record
+    with pytest.raises(CorruptRecord, match="checksum"):
+        list(vault.reader.scan(STREAM))
+    assert len(list(vault.reader.scan(STREAM, skip_corrupt=True))) == 49
+
+
+def test_an_offset_inside_a_value_is_refused_even_if_a_valid_record_sits_there(vault: Vault) -> None:
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"honest", "k")])])
+        at = w.state.committed + HEADER_SIZE
+        w.append([Batch([NewMessage(fmt.encode([NewMessage(b"never produced", "forged")], at, 1), b"")])])
+    fresh = Vault(vault.account, clock=vault.clock).reader  # nothing remembered: it must prove it
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, at)

@@ -1,0 +1,310 @@
+"""A storage account in memory: page blobs with leases and ETags, and tables, for fast tests.
+
+:class:`MemoryAccount` gives a :class:`~vault_core.vault.Vault` the same two things an Azure
+storage account does (``page_blobs`` and ``table``), and behaves as the Azure adapters do where
+the vault relies on it: every page write and commit is conditional on the lease and the ETag
+(else :class:`~vault_core.errors.LeaseLost`), a held lease refuses a second writer
+(:class:`~vault_core.errors.StreamLeased`) until it expires by the injected clock, table writes
+are conditional on ETags, and rows come back in key order. ``tests/test_contracts.py`` runs the
+same contract against these and against Azurite, so a test of the writer's protocol, its lease
+renewal or its crash windows can run here in milliseconds (with a
+:class:`~vault_core.clock.ManualClock`), while the Azurite and kill -9 tests stay the end-to-end
+proof.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from vault_core.clock import Clock, SystemClock
+from vault_core.errors import LeaseLost, NotFound, StorageFailure, StreamLeased, StreamNotFound
+from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
+from vault_core.rows import Fields, Row, Value
+
+_etags = itertools.count(1)
+
+
+def _etag() -> str:
+    return f'"0x{next(_etags):016X}"'
+
+
+# -- page blobs ------------------------------------------------------------------------------
+@dataclass
+class _Blob:
+    data: bytearray = field(default_factory=bytearray)
+    metadata: dict[str, str] = field(default_factory=dict)
+    etag: str = field(default_factory=_etag)
+    modified_ms: int = 0
+    lease_id: str | None = None
+    lease_seconds: int = 0
+    lease_until: float = 0.0
+
+
+class MemoryLease:
+    """A lease on a :class:`MemoryPageBlob` (a :class:`~vault_core.pagelog.HeldLease`)."""
+
+    def __init__(self, blob: MemoryPageBlob, lease_id: str) -> None:
+        self._blob = blob
+        self._id = lease_id
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    def renew(self) -> None:
+        self._blob._renew(self._id)
+
+    def release(self) -> None:
+        self._blob._release(self._id)
+
+
+class MemoryPageBlob:
+    """One stream's page blob in memory (a :class:`~vault_core.pagelog.PageLog`)."""
+
+    def __init__(self, container: MemoryPageBlobs, stream: str) -> None:
+        self._container = container
+        self.stream = stream
+
+    # -- reads ---------------------------------------------------------------------------
+    def state(self) -> CommitState:
+        with self._container.lock:
+            b = self._stored()
+            return CommitState.from_metadata(dict(b.metadata), b.etag, len(b.data))
+
+    def read(self, start: int, length: int) -> bytes:
+        if length <= 0:
+            return b""
+        with self._container.lock:
+            return bytes(self._stored().data[start : start + length])
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        with self._container.lock:
+            b = self._stored()
+            state = CommitState.from_metadata(dict(b.metadata), b.etag, len(b.data))
+            return bytes(b.data[start : start + max(0, length)]), state
+
+    # -- lifecycle -----------------------------------------------------------------------
+    def create_if_missing(self) -> None:
+        with self._container.lock:
+            if self.stream not in self._container.blobs:
+                self._container.blobs[self.stream] = _Blob(
+                    metadata=CommitState().to_metadata(), modified_ms=self._container.clock.now_ms()
+                )
+
+    def acquire_lease(self, seconds: int) -> HeldLease:
+        with self._container.lock:
+            b = self._stored()
+            if self._held(b):
+                raise StreamLeased(f"stream {self.stream!r} is leased by another writer")
+            b.lease_id, b.lease_seconds = str(uuid.uuid4()), seconds
+            b.lease_until = self._container.clock.monotonic() + seconds
+            return MemoryLease(self, b.lease_id)
+
+    def break_lease(self) -> None:
+        with self._container.lock:
+            self._stored().lease_id = None
+
+    # -- conditional writes ----------------------------------------------------------------
+    def resize(self, size: int, lease: HeldLease, etag: str) -> str:
+        assert size % PAGE_SIZE == 0
+        with self._container.lock:
+            b = self._writable(lease, etag)
+            if size > len(b.data):
+                b.data.extend(bytes(size - len(b.data)))
+            else:
+                del b.data[size:]
+            return self._changed(b)
+
+    def write_pages(self, offset: int, data: bytes | memoryview, lease: HeldLease, etag: str) -> str:
+        assert offset % PAGE_SIZE == 0 and len(data) % PAGE_SIZE == 0 and len(data) <= MAX_PAGE_WRITE
+        with self._container.lock:
+            b = self._writable(lease, etag)
+            if offset + len(data) > len(b.data):
+                raise StorageFailure("pages past the end of the blob", status=416, code="InvalidPageRange")
+            b.data[offset : offset + len(data)] = data
+            return self._changed(b)
+
+    def commit(self, state: CommitState, lease: HeldLease, etag: str) -> str:
+        with self._container.lock:
+            b = self._writable(lease, etag)
+            b.metadata = state.to_metadata()
+            return self._changed(b)
+
+    # -- the rules, as Azure applies them ----------------------------------------------------
+    def _stored(self) -> _Blob:
+        b = self._container.blobs.get(self.stream)
+        if b is None:
+            raise StreamNotFound(f"stream {self.stream!r} does not exist")
+        return b
+
+    def _held(self, b: _Blob) -> bool:
+        return b.lease_id is not None and self._container.clock.monotonic() < b.lease_until
+
+    def _writable(self, lease: HeldLease, etag: str) -> _Blob:
+        b = self._stored()
+        if not self._held(b) or b.lease_id != lease.id or b.etag != etag:
+            raise LeaseLost(
+                f"this writer lost its lease on stream {self.stream!r} (or the blob changed under it); "
+                "it stopped writing"
+            )
+        return b
+
+    def _changed(self, b: _Blob) -> str:
+        b.etag = _etag()
+        b.modified_ms = self._container.clock.now_ms()
+        return b.etag
+
+    def _renew(self, lease_id: str) -> None:
+        # Azure renews an expired lease too, as long as nobody has leased the blob since.
+        with self._container.lock:
+            b = self._stored()
+            if b.lease_id != lease_id:
+                raise LeaseLost(f"the lease on stream {self.stream!r} was taken or broken")
+            b.lease_until = self._container.clock.monotonic() + b.lease_seconds
+
+    def _release(self, lease_id: str) -> None:
+        with self._container.lock:
+            b = self._stored()
+            if b.lease_id != lease_id:
+                raise LeaseLost(f"the lease on stream {self.stream!r} was taken or broken")
+            b.lease_id = None
+
+
+class MemoryPageBlobs:
+    """A container of page blobs in memory (a :class:`~vault_core.pagelog.PageLogs`)."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.clock = clock
+        self.blobs: dict[str, _Blob] = {}
+        self.lock = threading.RLock()
+
+    def create_if_missing(self) -> None:
+        pass  # always there
+
+    def blob(self, stream: str) -> MemoryPageBlob:
+        return MemoryPageBlob(self, stream)
+
+    def list(self) -> list[ListedBlob]:
+        with self.lock:
+            return [
+                ListedBlob(name, dict(b.metadata), b.etag, len(b.data), b.modified_ms)
+                for name, b in sorted(self.blobs.items())
+            ]
+
+
+# -- tables ----------------------------------------------------------------------------------
+class MemoryTable:
+    """One table in memory (a :class:`~vault_core.rows.Table`)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._created = False
+        self._rows: dict[tuple[str, str], tuple[dict[str, Value], str]] = {}
+        self._lock = threading.RLock()
+
+    def create_if_missing(self) -> None:
+        self._created = True
+
+    def _require(self) -> None:
+        if not self._created:
+            raise NotFound(f"not found: table {self.name!r}")
+
+    def _row(self, partition: str, key: str) -> Row:
+        fields, etag = self._rows[(partition, key)]
+        return Row(partition, key, dict(fields), etag)
+
+    def get(self, partition: str, key: str) -> Row | None:
+        with self._lock:
+            return self._row(partition, key) if (partition, key) in self._rows else None
+
+    def query(
+        self,
+        partition: str | None = None,
+        *,
+        lo: str | None = None,
+        hi: str | None = None,
+        top: int | None = None,
+    ) -> list[Row]:
+        with self._lock:
+            self._require()
+            found = [
+                self._row(p, k)
+                for p, k in sorted(self._rows)
+                if (partition is None or p == partition)
+                and (lo is None or k >= lo)
+                and (hi is None or k < hi)
+            ]
+        return found if top is None else found[:top]
+
+    def rows(self, partition: str, keys: Sequence[str]) -> list[Row]:
+        with self._lock:
+            self._require()
+            return [self._row(partition, k) for k in sorted(set(keys)) if (partition, k) in self._rows]
+
+    def insert(self, partition: str, key: str, fields: Fields) -> str | None:
+        with self._lock:
+            self._require()
+            if (partition, key) in self._rows:
+                return None
+            return self._put(partition, key, dict(fields))
+
+    def upsert(self, partition: str, key: str, fields: Fields, *, merge: bool = True) -> str:
+        with self._lock:
+            self._require()
+            old = self._rows.get((partition, key), ({}, ""))[0] if merge else {}
+            return self._put(partition, key, {**old, **fields})
+
+    def update(
+        self, partition: str, key: str, fields: Fields, *, etag: str | None = None, merge: bool = True
+    ) -> str | None:
+        with self._lock:
+            self._require()
+            current = self._rows.get((partition, key))
+            if current is None or (etag is not None and current[1] != etag):
+                return None
+            return self._put(partition, key, {**(current[0] if merge else {}), **fields})
+
+    def delete(self, partition: str, key: str) -> None:
+        with self._lock:
+            self._require()
+            self._rows.pop((partition, key), None)
+
+    def replace_all(self, partition: str, rows: Sequence[tuple[str, Fields]]) -> None:
+        with self._lock:
+            self._require()
+            for key, fields in rows:
+                self._put(partition, key, dict(fields))
+
+    def _put(self, partition: str, key: str, fields: dict[str, Value]) -> str:
+        etag = _etag()
+        self._rows[(partition, key)] = (fields, etag)
+        return etag
+
+
+# -- the account -----------------------------------------------------------------------------
+class MemoryAccount:
+    """Page blob containers and tables by name, created on first use and kept for the
+    account's life; lease expiry follows ``clock`` (a ManualClock in tests)."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self._containers: dict[str, MemoryPageBlobs] = {}
+        self._tables: dict[str, MemoryTable] = {}
+        self._lock = threading.Lock()
+
+    def page_blobs(self, container: str) -> MemoryPageBlobs:
+        with self._lock:
+            return self._containers.setdefault(container, MemoryPageBlobs(container, self.clock))
+
+    def table(self, name: str) -> MemoryTable:
+        with self._lock:
+            return self._tables.setdefault(name, MemoryTable(name))
+
+    def read_sas(self, container: str, blob: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
+        raise NotImplementedError("an in-memory account has no URL to hand out a SAS for")
