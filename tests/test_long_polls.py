@@ -148,3 +148,32 @@ def test_past_the_bound_a_long_poll_gets_429_and_a_producer_its_202(host: HostPr
         end = int(c.get(f"/streams/{stream}/messages").headers["x-committed"])
         r = c.get(f"/streams/{stream}/messages", params={"from": str(end), "wait": "1"})
         assert r.status_code == 200 and r.json()["messages"] == []
+
+
+def test_with_many_streams_watched_each_waiter_wakes_for_its_own_stream(host: HostProcess) -> None:
+    """Past SWEEP_ABOVE watched streams, one listing serves every watch: a commit on one stream
+    still answers exactly the waiters of that stream, promptly."""
+    streams = [f"t-{uuid.uuid4().hex[:12]}" for _ in range(12)]
+    with _client(host) as c:
+        for s in streams:
+            assert _post(c, s, ["x"], wait="10").status_code == 200
+        end = int(c.get(f"/streams/{streams[0]}/messages").headers["x-committed"])  # same size each
+        waiters = [_Waiters(host, s, end, 1) for s in streams]
+        for w in waiters:
+            w.__enter__()
+        try:
+            _wait_until_waiting(c, streams[0], end, len(streams))
+            started = time.monotonic()
+            assert _post(c, streams[5], ["for five"]).status_code == 202
+            waiters[5].__exit__()
+            took = time.monotonic() - started
+            [r] = waiters[5].responses
+            assert [m["value"] for m in r.json()["messages"]] == ["for five"]
+            assert took < WAIT_SECONDS - 2
+            assert all(not w.responses for i, w in enumerate(waiters) if i != 5)  # still waiting
+        finally:
+            for i, s in enumerate(streams):
+                if i != 5:
+                    _post(c, s, ["end"])
+            for w in waiters:
+                w.__exit__()

@@ -27,7 +27,7 @@ from vault_app.openapi import SPEC
 from vault_app.readahead import ReadAhead
 from vault_app.services import Services, StagingQueue, services
 from vault_app.staging import Stager
-from vault_app.tail import Busy, Tails, WaitSlots
+from vault_app.tail import SWEEP_MAX_STREAMS, Busy, Tails, WaitSlots
 from vault_core import __version__ as VERSION
 from vault_core.aio import async_clients
 from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable, VaultError
@@ -343,7 +343,11 @@ def _tails() -> Tails:
         async def commit_state(stream: str) -> CommitState:
             return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
 
-        tails = _tails_by_loop[loop] = Tails(commit_state)
+        async def commit_states() -> dict[str, CommitState]:
+            clients = async_clients(svc.vault_account)
+            return await clients.commit_states(svc.settings.streams_container, SWEEP_MAX_STREAMS)
+
+        tails = _tails_by_loop[loop] = Tails(commit_state, commit_states)
     return tails
 
 

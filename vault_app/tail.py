@@ -41,6 +41,15 @@ POLL_BUDGET_SECONDS = 2.0
 """Each poll's storage time: a stalled account makes a poll fail, not hang."""
 
 ReadCommitState = Callable[[str], Awaitable[CommitState]]
+ReadAllCommitStates = Callable[[], Awaitable[dict[str, CommitState]]]
+SWEEP_ABOVE = 8
+"""With more streams watched than this, one listing of every stream's commit record (a blob
+listing with metadata) replaces a poll per stream: one request however many are watched."""
+SWEEP_INTERVAL = 0.5
+"""Seconds between two listings, at most one at a time: every watch reads the latest."""
+SWEEP_MAX_STREAMS = 2000
+"""A container holding more streams than this is not listed (the listing would cost more than
+polling the watched ones): each watch polls its own stream again."""
 
 
 @dataclass
@@ -56,12 +65,17 @@ class Tails:
     def __init__(
         self,
         read_state: ReadCommitState,
+        read_all: ReadAllCommitStates | None = None,
         *,
         first: float = FIRST_POLL,
         longest: float = LONGEST_POLL,
         max_polls_per_second: float = MAX_POLLS_PER_SECOND,
     ) -> None:
         self._read = read_state
+        self._read_all = read_all
+        self._sweep: asyncio.Future[dict[str, CommitState]] | None = None
+        self._swept_at = -1e9
+        self._listing_fits = True
         self._first = first
         self._longest = longest
         self._max_rate = max_polls_per_second
@@ -110,7 +124,7 @@ class Tails:
             while watch.waiters > 0:
                 try:
                     with budget(POLL_BUDGET_SECONDS):  # its own: not the budget of the request that began it
-                        state: CommitState | None = await self._read(stream)
+                        state: CommitState | None = await self._state_of(stream)
                 except VaultError as exc:  # storage down or slow: the waiters time out, or it recovers
                     log.debug("tail of %s: commit record unreadable: %s", stream, exc)
                     state = None
@@ -121,10 +135,31 @@ class Tails:
                     delay = self._first
                 else:
                     delay = min(delay * 2, self._longest)
-                await asyncio.sleep(max(delay, len(self._watches) / self._max_rate))
+                spacing = 0.0 if self._sweeping() else len(self._watches) / self._max_rate
+                await asyncio.sleep(max(delay, spacing))
         finally:
             if self._watches.get(stream) is watch:
                 del self._watches[stream]
+
+    def _sweeping(self) -> bool:
+        return self._read_all is not None and self._listing_fits and len(self._watches) > SWEEP_ABOVE
+
+    async def _state_of(self, stream: str) -> CommitState | None:
+        """The stream's commit record: from the shared listing when many streams are watched."""
+        if not self._sweeping():
+            return await self._read(stream)
+        loop = asyncio.get_running_loop()
+        if self._sweep is None or (self._sweep.done() and loop.time() - self._swept_at >= SWEEP_INTERVAL):
+            self._swept_at = loop.time()
+            self._sweep = loop.create_task(self._list())
+        states = await asyncio.shield(self._sweep)
+        return states.get(stream)
+
+    async def _list(self) -> dict[str, CommitState]:
+        assert self._read_all is not None
+        states = await self._read_all()
+        self._listing_fits = len(states) <= SWEEP_MAX_STREAMS
+        return states
 
 
 class WaitSlots:

@@ -24,6 +24,7 @@ from azure.core.credentials import AccessToken
 from azure.storage.blob.aio import BlobServiceClient
 
 from vault_core.azure import StorageAccount, translate_errors
+from vault_core.errors import VaultError
 from vault_core.pagelog import CommitState
 from vault_core.retry import request_hook
 
@@ -69,6 +70,20 @@ class AsyncClients:
         with translate_errors(stream):
             props = await self.blobs.get_blob_client(container, stream).get_blob_properties()
         return CommitState.from_metadata(dict(props.metadata or {}), props.etag, props.size)
+
+    async def commit_states(self, container: str, most: int) -> dict[str, CommitState]:
+        """Every stream's commit record from one listing (blob metadata), at most ``most`` + 1
+        of them: a caller that gets more knows the container is too big to list this way."""
+        found: dict[str, CommitState] = {}
+        with translate_errors():
+            async for b in self.blobs.get_container_client(container).list_blobs(include=["metadata"]):
+                try:
+                    found[b.name] = CommitState.from_metadata(dict(b.metadata or {}), b.etag, b.size)
+                except VaultError:
+                    continue  # not a stream of a format this reader knows: nobody waits on it here
+                if len(found) > most:
+                    break
+        return found
 
     async def queue_length(self, queue: str) -> int:
         """The queue's approximate message count: one ``Get Queue Metadata``."""
