@@ -1,11 +1,17 @@
-"""Shared fixtures: one real Azurite for the session, started and stopped by the tests."""
+"""Shared fixtures: one real Azurite for the session, started and stopped by the tests.
+
+Under pytest-xdist (``./dev test`` runs two workers) every session fixture is per worker: each
+worker starts its own Azurite on free ports, its own host and, for the Spark tests (one
+``xdist_group``, so one worker), its own Spark session.
+"""
 
 from __future__ import annotations
 
 import functools
 import json
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +19,17 @@ import pytest
 
 from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
-from vault_local.azurite import Azurite
+from vault_local.azurite import ROOT, Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the slow tests first (the Spark group goes first anyway: it is the largest
+    unit): the long waits start at once and the many short tests fill in around them, instead
+    of one worker finishing alone with a slow test picked up last."""
+    if hasattr(config, "workerinput"):  # a worker's collection, which the scheduler follows
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +62,48 @@ def dev_issuer() -> Iterator[DevIssuer]:
         yield issuer
 
 
+FAST_POLLING_INTERVAL = "00:00:00.1"
+"""The hosts' ``maxPollingInterval`` in tests: an idle queue poller backs off to 100 ms instead
+of the product's 2 s, so a POST with ``?wait=`` is not held by the poller's back-off."""
+
+
+def fast_host_json(**queues: Any) -> dict[str, Any]:
+    """The app's host.json with faster queue polling and ``queues`` set: what the tests' hosts run.
+
+    The product's host.json is unchanged; the local host takes this one through ``--host-json``."""
+    doc: dict[str, Any] = json.loads((ROOT / "host.json").read_text())
+    doc["extensions"]["queues"].update(maxPollingInterval=FAST_POLLING_INTERVAL, **queues)
+    return doc
+
+
+FAST_RETRY_QUEUES = {"maxDequeueCount": 3, "visibilityTimeout": "00:00:00"}
+"""For hosts that tests kill or starve: quick retries, quick poison."""
+
+
+def write_host_json(directory: Path, **queues: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "host.json"
+    path.write_text(json.dumps(fast_host_json(**queues)))
+    return path
+
+
+def fast_host(
+    connection_string: str,
+    directory: Path,
+    *,
+    settings: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> HostProcess:
+    """A host on the app's own queues (no prefix) with the tests' fast polling (not started)."""
+    return HostProcess(
+        connection_string, settings=settings, args=("--host-json", str(write_host_json(directory)), *args)
+    )
+
+
 @pytest.fixture(scope="session")
-def vault_host(azurite: Azurite, dev_issuer: DevIssuer) -> Iterator[HostProcess]:
+def vault_host(
+    azurite: Azurite, dev_issuer: DevIssuer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     """The local Functions host running function_app.py on the session's Azurite, with
     authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
     admin (so read and write) on every stream.
@@ -57,7 +111,9 @@ def vault_host(azurite: Azurite, dev_issuer: DevIssuer) -> Iterator[HostProcess]
     ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
     ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
     """
-    host = HostProcess(azurite.connection_string, settings=dev_issuer.settings()).start()
+    host = fast_host(
+        azurite.connection_string, tmp_path_factory.mktemp("vault-host"), settings=dev_issuer.settings()
+    ).start()
     yield host
     host.stop()
 
@@ -72,26 +128,18 @@ def app_http_functions() -> list[Any]:
     return discover(function_app.app)[0]
 
 
+def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "condition") -> None:
+    """Poll ``check`` until it is true: for what only storage or another thread can tell (no
+    event announces it). A positive signal, unlike a sleep that hopes something has happened."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for the {what}"
+        time.sleep(0.02)
+
+
 def key_header(host: HostProcess) -> dict[str, str]:
     """The header that authenticates as ``host.key`` (admin on every stream)."""
     return {"x-functions-key": host.key}
-
-
-FAST_RETRY_HOST_JSON = {
-    "version": "2.0",
-    "extensions": {
-        "http": {"routePrefix": "api"},
-        "queues": {
-            "batchSize": 1,
-            "newBatchThreshold": 0,
-            "maxDequeueCount": 3,
-            "visibilityTimeout": "00:00:00",
-            "maxPollingInterval": "00:00:01",
-            "messageEncoding": "none",
-        },
-    },
-}
-"""host.json for hosts that tests kill or starve: quick retries, quick poison."""
 
 
 def isolated_host(
@@ -104,8 +152,7 @@ def isolated_host(
     """A host of its own, on queues of its own, so killing it disturbs no other test.
 
     Authentication is on: ``.key`` has admin on every stream (see :class:`HostProcess`)."""
-    host_json = tmp_path / "host.json"
-    host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
+    host_json = write_host_json(tmp_path, **FAST_RETRY_QUEUES)
     return HostProcess(
         azurite.connection_string,
         settings={"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", **(settings or {})},

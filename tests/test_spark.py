@@ -40,7 +40,8 @@ from vault_core.spark.plan import plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
-pytestmark = pytest.mark.spark
+# One xdist group: the Spark tests share one worker and so one Spark session (a JVM each).
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark")]
 
 Row = tuple[str, int, int, bytes, bytes, str | None]
 T0 = 1_750_000_000_000  # 2025-06-15T15:06:40Z
