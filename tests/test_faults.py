@@ -90,6 +90,7 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
                         note(r.status_code)
                         with lock:
                             acked.append(Acked(stream, r.json()["batch_id"], values))
+                        time.sleep(0.2)  # a steady load, not a flood: the faults are the point
                         break
                     note(f"{r.status_code} {r.json().get('error')}")
                 except httpx.TransportError:
