@@ -1,8 +1,8 @@
 """Shared fixtures: one real Azurite for the session, started and stopped by the tests.
 
-Under pytest-xdist (``./dev test`` runs two workers) every session fixture is per worker: each
-worker starts its own Azurite on free ports, its own host and, for the Spark tests (one
-``xdist_group``, so one worker), its own Spark session.
+Under pytest-xdist (``./dev test`` runs three workers) every session fixture is per worker:
+each worker starts its own Azurite on free ports and its own host; the Spark tests all run on
+one of them (WHOLE_MODULES), with one Spark session.
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ from vault_local.azurite import ROOT, Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
 
-WHOLE_MODULES = frozenset({"tests/test_spark.py"})
-"""Modules whose tests all run on one xdist worker: one Spark session (a JVM) and one copy of
-its module fixtures, not one per worker. Every other test is a unit of its own."""
+WHOLE_MODULES = frozenset({"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py"})
+"""Modules whose tests all run on one xdist worker, because each worker running some of them
+would start its own copy of what they share: a Spark session (a JVM), a host of their own.
+Every other test is a unit of its own."""
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -5,7 +5,7 @@ storage) while the test SIGKILLs a language worker, SIGKILLs a whole host and re
 and stops Azurite gracefully and restarts it on the same data (an outage; never SIGKILL of
 Azurite, which keeps recent writes only in memory). The hosts use conftest's fast-retry
 host.json (poison after 3 failed deliveries), so any good batch counted towards poison
-would show. Bounded to about 90 s; about 35 s when it passes.
+would show. Bounded to about 90 s; about 35 s when it passes (its leases run out for real).
 """
 
 from __future__ import annotations
@@ -106,22 +106,22 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         for t in threads:
             t.start()
         faults = []
-        time.sleep(3)
+        time.sleep(2)
         faults.append(("SIGKILL a worker of host 0", kill_a_worker(hosts[0])))
-        time.sleep(4)
+        time.sleep(3)
         hosts[1].stop(kill=True)
         faults.append(("SIGKILL host 1", True))
         time.sleep(2)
         hosts[1].start()
-        time.sleep(3)
+        time.sleep(2)
         # The last kill before the outage: its leases run out meanwhile, not after the end.
         faults.append(("SIGKILL a worker of host 1", kill_a_worker(hosts[1])))
-        time.sleep(3)
+        time.sleep(2)
         storage.stop()
         faults.append(("Azurite stopped", True))
-        time.sleep(5)
+        time.sleep(5)  # longer than a request's storage budget (4 s)
         storage.start()
-        time.sleep(4)
+        time.sleep(3)
         stop.set()
         for t in threads:
             t.join(60)

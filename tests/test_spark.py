@@ -40,7 +40,7 @@ from vault_core.spark.plan import plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
-pytestmark = pytest.mark.spark  # and all on one xdist worker: see WHOLE_MODULES in conftest.py
+pytestmark = pytest.mark.spark  # all on one xdist worker: WHOLE_MODULES in conftest.py
 
 Row = tuple[str, int, int, bytes, bytes, str | None]
 T0 = 1_750_000_000_000  # 2025-06-15T15:06:40Z
