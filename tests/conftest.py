@@ -7,14 +7,19 @@ one of them (WHOLE_MODULES), with one Spark session.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import json
+import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from vault_core.azure import StorageAccount
@@ -22,6 +27,33 @@ from vault_core.vault import Vault
 from vault_local.azurite import ROOT, Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
+
+
+def _end_leftover_servers() -> None:
+    """At exit, an interrupted one too: end what this process started in sessions of their own
+    (Azurite, hosts with their language workers) and is still running.
+
+    A test's own cleanup stops them, but under xdist a Ctrl-C'd worker has 5 s before execnet
+    interrupts that cleanup again, and 10 s before it is killed: a host's graceful stop may take
+    longer. After a run that was not interrupted there is nothing left to end.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    leaders = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(child.pid) == child.pid and child.status() != psutil.STATUS_ZOMBIE:
+                leaders.append(child)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for leader in leaders:
+            with contextlib.suppress(OSError):
+                os.killpg(leader.pid, sig)  # the whole session: a host's workers too
+        _, leaders = psutil.wait_procs(leaders, timeout=3)
+        if not leaders:
+            return
+
+
+atexit.register(_end_leftover_servers)
+
 
 WHOLE_MODULES = frozenset({"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py"})
 """Modules whose tests all run on one xdist worker, because each worker running some of them
