@@ -1,21 +1,91 @@
-"""Shared fixtures: one real Azurite for the session, started and stopped by the tests."""
+"""Shared fixtures: one real Azurite for the session, started and stopped by the tests.
+
+Under pytest-xdist (``./dev test`` runs three workers) every session fixture is per worker:
+each worker starts its own Azurite on free ports and its own host; the Spark tests all run on
+one of them (WHOLE_MODULES), with one Spark session.
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import functools
 import json
+import os
+import signal
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
-from vault_local.azurite import Azurite
+from vault_local.azurite import ROOT, Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
+
+
+def _end_leftover_servers() -> None:
+    """At exit, an interrupted one too: end what this process started in sessions of their own
+    (Azurite, hosts with their language workers) and is still running.
+
+    A test's own cleanup stops them, but under xdist a Ctrl-C'd worker has 5 s before execnet
+    interrupts that cleanup again, and 10 s before it is killed: a host's graceful stop may take
+    longer. After a run that was not interrupted there is nothing left to end.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    leaders = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(OSError, psutil.Error):
+            if os.getsid(child.pid) == child.pid and child.status() != psutil.STATUS_ZOMBIE:
+                leaders.append(child)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for leader in leaders:
+            with contextlib.suppress(OSError):
+                os.killpg(leader.pid, sig)  # the whole session: a host's workers too
+        _, leaders = psutil.wait_procs(leaders, timeout=3)
+        if not leaders:
+            return
+
+
+atexit.register(_end_leftover_servers)
+
+
+WHOLE_MODULES = frozenset({"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py"})
+"""Modules whose tests all run on one xdist worker, because each worker running some of them
+would start its own copy of what they share: a Spark session (a JVM), a host of their own.
+Every other test is a unit of its own."""
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``-n N`` (``--dist load``): whole modules for WHOLE_MODULES, single tests otherwise.
+
+    Not ``--dist loadgroup`` with ``xdist_group`` marks: with pytest 9.2 its marks are
+    silently ignored (pytest-dev/pytest-xdist#1386). The largest unit is sent first, then the
+    tests in the order collected (slow ones first, below)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WholeModulesOrSingleTests(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in WHOLE_MODULES else nodeid
+
+    return WholeModulesOrSingleTests(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under xdist, the slow tests first: their long waits start at once and the many short
+    tests fill in around them, instead of one worker finishing alone with a slow test picked
+    up last. (Each worker collects; the scheduler follows their order.)"""
+    if hasattr(config, "workerinput"):
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
@@ -48,8 +118,50 @@ def dev_issuer() -> Iterator[DevIssuer]:
         yield issuer
 
 
+FAST_POLLING_INTERVAL = "00:00:00.2"
+"""The hosts' ``maxPollingInterval`` in tests: an idle queue poller backs off to 200 ms instead
+of the product's 2 s, so a POST with ``?wait=`` is not held by the poller's back-off. Not lower:
+an idle host polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite),
+every 200 ms about 8 %, and the session's hosts are idle most of the time."""
+
+
+def fast_host_json(**queues: Any) -> dict[str, Any]:
+    """The app's host.json with faster queue polling and ``queues`` set: what the tests' hosts run.
+
+    The product's host.json is unchanged; the local host takes this one through ``--host-json``."""
+    doc: dict[str, Any] = json.loads((ROOT / "host.json").read_text())
+    doc["extensions"]["queues"].update(maxPollingInterval=FAST_POLLING_INTERVAL, **queues)
+    return doc
+
+
+FAST_RETRY_QUEUES = {"maxDequeueCount": 3, "visibilityTimeout": "00:00:00"}
+"""For hosts that tests kill or starve: quick retries, quick poison."""
+
+
+def write_host_json(directory: Path, **queues: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "host.json"
+    path.write_text(json.dumps(fast_host_json(**queues)))
+    return path
+
+
+def fast_host(
+    connection_string: str,
+    directory: Path,
+    *,
+    settings: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> HostProcess:
+    """A host on the app's own queues (no prefix) with the tests' fast polling (not started)."""
+    return HostProcess(
+        connection_string, settings=settings, args=("--host-json", str(write_host_json(directory)), *args)
+    )
+
+
 @pytest.fixture(scope="session")
-def vault_host(azurite: Azurite, dev_issuer: DevIssuer) -> Iterator[HostProcess]:
+def vault_host(
+    azurite: Azurite, dev_issuer: DevIssuer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[HostProcess]:
     """The local Functions host running function_app.py on the session's Azurite, with
     authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
     admin (so read and write) on every stream.
@@ -57,7 +169,9 @@ def vault_host(azurite: Azurite, dev_issuer: DevIssuer) -> Iterator[HostProcess]
     ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
     ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
     """
-    host = HostProcess(azurite.connection_string, settings=dev_issuer.settings()).start()
+    host = fast_host(
+        azurite.connection_string, tmp_path_factory.mktemp("vault-host"), settings=dev_issuer.settings()
+    ).start()
     yield host
     host.stop()
 
@@ -72,26 +186,18 @@ def app_http_functions() -> list[Any]:
     return discover(function_app.app)[0]
 
 
+def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "condition") -> None:
+    """Poll ``check`` until it is true: for what only storage or another thread can tell (no
+    event announces it). A positive signal, unlike a sleep that hopes something has happened."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for the {what}"
+        time.sleep(0.02)
+
+
 def key_header(host: HostProcess) -> dict[str, str]:
     """The header that authenticates as ``host.key`` (admin on every stream)."""
     return {"x-functions-key": host.key}
-
-
-FAST_RETRY_HOST_JSON = {
-    "version": "2.0",
-    "extensions": {
-        "http": {"routePrefix": "api"},
-        "queues": {
-            "batchSize": 1,
-            "newBatchThreshold": 0,
-            "maxDequeueCount": 3,
-            "visibilityTimeout": "00:00:00",
-            "maxPollingInterval": "00:00:01",
-            "messageEncoding": "none",
-        },
-    },
-}
-"""host.json for hosts that tests kill or starve: quick retries, quick poison."""
 
 
 def isolated_host(
@@ -104,8 +210,7 @@ def isolated_host(
     """A host of its own, on queues of its own, so killing it disturbs no other test.
 
     Authentication is on: ``.key`` has admin on every stream (see :class:`HostProcess`)."""
-    host_json = tmp_path / "host.json"
-    host_json.write_text(json.dumps(FAST_RETRY_HOST_JSON))
+    host_json = write_host_json(tmp_path, **FAST_RETRY_QUEUES)
     return HostProcess(
         azurite.connection_string,
         settings={"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", **(settings or {})},

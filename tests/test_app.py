@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import app_http_functions, isolated_host, key_header
+from leases import end_dead_host_leases
 
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT
@@ -436,12 +437,14 @@ def test_writer_killed_after_commit_before_delete_appends_the_batch_exactly_once
         faulty.wait_for("FAULT after-commit", 30)
     finally:
         faulty.stop(kill=True)  # kill -9: committed, queue message not deleted
+    # Its stream and queue owner leases would run out within 15 s: end them now (tests/leases.py).
+    assert end_dead_host_leases(azurite.connection_string, prefix, [stream]) == 2
     healthy = own_host(azurite, tmp_path, prefix=prefix).start()
     try:
         doc = wait_committed(
             httpx.Client(base_url=healthy.url, headers=key_header(healthy)), r.json()["batch_id"]
         )
-        deadline = time.monotonic() + 60  # the dead writer's 15 s lease must run out first
+        deadline = time.monotonic() + 60
         queue = (
             StorageAccount(connection_string=azurite.connection_string)
             .queue_service()

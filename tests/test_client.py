@@ -15,6 +15,7 @@ import httpx
 import pytest
 from azure.storage.blob import BlobSasPermissions, generate_blob_sas
 from click.testing import CliRunner
+from conftest import wait_until
 
 from vault_client import (
     Access,
@@ -225,7 +226,8 @@ def test_direct_follow_delivers_messages_committed_later(vault: Vault, stream: s
 
     reader = threading.Thread(target=read)
     reader.start()
-    time.sleep(0.3)
+    # Write only once the consumer has taken the end as its start: "after" is then after it.
+    wait_until(lambda: consumer.position is not None, what="consumer to resolve the end")
     write(vault, stream, texts(2, "after"))
     reader.join(10)
     assert got == [b"after-0", b"after-1"]

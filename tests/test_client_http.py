@@ -13,8 +13,12 @@ from typing import Any, cast
 
 import httpx
 import pytest
+from azure.storage.queue import QueueClient
 from click.testing import CliRunner
+from conftest import wait_until
 
+from vault_app.config import load_settings
+from vault_app.services import Services
 from vault_client import (
     ApiClient,
     CheckpointConflict,
@@ -46,6 +50,11 @@ def produce(api: ApiClient, stream: str, values: list[str], **options: Any) -> l
     with Producer(api=api, wait=COMMIT_WAIT, **options) as producer:
         results = [producer.send(stream, v, key=f"k{i}") for i, v in enumerate(values)]
     return [r.wait_committed(COMMIT_WAIT).offset for r in results]  # type: ignore[misc]
+
+
+def staging_queue(host: HostProcess, stream: str) -> QueueClient:
+    """The staging queue that carries ``stream``'s batches on ``host``."""
+    return Services(load_settings(host.env)).queue_for(stream).staging.client
 
 
 def values(messages: list[Message]) -> list[str]:
@@ -172,13 +181,16 @@ def test_injected_503s_are_retried_until_the_batch_is_staged(
 
 
 def test_a_retry_after_a_lost_answer_appends_nothing_twice(
-    api: ApiClient, proxy_factory: Any, stream: str
+    api: ApiClient, proxy_factory: Any, vault_host: HostProcess, stream: str
 ) -> None:
     proxy = proxy_factory(lose=2)  # the host staged the batch twice over; the producer saw two 503s
     with Producer(proxy.url, api.key, retry=FAST_RETRY) as producer:
         results = [producer.send(stream, f"once-{i}") for i in range(5)]
     results[-1].wait_committed(COMMIT_WAIT)
-    time.sleep(1)  # give a duplicate, if one were staged, time to be (wrongly) committed
+    # Every copy staged has been settled: the writer deletes a queue message only once its batch
+    # is committed (or found committed already), so a duplicate would be in the stream by now.
+    queue = staging_queue(vault_host, stream)
+    wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0, what="queue to drain")
     assert len(proxy.keys) == 3 and len(set(proxy.keys)) == 1  # one batch, sent three times
     assert read_all(api, stream) == [f"once-{i}" for i in range(5)]
 
@@ -219,7 +231,7 @@ def test_follow_delivers_messages_produced_while_it_waits(api: ApiClient, stream
 
     reader = threading.Thread(target=read)
     reader.start()
-    time.sleep(0.5)
+    wait_until(lambda: got == ["first"], what="first message")  # it has caught up: now it waits
     produce(api, stream, ["second", "third"])
     reader.join(30)
     assert got == ["first", "second", "third"]

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import FAST_RETRY_HOST_JSON
+from conftest import fast_host_json
 
 from vault_local import http_limits
 from vault_local.azurite import Azurite, free_port
@@ -64,6 +64,7 @@ def test_a_body_over_the_front_ends_100_mb_is_413(vault_host: HostProcess) -> No
     assert answer.startswith(b"HTTP/1.1 413")
 
 
+@pytest.mark.slow  # the front end's 5 s minimum-rate grace
 def test_a_body_that_trickles_in_is_408(vault_host: HostProcess) -> None:
     head = (
         f"POST /api/streams/s/messages?code={vault_host.key} HTTP/1.1\r\nHost: x\r\n"
@@ -81,7 +82,7 @@ def test_a_url_over_4_kib_is_414(vault_host: HostProcess) -> None:
 
 @pytest.fixture
 def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
-    host_json = json.loads(json.dumps(FAST_RETRY_HOST_JSON))
+    host_json = fast_host_json()
     host_json["extensions"]["http"].update(maxOutstandingRequests=3, maxConcurrentRequests=1)
     (tmp_path / "host.json").write_text(json.dumps(host_json))
     host = HostProcess(
@@ -93,6 +94,7 @@ def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
     host.stop()
 
 
+@pytest.mark.slow  # three 3 s long polls, one after the other
 def test_requests_over_max_outstanding_get_429_with_retry_after(busy_host: HostProcess, stream: str) -> None:
     url = f"{busy_host.url}/streams/{stream}/messages"
     done = httpx.post(url, params={"code": busy_host.key, "wait": 20}, json={"messages": [{"value": "x"}]})

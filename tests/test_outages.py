@@ -13,17 +13,20 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import isolated_host, key_header
+from conftest import fast_host, isolated_host, key_header
 from test_app import read_all
 
 from vault_core.azure import StorageAccount
 from vault_local.azurite import Azurite
-from vault_local.process import HostProcess
+
+# Each test runs its own Azurite and host, and holds an outage or a stall for seconds.
+pytestmark = pytest.mark.slow
 
 FAIL_FAST_SECONDS = 5.0
 
@@ -64,7 +67,7 @@ def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
     tmp_path: Path, stream: str, fault: str
 ) -> None:
     with own_storage(tmp_path, "s") as storage:
-        host = HostProcess(storage.connection_string).start()
+        host = fast_host(storage.connection_string, tmp_path).start()
         try:
             client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
             up = client.post(
@@ -85,8 +88,10 @@ def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
                 "GET stream": lambda: client.get(f"/streams/{stream}"),
                 "GET batch": lambda: client.get(f"/streams/{stream}/batches/{batch}"),
             }
-            for what, call in calls.items():
-                r, took = timed(call)
+            # All at once: each must fail fast on its own, so none waits for another's 5 s.
+            with ThreadPoolExecutor(len(calls)) as pool:
+                answers = dict(zip(calls, pool.map(timed, calls.values()), strict=True))
+            for what, (r, took) in answers.items():
                 assert r.status_code == 503, f"{what}: {r.status_code} {r.text}"
                 assert r.json()["error"] == "unavailable" and int(r.headers["retry-after"]) > 0
                 assert took < FAIL_FAST_SECONDS, f"{what} took {took:.1f}s"
@@ -107,7 +112,7 @@ def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
 def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_path: Path) -> None:
     streams = [f"stall-{uuid.uuid4().hex[:6]}" for _ in range(3)]
     with own_storage(tmp_path, "s") as storage:
-        host = HostProcess(storage.connection_string).start()
+        host = fast_host(storage.connection_string, tmp_path).start()
         statuses: list[int] = []
         failures: list[str] = []
         acked: dict[str, list[str]] = {s: [] for s in streams}
@@ -149,12 +154,12 @@ def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_
         try:
             for t in threads:
                 t.start()
-            time.sleep(2)
+            time.sleep(1)
             assert storage.process is not None
             storage.process.send_signal(signal.SIGSTOP)
-            time.sleep(8)
+            time.sleep(6)  # longer than a request's storage budget (4 s): answers must be 503
             storage.process.send_signal(signal.SIGCONT)
-            time.sleep(3)
+            time.sleep(2)
         finally:
             stop.set()
             for t in threads:
@@ -176,9 +181,10 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
 
     The host retries fast and poisons after 3 deliveries (conftest's FAST_RETRY_HOST_JSON),
     so before the writer handed transient failures back, a few seconds of outage were enough
-    to poison good batches. MV_OUTAGE_SECONDS=180 runs the 3-minute version.
+    to poison good batches. 12 s outlasts two hand-backs (UNAVAILABLE_RETRY_SECONDS) and many
+    times the old failure; MV_OUTAGE_SECONDS=180 runs the 3-minute version.
     """
-    outage = float(os.environ.get("MV_OUTAGE_SECONDS", "25"))
+    outage = float(os.environ.get("MV_OUTAGE_SECONDS", "12"))
     streams = [f"out-{uuid.uuid4().hex[:6]}" for _ in range(3)]
     with own_storage(tmp_path, "vault") as vault, own_storage(tmp_path, "staging") as staging:
         prefix = f"q{uuid.uuid4().hex[:8]}"
@@ -201,8 +207,9 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
             for i in range(30):  # a backlog, so the outage catches batches in the queues
                 assert post(streams[i % 3], f"before-{i}") == 202
             vault.stop()
+            stopped = time.monotonic()
             assert post(streams[0], "during") == 503  # the batch table is in the vault account
-            time.sleep(outage)
+            time.sleep(max(0.0, outage - (time.monotonic() - stopped)))  # the 503 took a few of them
             vault.start()
             for i in range(10):
                 assert post(streams[i % 3], f"after-{i}") == 202

@@ -237,6 +237,7 @@ def test_sigterm_under_ingest_drains_releases_leases_and_loses_nothing(
         end_leftovers(tree)
 
 
+@pytest.mark.slow  # waits out the drain's 12 s grace period
 def test_an_invocation_that_outlives_the_grace_period_does_not_hold_the_exit(
     azurite: Azurite, tmp_path: Path, stream: str
 ) -> None:
@@ -330,6 +331,7 @@ def demo(tmp_path: Path) -> Iterator[Demo]:
         end_leftovers(run.seen)
 
 
+@pytest.mark.slow  # the whole demo, as shipped: its Azurite, host and 2 s queue polling
 @pytest.mark.parametrize("when", ["Tailing clicks", "Press Ctrl-C to stop"], ids=["mid-demo", "serving"])
 def test_sigterm_stops_the_demo_with_azurite_host_and_workers(demo: Demo, when: str) -> None:
     demo.out.wait_for(when, timeout=120)

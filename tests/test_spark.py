@@ -41,7 +41,7 @@ from vault_core.spark.plan import plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
-pytestmark = pytest.mark.spark
+pytestmark = pytest.mark.spark  # all on one xdist worker: WHOLE_MODULES in conftest.py
 
 Row = tuple[str, int, int, bytes, bytes, str | None]
 T0 = 1_750_000_000_000  # 2025-06-15T15:06:40Z
@@ -59,6 +59,8 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
         .config("spark.driver.memory", "2g")
+        # A test session is short: the JIT's first tier and a serial GC start faster, with less CPU.
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -18,8 +19,27 @@ ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / "node_modules" / ".bin" / "azurite"
 
 
+SERVER_PORTS = range(15000, 32768)
+"""Where :func:`free_port` looks: below Linux's ephemeral range (32768-60999 by default; macOS
+starts at 49152). The kernel gives ephemeral ports to every outgoing connection, so a port found
+free there can be taken by some client socket before our server binds it; here only another
+server's explicit bind can take it."""
+_pick = random.SystemRandom()
+"""Not the ``random`` module's shared state, which a test may seed: two test processes seeded
+alike would pick the same ports."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A loopback TCP port that is free now, for a server started next."""
+    for _ in range(200):
+        port = _pick.choice(SERVER_PORTS)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use (or lingering in TIME_WAIT): try another
+            return port
+    with socket.socket() as s:  # a crowded range: let the kernel choose
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
 
