@@ -45,7 +45,7 @@ ReadAllCommitStates = Callable[[], Awaitable[dict[str, CommitState]]]
 SWEEP_ABOVE = 8
 """With more streams watched than this, one listing of every stream's commit record (a blob
 listing with metadata) replaces a poll per stream: one request however many are watched."""
-SWEEP_INTERVAL = 0.5
+SWEEP_INTERVAL = 1.0
 """Seconds between two listings, at most one at a time: every watch reads the latest."""
 SWEEP_MAX_STREAMS = 2000
 """A container holding more streams than this is not listed (the listing would cost more than
