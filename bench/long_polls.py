@@ -69,7 +69,8 @@ class Producers:
     def stop(self) -> None:
         self._stop.set()
         for t in self._threads:
-            t.join(30)
+            if t.is_alive():
+                t.join(30)
 
     def _run(self, i: int) -> None:
         stream = f"lp-prod-{i}-{uuid.uuid4().hex[:6]}"
@@ -107,7 +108,8 @@ class Probe:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(10)
+        if self._thread.is_alive():
+            self._thread.join(10)
 
     def _run(self) -> None:
         with httpx.Client(base_url=self.host.url, headers={"x-functions-key": self.host.key}) as c:
@@ -242,12 +244,16 @@ def main() -> None:
                 for status, n in pollers.counts.items():
                     key = "answered" if status == 200 else "refused"
                     (answered if key == "answered" else refused)[f"{phase} {status}"] = n
-    finally:
+    finally:  # the processes go whatever failed: a stop that raises must not keep the others
         producers.phase = "done"
-        probe.stop()
-        producers.stop()
-        host.stop()
-        azurite.cleanup()
+        try:
+            probe.stop()
+            producers.stop()
+        finally:
+            try:
+                host.stop()
+            finally:
+                azurite.cleanup()
 
     figures: dict[str, Any] = {}
     base = producers.latencies["none"]
