@@ -82,10 +82,6 @@ class Tails:
         self._watches: dict[str, _Watch] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    @property
-    def watched(self) -> int:
-        return len(self._watches)
-
     def at_end(self, stream: str, offset: int) -> bool:
         """Whether ``offset`` is where ``stream`` ended at its last poll (at most a poll interval
         ago): a consumer asking for it can start waiting without a read of its own. Its offset
