@@ -90,7 +90,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[Azurite]:
-    server = Azurite().start()
+    """In memory: the session's Azurite is never restarted (the outage tests run their own on
+    disk), and it skips rewriting its growing metadata to disk every 5 s."""
+    server = Azurite(in_memory=True).start()
     yield server
     server.cleanup()
 
