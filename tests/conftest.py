@@ -55,9 +55,12 @@ def _end_leftover_servers() -> None:
 atexit.register(_end_leftover_servers)
 
 
-WHOLE_MODULES = frozenset({"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py"})
+WHOLE_MODULES = frozenset(
+    {"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py", "tests/test_explorer.py"}
+)
 """Modules whose tests all run on one xdist worker, because each worker running some of them
-would start its own copy of what they share: a Spark session (a JVM), a host of their own.
+would start its own copy of what they share: a Spark session (a JVM), a host of their own, a
+Chromium with Playwright's driver.
 Every other test is a unit of its own."""
 
 
