@@ -22,9 +22,11 @@ from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
 from vault_app.services import services
 from vault_app.writer_fn import StagingMessage, write_staged
+from vault_core import retry
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 settings = config.load_settings()
+retry.set_request_budget(settings.request_budget_seconds)  # every HTTP request's storage budget
 
 
 def _request(req: func.HttpRequest) -> Request:

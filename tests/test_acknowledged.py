@@ -74,11 +74,23 @@ def values(http: httpx.Client, stream: str) -> list[str]:
 def tables_behind_a_proxy(
     azurite: Azurite, tmp_path: Path, table_prefix: str
 ) -> Iterator[tuple[FaultProxy, httpx.Client]]:
-    """A host of its own whose table requests (batch status, index) pass through a fault proxy."""
+    """A host of its own whose table requests (batch status, index) pass through a fault proxy.
+
+    Its storage timings are shorter than the product's, so that a fault costs seconds less and
+    is handled the same: a request gives up retrying what the proxy fails once its storage
+    budget is spent (2 s here, not 4), and a batch the writer could not append because of it
+    is tried again after 1 s, not 5."""
     proxy = FaultProxy(azurite.table_port).start()
     via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
     host = isolated_host(
-        azurite, tmp_path, settings={"VaultStorage": via_proxy, "VAULT_TABLE_PREFIX": table_prefix}
+        azurite,
+        tmp_path,
+        settings={
+            "VaultStorage": via_proxy,
+            "VAULT_TABLE_PREFIX": table_prefix,
+            "VAULT_REQUEST_BUDGET_SECONDS": "2",
+            "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
+        },
     ).start()
     try:
         yield proxy, httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})

@@ -18,10 +18,23 @@ def test_defaults_need_only_the_connections() -> None:
     s = load_settings({})
     assert (s.staging_accounts, s.queues_per_account, s.queue_names[0]) == (1, 4, "mv-staging-0")
     assert s.limits.max_message_bytes == 1024 * 1024
+    assert (s.request_budget_seconds, s.unavailable_retry_seconds) == (4.0, 5)
+
+
+def test_the_storage_timings_tests_shorten_are_settings() -> None:
+    s = load_settings({config.REQUEST_BUDGET: "1.5", config.UNAVAILABLE_RETRY: "1"})
+    assert (s.request_budget_seconds, s.unavailable_retry_seconds) == (1.5, 1)
 
 
 @pytest.mark.parametrize(
-    ("name", "raw"), [(config.STAGING_QUEUES_PER_ACCOUNT, "four"), (config.MAX_BATCH_BYTES, "0")]
+    ("name", "raw"),
+    [
+        (config.STAGING_QUEUES_PER_ACCOUNT, "four"),
+        (config.MAX_BATCH_BYTES, "0"),
+        (config.REQUEST_BUDGET, "0"),
+        (config.REQUEST_BUDGET, "nan"),
+        (config.UNAVAILABLE_RETRY, "0.5"),
+    ],
 )
 def test_a_bad_setting_names_itself(name: str, raw: str) -> None:
     with pytest.raises(ValueError, match=name):

@@ -23,6 +23,7 @@ from vault_app.auth.policy import Policy, parse_grants, parse_patterns
 from vault_app.auth.tokens import check_url
 from vault_core import limits
 from vault_core.recordformat import MAX_VALUE_BYTES
+from vault_core.retry import REQUEST_BUDGET_SECONDS
 
 T = TypeVar("T")
 
@@ -46,6 +47,13 @@ SAS_MINUTES = "VAULT_SAS_MINUTES"
 MAX_WAITING = "VAULT_MAX_WAITING"
 DEFAULT_MAX_WAITING = 400
 """Requests that may wait (``?wait=``) at once per worker process; past it: 429."""
+REQUEST_BUDGET = "VAULT_REQUEST_BUDGET_SECONDS"
+"""Seconds every storage call of one HTTP request may take together (default
+``vault_core.retry.REQUEST_BUDGET_SECONDS``): past it, 503. Tests set less, so that a fault
+that must outlast it can be shorter."""
+UNAVAILABLE_RETRY = "VAULT_UNAVAILABLE_RETRY_SECONDS"
+DEFAULT_UNAVAILABLE_RETRY_SECONDS = 5
+"""Seconds a batch the writer handed back because storage could not be reached stays hidden."""
 
 # Access control (docs/SECURITY.md).
 AUTH_TENANT_ID = "VAULT_AUTH_TENANT_ID"
@@ -145,6 +153,8 @@ class VaultSettings:
     limits: Limits = Limits()
     sas_minutes: int = 15
     max_waiting: int = DEFAULT_MAX_WAITING
+    request_budget_seconds: float = REQUEST_BUDGET_SECONDS
+    unavailable_retry_seconds: int = DEFAULT_UNAVAILABLE_RETRY_SECONDS
     auth: AuthSettings = AuthSettings()
 
     @property
@@ -162,6 +172,19 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ValueError(f"setting {name} must be an integer, got {raw!r}") from exc
     if value <= 0:
         raise ValueError(f"setting {name} must be positive, got {value}")
+    return value
+
+
+def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError as exc:
+        raise ValueError(f"setting {name} must be a number of seconds, got {raw!r}") from exc
+    if not 0 < value < float("inf"):  # NaN fails too
+        raise ValueError(f"setting {name} must be a positive, finite number of seconds, got {raw}")
     return value
 
 
@@ -191,6 +214,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
         ),
         sas_minutes=_int(env, SAS_MINUTES, 15),
         max_waiting=_int(env, MAX_WAITING, DEFAULT_MAX_WAITING),
+        request_budget_seconds=_seconds(env, REQUEST_BUDGET, REQUEST_BUDGET_SECONDS),
+        unavailable_retry_seconds=_int(env, UNAVAILABLE_RETRY, DEFAULT_UNAVAILABLE_RETRY_SECONDS),
         auth=load_auth(env),
     )
 

@@ -30,7 +30,7 @@ from vault_core.errors import (
     VaultError,
     retriable,
 )
-from vault_core.retry import REQUEST_BUDGET_SECONDS, budget
+from vault_core.retry import budget
 
 log = logging.getLogger("vault_app")
 
@@ -131,18 +131,20 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
 def guarded(handler: Handler | AsyncHandler) -> AsyncHandler:
     """Run a handler under one storage time budget and turn any exception into a JSON error.
 
-    The budget (vault_core.retry) bounds every storage call of the request, retries included,
-    so storage that is down or stalled answers 503 within seconds. A synchronous handler runs
-    in a thread (:func:`in_thread`), a coroutine on the event loop.
+    The budget (vault_core.retry: ``VAULT_REQUEST_BUDGET_SECONDS``, 4 s unless set) bounds every
+    storage call of the request, retries included, so storage that is down or stalled answers
+    503 within seconds. A synchronous handler runs in a thread (:func:`in_thread`), a coroutine
+    on the event loop.
     """
-    return guarded_for(REQUEST_BUDGET_SECONDS)(handler)
+    return guarded_for(None)(handler)
 
 
-def guarded_for(seconds: float) -> Callable[[Handler | AsyncHandler], AsyncHandler]:
+def guarded_for(seconds: float | None) -> Callable[[Handler | AsyncHandler], AsyncHandler]:
     """:func:`guarded` with a budget of its own, for operator routes that do more storage work.
 
     Such a handler must bound its own work well within ``seconds`` (and report what is left),
-    so that it answers, rather than running into the budget and failing half done.
+    so that it answers, rather than running into the budget and failing half done. ``None``:
+    the request budget, as :func:`guarded`.
     """
 
     def wrap(handler: Handler | AsyncHandler) -> AsyncHandler:

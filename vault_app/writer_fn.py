@@ -59,8 +59,6 @@ invocation works on them, so a writer that dies gives them back within this long
 LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
-UNAVAILABLE_RETRY_SECONDS = 5
-"""Delay before a batch handed back because storage could not be reached."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -103,7 +101,7 @@ def _write(services: Services, queue: StagingQueue, trigger: StagingMessage) -> 
     except VaultError as exc:
         if not exc.retriable:
             raise
-        _hand_back_trigger(queue, trigger, exc)
+        _hand_back_trigger(services, queue, trigger, exc)
         return
     if not owner:
         _pass_to_owner(queue, trigger)
@@ -127,7 +125,7 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
     except VaultError as exc:
         if not exc.retriable:
             raise
-        _hand_back_trigger(queue, trigger, exc)  # trying again later can cure it: never poison
+        _hand_back_trigger(services, queue, trigger, exc)  # trying again later can cure it: never poison
         return
     telemetry.current().link(first.trace)
     plan = _Plan()
@@ -150,9 +148,9 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
             except BaseException as exc:
                 renewer.forget(drained)
                 if retriable(exc):  # trying again later can cure it: never a reason to poison
-                    _hand_back(queue, drained, exc)
+                    _hand_back(services, queue, drained, exc)
                     if stream == first.stream:
-                        _hand_back_trigger(queue, trigger, exc)
+                        _hand_back_trigger(services, queue, trigger, exc)
                     continue
                 # A bug or an answer we do not understand: give the drained batches back and
                 # let the host retry the trigger (and poison it after maxDequeueCount).
@@ -252,7 +250,7 @@ def _drain(
                 _poison(services, queue, m.body, str(result))
                 _delete(queue, m)
             else:
-                _hand_back(queue, [m], result)
+                _hand_back(services, queue, [m], result)
         if len(held) < DRAIN_MESSAGES:
             return
 
@@ -274,8 +272,13 @@ def _add(plan: _Plan, work: _Work) -> None:
 
 
 # -- giving batches back -------------------------------------------------------------------
-def _retry_delay(exc: BaseException) -> int:
-    return LEASED_RETRY_SECONDS if isinstance(exc, WriterConflict) else UNAVAILABLE_RETRY_SECONDS
+def _retry_delay(services: Services, exc: BaseException) -> int:
+    """How long a batch handed back for ``exc`` stays hidden: LEASED_RETRY_SECONDS, or
+    ``VAULT_UNAVAILABLE_RETRY_SECONDS`` (config.DEFAULT_UNAVAILABLE_RETRY_SECONDS) when storage
+    could not be reached."""
+    if isinstance(exc, WriterConflict):
+        return LEASED_RETRY_SECONDS
+    return services.settings.unavailable_retry_seconds
 
 
 def _reason(exc: BaseException) -> str:
@@ -283,12 +286,14 @@ def _reason(exc: BaseException) -> str:
     return "leased" if isinstance(exc, WriterConflict) else "unavailable"
 
 
-def _hand_back_trigger(queue: StagingQueue, trigger: StagingMessage, exc: BaseException) -> None:
+def _hand_back_trigger(
+    services: Services, queue: StagingQueue, trigger: StagingMessage, exc: BaseException
+) -> None:
     """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
 
     If the queue cannot take it either, fail the invocation: the host retries it later.
     """
-    queue.staging.send(trigger.body, visible_in=_retry_delay(exc))
+    queue.staging.send(trigger.body, visible_in=_retry_delay(services, exc))
     telemetry.current().requeued(queue.name, queue.account, _reason(exc))
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
@@ -303,11 +308,13 @@ def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage) -> None:
     time.sleep(NOT_OWNER_PAUSE_SECONDS)
 
 
-def _hand_back(queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException) -> None:
+def _hand_back(
+    services: Services, queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException
+) -> None:
     """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
     for m in messages:
         try:
-            queue.staging.send(m.body, visible_in=_retry_delay(exc))
+            queue.staging.send(m.body, visible_in=_retry_delay(services, exc))
         except VaultError:
             _release(queue, [m])
             telemetry.current().requeued(queue.name, queue.account, _reason(exc))

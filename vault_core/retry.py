@@ -24,9 +24,24 @@ T = TypeVar("T")
 
 REQUEST_BUDGET_SECONDS = 4.0
 """Every storage call of one HTTP request together, retries included: well under the 30 s
-that many HTTP clients wait, so they see the ``503`` and its ``Retry-After``."""
+that many HTTP clients wait, so they see the ``503`` and its ``Retry-After``. The default of
+:func:`request_budget`; an app may set another (:func:`set_request_budget`)."""
 
 _deadline: ContextVar[float | None] = ContextVar("vault_storage_deadline", default=None)
+_request_budget = REQUEST_BUDGET_SECONDS
+
+
+def set_request_budget(seconds: float) -> None:
+    """The budget of every request of this process from now on (the app's setting)."""
+    global _request_budget
+    if not seconds > 0:
+        raise ValueError(f"a request's storage budget must be positive, got {seconds}")
+    _request_budget = seconds
+
+
+def request_budget() -> float:
+    """Seconds one request's storage calls may take together: REQUEST_BUDGET_SECONDS unless set."""
+    return _request_budget
 
 
 class BudgetExhausted(Exception):
@@ -34,9 +49,10 @@ class BudgetExhausted(Exception):
 
 
 @contextmanager
-def budget(seconds: float = REQUEST_BUDGET_SECONDS) -> Iterator[None]:
-    """Bound every storage call in this block (this thread or task) by one deadline."""
-    token = _deadline.set(time.monotonic() + seconds)
+def budget(seconds: float | None = None) -> Iterator[None]:
+    """Bound every storage call in this block (this thread or task) by one deadline, ``seconds``
+    from now (by default, a request's: :func:`request_budget`)."""
+    token = _deadline.set(time.monotonic() + (request_budget() if seconds is None else seconds))
     try:
         yield
     finally:
