@@ -187,6 +187,12 @@ def main() -> None:
         default=15.0,
         help="seconds a queue message stays invisible while its function runs (renewed every third)",
     )
+    h.add_argument(
+        "--drain-grace",
+        type=float,
+        help="seconds a stopping host (SIGTERM, SIGINT) waits for the invocations in flight "
+        "(default: vault_local.host.DRAIN_GRACE)",
+    )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument(
         "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
@@ -203,9 +209,10 @@ def main() -> None:
         return
     args = parser.parse_args()
     if args.command == "host":
-        from vault_local.host import run
+        from vault_local.host import DRAIN_GRACE, run
 
-        run(args.port, args.settings, args.inflight_visibility, args.fault, args.host_json)
+        grace = DRAIN_GRACE if args.drain_grace is None else args.drain_grace
+        run(args.port, args.settings, args.inflight_visibility, args.fault, args.host_json, grace)
     else:
         demo(args)
 
