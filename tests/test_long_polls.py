@@ -13,9 +13,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from conftest import fast_host
 
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
@@ -25,11 +27,13 @@ WAIT_SECONDS = 12
 
 
 @pytest.fixture(scope="module")
-def host(azurite: Azurite) -> Iterator[HostProcess]:
+def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
     """One worker process with the Python worker's default threads (6 on this machine), and room
-    for MAX_WAITING waiting requests: far more waiters than threads."""
-    proc = HostProcess(
+    for MAX_WAITING waiting requests: far more waiters than threads. The tests' queue polling
+    (conftest.fast_host), so that a POST's ``?wait=`` is not held by the poller's 2 s back-off."""
+    proc = fast_host(
         azurite.connection_string,
+        tmp_path_factory.mktemp("long-polls"),
         settings={"VAULT_MAX_WAITING": str(MAX_WAITING), "VAULT_QUEUE_PREFIX": f"lp{uuid.uuid4().hex[:6]}"},
     ).start()
     yield proc
@@ -154,9 +158,10 @@ def test_with_many_streams_watched_each_waiter_wakes_for_its_own_stream(host: Ho
     """Past SWEEP_ABOVE watched streams, one listing serves every watch: a commit on one stream
     still answers exactly the waiters of that stream, promptly."""
     streams = [f"t-{uuid.uuid4().hex[:12]}" for _ in range(12)]
-    with _client(host) as c:
-        for s in streams:
-            assert _post(c, s, ["x"], wait="10").status_code == 200
+    with _client(host) as c, ThreadPoolExecutor(len(streams)) as pool:
+        # All at once: one after the other, each POST would wait for a commit of its own.
+        created = pool.map(lambda s: _post(c, s, ["x"], wait="10").status_code, streams)
+        assert list(created) == [200] * len(streams)
         end = int(c.get(f"/streams/{streams[0]}/messages").headers["x-committed"])  # same size each
         waiters = [_Waiters(host, s, end, 1) for s in streams]
         for w in waiters:
@@ -172,8 +177,6 @@ def test_with_many_streams_watched_each_waiter_wakes_for_its_own_stream(host: Ho
             assert took < WAIT_SECONDS - 2
             assert all(not w.responses for i, w in enumerate(waiters) if i != 5)  # still waiting
         finally:
-            for i, s in enumerate(streams):
-                if i != 5:
-                    _post(c, s, ["end"])
+            list(pool.map(lambda s: _post(c, s, ["end"]), [s for i, s in enumerate(streams) if i != 5]))
             for w in waiters:
                 w.__exit__()
