@@ -16,6 +16,9 @@ import pytest
 import uvicorn
 from conftest import fast_host_json
 
+from vault_core.recordformat import NewMessage
+from vault_core.vault import Vault
+from vault_core.writer import Batch
 from vault_local import http_limits
 from vault_local.azurite import Azurite, free_port
 from vault_local.process import HostProcess
@@ -94,25 +97,36 @@ def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
     host.stop()
 
 
-@pytest.mark.slow  # three 3 s long polls, one after the other
-def test_requests_over_max_outstanding_get_429_with_retry_after(busy_host: HostProcess, stream: str) -> None:
+def append(vault: Vault, stream: str, value: bytes) -> int:
+    """Commit one message to ``stream`` from here, not through the host; the committed end."""
+    with vault.writer(stream) as w:
+        [done] = w.append([Batch([NewMessage(value, "")])])
+    return done.next_offset
+
+
+def test_requests_over_max_outstanding_get_429_with_retry_after(
+    busy_host: HostProcess, vault: Vault, stream: str
+) -> None:
+    # The stream is written from the test, not through the host: a POST would be one more request
+    # for the full host to refuse, and the test ends the polls with a commit once it has its 429.
+    tail = append(vault, stream, b"x")
     url = f"{busy_host.url}/streams/{stream}/messages"
-    done = httpx.post(url, params={"code": busy_host.key, "wait": 20}, json={"messages": [{"value": "x"}]})
-    tail = done.json()["next_offset"]
-    answers: list[int] = []
+    answers: list[httpx.Response] = []
 
     def long_poll() -> None:  # one runs (maxConcurrentRequests 1), the others wait their turn
-        params = {"code": busy_host.key, "from": tail, "wait": 3}
-        answers.append(httpx.get(url, params=params, timeout=30).status_code)
+        params: dict[str, str | int] = {"code": busy_host.key, "from": tail, "wait": 30}
+        answers.append(httpx.get(url, params=params, timeout=60))
 
     polls = [threading.Thread(target=long_poll) for _ in range(3)]
     for t in polls:
         t.start()
-    time.sleep(1)
+    time.sleep(1)  # all three sent, and held: the first waits up to 30 s for a message
     r = httpx.get(f"{busy_host.url}/health", timeout=10)
+    append(vault, stream, b"y")  # the running poll answers with it, then each one let in after it
     for t in polls:
         t.join()
-    assert answers == [200, 200, 200]  # each held until its wait ran out
+    got = [(a.status_code, [m["value"] for m in a.json()["messages"]]) for a in answers]
+    assert got == [(200, ["y"])] * 3  # each held until its turn, then answered as ever
     assert r.status_code == 429 and r.json()["error"] == "too_busy" and int(r.headers["retry-after"]) > 0
     assert httpx.get(f"{busy_host.url}/health", timeout=10).status_code == 200  # free again
 
