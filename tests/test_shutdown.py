@@ -24,7 +24,7 @@ from typing import IO
 import httpx
 import psutil
 import pytest
-from conftest import isolated_host, key_header
+from conftest import isolated_host, key_header, still_running
 
 from vault_core.azure import StorageAccount
 from vault_core.errors import StreamNotFound
@@ -42,18 +42,6 @@ DRAIN_GRACE, so the test waits out 2 s and adds the difference, instead of waiti
 
 
 # -- processes -------------------------------------------------------------------------------
-
-
-def still_running(procs: list[psutil.Process]) -> list[psutil.Process]:
-    """The processes that still run (a zombie has ended: only its exit status is left)."""
-    alive = []
-    for p in procs:
-        try:
-            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
 
 
 def group_members(pgid: int) -> list[psutil.Process]:
