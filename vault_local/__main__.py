@@ -209,6 +209,12 @@ def main() -> None:
         help="seconds a stopping host (SIGTERM, SIGINT) waits for the invocations in flight "
         "(default: vault_local.host.DRAIN_GRACE)",
     )
+    h.add_argument(
+        "--body-grace",
+        type=float,
+        help="seconds a request body may take before it must arrive at 240 bytes/s, else 408 "
+        "(default: vault_local.http_limits.BODY_GRACE_SECONDS, Kestrel's)",
+    )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument(
         "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
@@ -226,9 +232,17 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "host":
         from vault_local.host import DRAIN_GRACE, run
+        from vault_local.http_limits import BODY_GRACE_SECONDS
 
-        grace = DRAIN_GRACE if args.drain_grace is None else args.drain_grace
-        run(args.port, args.settings, args.inflight_visibility, args.fault, args.host_json, grace)
+        run(
+            args.port,
+            args.settings,
+            args.inflight_visibility,
+            args.fault,
+            args.host_json,
+            drain_grace=DRAIN_GRACE if args.drain_grace is None else args.drain_grace,
+            body_grace=BODY_GRACE_SECONDS if args.body_grace is None else args.body_grace,
+        )
     else:
         demo(args)
 

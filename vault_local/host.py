@@ -51,7 +51,14 @@ from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
-from vault_local.http_limits import HeadersTimeoutProtocol, HttpLimits, LimitExceeded, check_url, read_body
+from vault_local.http_limits import (
+    BODY_GRACE_SECONDS,
+    HeadersTimeoutProtocol,
+    HttpLimits,
+    LimitExceeded,
+    check_url,
+    read_body,
+)
 from vault_local.routes import QueueFunction, discover
 from vault_local.workers import (
     FunctionFailed,
@@ -124,6 +131,7 @@ class LocalHost:
         port: int = 7071,
         inflight_visibility: float = 30.0,
         drain_grace: float = DRAIN_GRACE,
+        body_grace: float = BODY_GRACE_SECONDS,
     ) -> None:
         self.http, self.queues = discover(app)
         self.workers = workers
@@ -131,7 +139,7 @@ class LocalHost:
             host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
         ).strip("/")
         self.options = QueueOptions.from_host_json(host_json)
-        self.limits = HttpLimits.from_host_json(host_json)
+        self.limits = HttpLimits.from_host_json(host_json, body_grace)
         self._outstanding = 0
         self._running = asyncio.Semaphore(self.limits.max_concurrent or 1_000_000)
         self.env = env
@@ -226,7 +234,9 @@ class LocalHost:
                 "params": dict(request.query_params),
                 "route_params": match.groupdict(default=""),
             }
-            body = await read_body(request, read_only=request.method in READ_METHODS)
+            body = await read_body(
+                request, read_only=request.method in READ_METHODS, grace=self.limits.body_grace
+            )
             try:
                 # Picking a worker may wait for a replacement and a send of up to 16 MiB may
                 # block: both off the event loop. The reply is awaited without holding a thread,
@@ -490,6 +500,7 @@ def run(
     fault: str | None,
     host_json_file: Path | None = None,
     drain_grace: float = DRAIN_GRACE,
+    body_grace: float = BODY_GRACE_SECONDS,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app."""
     if settings_file:
@@ -522,6 +533,7 @@ def run(
         port=port,
         inflight_visibility=inflight_visibility,
         drain_grace=drain_grace,
+        body_grace=body_grace,
     )
     names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
     names += f"; {processes} worker process(es) x {threads} threads"
