@@ -23,7 +23,9 @@ import psutil
 import pytest
 
 from vault_core.azure import StorageAccount
+from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
+from vault_core.writer import Batch
 from vault_local.azurite import ROOT, Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
@@ -198,6 +200,28 @@ def wait_until(check: Callable[[], object], timeout: float = 30, what: str = "co
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for the {what}"
         time.sleep(0.02)
+
+
+def commit_directly(vault: Vault, stream: str, value: bytes) -> int:
+    """Append one message to ``stream`` from the test process, not through a host, and release
+    the stream; the committed end. For a test whose host cannot take a POST at that moment, or
+    whose host must hold no lease of the stream."""
+    with vault.writer(stream) as w:
+        [done] = w.append([Batch([NewMessage(value, "")])])
+    return done.next_offset
+
+
+def still_running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """The processes that still run. A zombie has ended: only its exit status is left, for its
+    parent to collect (PID 1 for orphans, in its own time: over a second in some containers)."""
+    alive = []
+    for p in procs:
+        try:
+            if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
 
 
 def key_header(host: HostProcess) -> dict[str, str]:

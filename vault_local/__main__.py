@@ -4,12 +4,15 @@ or the development token issuer alone."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from types import FrameType
 
@@ -36,6 +39,19 @@ class Shown:
             if value in arg:  # double quotes, so that the line works pasted into a shell
                 return '"' + arg.replace(value, name) + '"'
         return shlex.quote(arg)
+
+
+def _until_waiting(api: str, key: str, timeout: float = 1.0) -> None:
+    """Until the host holds a long poll (``waiting`` in ``/health``, which an admin key sees), so
+    that the tail is seen answering a post made after it began. At most ``timeout``: a host that
+    cannot tell (with more worker processes ``/health`` may ask an idle one) posts that late."""
+    deadline = time.monotonic() + timeout
+    health = urllib.request.Request(f"{api}/health", headers={"x-functions-key": key})
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError), urllib.request.urlopen(health, timeout=1) as r:
+            if json.load(r).get("waiting", 0) > 0:
+                return
+        time.sleep(0.05)
 
 
 def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
@@ -136,7 +152,7 @@ def demo(args: argparse.Namespace) -> None:
             stdout=subprocess.PIPE,
             text=True,
         )
-        time.sleep(1)
+        _until_waiting(api, key)
         show(
             [
                 *post,
@@ -187,6 +203,18 @@ def main() -> None:
         default=15.0,
         help="seconds a queue message stays invisible while its function runs (renewed every third)",
     )
+    h.add_argument(
+        "--drain-grace",
+        type=float,
+        help="seconds a stopping host (SIGTERM, SIGINT) waits for the invocations in flight "
+        "(default: vault_local.host.DRAIN_GRACE)",
+    )
+    h.add_argument(
+        "--body-grace",
+        type=float,
+        help="seconds a request body may take before it must arrive at 240 bytes/s, else 408 "
+        "(default: vault_local.http_limits.BODY_GRACE_SECONDS, Kestrel's)",
+    )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument(
         "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
@@ -203,9 +231,18 @@ def main() -> None:
         return
     args = parser.parse_args()
     if args.command == "host":
-        from vault_local.host import run
+        from vault_local.host import DRAIN_GRACE, run
+        from vault_local.http_limits import BODY_GRACE_SECONDS
 
-        run(args.port, args.settings, args.inflight_visibility, args.fault, args.host_json)
+        run(
+            args.port,
+            args.settings,
+            args.inflight_visibility,
+            args.fault,
+            args.host_json,
+            drain_grace=DRAIN_GRACE if args.drain_grace is None else args.drain_grace,
+            body_grace=BODY_GRACE_SECONDS if args.body_grace is None else args.body_grace,
+        )
     else:
         demo(args)
 

@@ -51,7 +51,14 @@ from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
-from vault_local.http_limits import HeadersTimeoutProtocol, HttpLimits, LimitExceeded, check_url, read_body
+from vault_local.http_limits import (
+    BODY_GRACE_SECONDS,
+    HeadersTimeoutProtocol,
+    HttpLimits,
+    LimitExceeded,
+    check_url,
+    read_body,
+)
 from vault_local.routes import QueueFunction, discover
 from vault_local.workers import (
     FunctionFailed,
@@ -66,9 +73,10 @@ log = logging.getLogger("vault_local.host")
 ROOT = Path(__file__).resolve().parent.parent
 
 DRAIN_GRACE = 12.0
-"""Seconds a stopping host waits for the invocations in flight. With the workers' exit
-(WORKER_EXIT_TIMEOUT) and uvicorn's own close (HTTP_CLOSE_TIMEOUT) the host is gone within
-20 s of the signal, before a platform that sent SIGTERM would send SIGKILL."""
+"""Seconds a stopping host waits for the invocations in flight, unless ``--drain-grace`` says
+otherwise. With the workers' exit (WORKER_EXIT_TIMEOUT) and uvicorn's own close
+(HTTP_CLOSE_TIMEOUT) the host is gone within 20 s of the signal, before a platform that sent
+SIGTERM would send SIGKILL."""
 HTTP_CLOSE_TIMEOUT = 2
 """Seconds uvicorn may take to close its connections once the workers are gone."""
 MAX_CONNECTIONS = 1000
@@ -122,6 +130,8 @@ class LocalHost:
         workers: Workers,
         port: int = 7071,
         inflight_visibility: float = 30.0,
+        drain_grace: float = DRAIN_GRACE,
+        body_grace: float = BODY_GRACE_SECONDS,
     ) -> None:
         self.http, self.queues = discover(app)
         self.workers = workers
@@ -129,13 +139,14 @@ class LocalHost:
             host_json.get("extensions", {}).get("http", {}).get("routePrefix", "api")
         ).strip("/")
         self.options = QueueOptions.from_host_json(host_json)
-        self.limits = HttpLimits.from_host_json(host_json)
+        self.limits = HttpLimits.from_host_json(host_json, body_grace)
         self._outstanding = 0
         self._running = asyncio.Semaphore(self.limits.max_concurrent or 1_000_000)
         self.env = env
         self.function_key = function_key
         self.port = port
         self.inflight_visibility = inflight_visibility
+        self.drain_grace = drain_grace
         self.stopping = threading.Event()
         """Set when the queue pollers are to stop fetching messages."""
         self.draining = False
@@ -223,7 +234,9 @@ class LocalHost:
                 "params": dict(request.query_params),
                 "route_params": match.groupdict(default=""),
             }
-            body = await read_body(request, read_only=request.method in READ_METHODS)
+            body = await read_body(
+                request, read_only=request.method in READ_METHODS, grace=self.limits.body_grace
+            )
             try:
                 # Picking a worker may wait for a replacement and a send of up to 16 MiB may
                 # block: both off the event loop. The reply is awaited without holding a thread,
@@ -409,7 +422,7 @@ class LocalHost:
         stop = asyncio.create_task(signalled.wait())
         await asyncio.wait({serving, stop}, return_when=asyncio.FIRST_COMPLETED)
         if not serving.done():  # a signal, not a failed start: drain, then stop serving
-            log.info("shutting down: draining the invocations in flight (up to %.0f s)", DRAIN_GRACE)
+            log.info("shutting down: draining the invocations in flight (up to %g s)", self.drain_grace)
             await self._drain()
             server.should_exit = True
         started.cancel()
@@ -428,9 +441,9 @@ class LocalHost:
         """
         self.draining = True
         self.stopping.set()
-        deadline = time.monotonic() + DRAIN_GRACE
+        deadline = time.monotonic() + self.drain_grace
         if self._writes:
-            await asyncio.wait(set(self._writes), timeout=DRAIN_GRACE)
+            await asyncio.wait(set(self._writes), timeout=self.drain_grace)
         await asyncio.to_thread(self._join_pollers, deadline)
         await asyncio.to_thread(self.workers.close)
 
@@ -486,6 +499,8 @@ def run(
     inflight_visibility: float,
     fault: str | None,
     host_json_file: Path | None = None,
+    drain_grace: float = DRAIN_GRACE,
+    body_grace: float = BODY_GRACE_SECONDS,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app."""
     if settings_file:
@@ -517,6 +532,8 @@ def run(
         workers=workers,
         port=port,
         inflight_visibility=inflight_visibility,
+        drain_grace=drain_grace,
+        body_grace=body_grace,
     )
     names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
     names += f"; {processes} worker process(es) x {threads} threads"

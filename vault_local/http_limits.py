@@ -29,7 +29,8 @@ HEADERS_TIMEOUT_SECONDS = 30.0
 """Kestrel's RequestHeadersTimeout."""
 BODY_GRACE_SECONDS = 5.0
 BODY_MIN_BYTES_PER_SECOND = 240.0
-"""Kestrel's MinRequestBodyDataRate: 240 bytes/s after a 5 s grace period."""
+"""Kestrel's MinRequestBodyDataRate: 240 bytes/s after a 5 s grace period (the local host's
+``--body-grace`` sets another grace)."""
 
 
 class LimitExceeded(Exception):
@@ -44,16 +45,18 @@ class LimitExceeded(Exception):
 class HttpLimits:
     max_outstanding: int | None = 200
     max_concurrent: int | None = 100
+    body_grace: float = BODY_GRACE_SECONDS
 
     @classmethod
-    def from_host_json(cls, host: Mapping[str, Any]) -> HttpLimits:
+    def from_host_json(cls, host: Mapping[str, Any], body_grace: float = BODY_GRACE_SECONDS) -> HttpLimits:
+        """The limits host.json sets; Kestrel's body grace is no host.json setting."""
         http = host.get("extensions", {}).get("http", {})
 
         def bound(name: str, default: int) -> int | None:
             value = int(http.get(name, default))
             return None if value < 0 else value  # -1 means unbounded, as in host.json
 
-        return cls(bound("maxOutstandingRequests", 200), bound("maxConcurrentRequests", 100))
+        return cls(bound("maxOutstandingRequests", 200), bound("maxConcurrentRequests", 100), body_grace)
 
 
 def check_url(request: Request) -> None:
@@ -62,8 +65,9 @@ def check_url(request: Request) -> None:
         raise LimitExceeded(414, "uri_too_long", f"the URL is {size} bytes; the maximum is {MAX_URL_BYTES}")
 
 
-async def read_body(request: Request, read_only: bool) -> bytes:
-    """The body, refused as soon as it is known to be too large or to arrive too slowly."""
+async def read_body(request: Request, read_only: bool, grace: float = BODY_GRACE_SECONDS) -> bytes:
+    """The body, refused as soon as it is known to be too large or to arrive too slowly: under
+    BODY_MIN_BYTES_PER_SECOND once ``grace`` seconds have passed."""
     limit = MAX_READ_BODY_BYTES if read_only else MAX_REQUEST_BYTES
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
@@ -75,7 +79,7 @@ async def read_body(request: Request, read_only: bool) -> bytes:
     while True:
         elapsed = time.monotonic() - started
         # The time by which the bytes so far (and one more) satisfy the minimum rate.
-        due = max(BODY_GRACE_SECONDS, (received + 1) / BODY_MIN_BYTES_PER_SECOND) - elapsed
+        due = max(grace, (received + 1) / BODY_MIN_BYTES_PER_SECOND) - elapsed
         try:
             chunk = await asyncio.wait_for(stream.__anext__(), timeout=max(due, 0.1))
         except StopAsyncIteration:
