@@ -538,6 +538,9 @@ def run(
     names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
     names += f"; {processes} worker process(es) x {threads} threads"
     try:
-        host.serve(ready=lambda: print(f"READY http://127.0.0.1:{port}{host.prefix} ({names})", flush=True))
+        # The whole line in one write (end=""): the workers share this stdout, and print's
+        # separate write of "\n" let a worker's line land in the middle of this one.
+        ready = f"READY http://127.0.0.1:{port}{host.prefix} ({names})\n"
+        host.serve(ready=lambda: print(ready, end="", flush=True))
     except WorkerStartError as exc:
         sys.exit(f"vault_local host: {exc}")

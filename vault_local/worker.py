@@ -79,7 +79,7 @@ def install_fault(point: str) -> None:
 
     def hook(where: str) -> None:
         if where == point:
-            print(f"FAULT {where}", flush=True)
+            print(f"FAULT {where}\n", end="", flush=True)  # one write: the host's lines share stdout
             time.sleep(3600)
 
     writer_fn.fault_hook = hook
