@@ -93,6 +93,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def one_tls_context() -> Iterator[None]:
+    """The httpx clients the tests make (about 260 a run, on loopback HTTP) share one default TLS
+    context: each would otherwise load certifi's CA bundle again, ~35 ms of CPU every time."""
+    from httpx._transports import default
+
+    original = default.create_ssl_context
+    shared = original()
+
+    def create(verify: Any = True, cert: Any = None, trust_env: bool = True) -> Any:
+        plain = verify is True and cert is None and trust_env
+        return shared if plain else original(verify=verify, cert=cert, trust_env=trust_env)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(default, "create_ssl_context", create)
+        yield
+
+
 @pytest.fixture(scope="session")
 def azurite() -> Iterator[Azurite]:
     """In memory: the session's Azurite is never restarted (the outage tests run their own on
