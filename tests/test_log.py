@@ -101,7 +101,7 @@ def test_encoded_batches_append_like_messages(vault: Vault, stream: str) -> None
 def test_many_appends_then_a_read_from_every_offset(vault: Vault, stream: str) -> None:
     rng = random.Random(3)
     with vault.writer(stream) as w:
-        for i in range(60):
+        for i in range(30):
             w.append(
                 [
                     Batch(
