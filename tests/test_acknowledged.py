@@ -20,12 +20,14 @@ from conftest import isolated_host
 from fault_proxy import FaultProxy
 from test_app import read_all
 
+from vault_app.config import load_settings
+from vault_app.services import Services
 from vault_core.azure import azurite_connection_string
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.azurite import Azurite
-from vault_local.process import HostProcess
+from vault_local.process import HostProcess, local_env
 
 
 @pytest.fixture(scope="module")
@@ -235,3 +237,29 @@ def test_a_staged_batch_whose_wait_cannot_read_storage_answers_202_not_503(
         proxy.rule = None
         assert committed(client, stream, r.json()["batch_id"])["status"] == "committed"
         assert values(client, stream) == ["w"]
+
+
+def test_a_batch_its_commit_record_names_is_committed_before_the_index_rows_land(
+    azurite: Azurite, stream: str
+) -> None:
+    """The writer records a commit's batch ids in the index just after its commit record, and a
+    ``?wait=`` answers 200 from the record: a status read in between must say committed too
+    (vault_app.batches asks the record first), never "staged" after a 200."""
+    env = {
+        **local_env(azurite.connection_string, "status-test-key-0123456789"),
+        "VAULT_QUEUE_PREFIX": "qstatus",
+    }
+    services = Services(load_settings(env))
+    services.ensure()
+    with services.vault.writer(stream) as w:
+        [first] = w.append([Batch([NewMessage(b"a")], batch_id="first")])
+    services.vault.index.index.delete(stream, "bfirst")  # the window: in the record, not yet indexed
+    status = services.batch_table.status(stream, "first")
+    assert status is not None and status.status == "committed"
+    assert (status.first_offset, status.next_offset) == (first.first_offset, first.next_offset)
+    # A writer opening the stream records the last commit's batch ids before committing its own.
+    with services.vault.writer(stream) as w:
+        w.append([Batch([NewMessage(b"b")], batch_id="second")])
+    again = services.batch_table.committed(stream, "first")
+    assert again is not None and again.first_offset == first.first_offset
+    assert services.batch_table.status(stream, "never") is None

@@ -13,7 +13,11 @@ id belongs to its stream, and the same id on two streams is two batches. Columns
 ``Digest``   SHA-256 of the batch's keys and values: a retry must carry the same batch
 ``Count``, ``ReceivedMs``, ``Reason``
 
-"Committed" is not stored here: the stream's own batch index says it, written by the commit.
+"Committed" is not stored here: the stream's commit record and batch index say it. A commit
+record names the batches it made durable; the writer records them in the index right after, and
+always before its next commit record (vault_core.writer). So a committed batch is named by the
+latest commit record or by the index, and a status read asks the record first, then the index:
+a batch a producer's ``?wait=`` saw committed (from the record) is never "staged" here after.
 
 A POST **reserves** the row with an insert that fails if it exists (never check-then-act), and
 answers 202 only after the queue message is sent; the row exists before any 202, so every 202
@@ -26,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +101,13 @@ def digest(messages: Sequence[NewMessage]) -> str:
 class BatchTable:
     """The ``<prefix>batches`` table, read together with the stream index for "committed"."""
 
-    def __init__(self, table: Table, index: IndexTables) -> None:
+    def __init__(
+        self, table: Table, index: IndexTables, latest_commit: Callable[[str], Sequence[CommittedBatch]]
+    ) -> None:
+        """``latest_commit(stream)``: the batches the stream's commit record names (none if no blob)."""
         self.table = table
         self.index = index
+        self.latest_commit = latest_commit
 
     def reserve(
         self, stream: str, batch_id: str, batch_digest: str, count: int, now_ms: int
@@ -166,8 +174,13 @@ class BatchTable:
         return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id)]
 
     def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
-        """The batch's offsets if it is committed to ``stream`` (needs no status row)."""
-        found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
+        """The batch's offsets if it is committed to ``stream`` (needs no status row).
+
+        The commit record before the index: read in the other order, a commit landing in
+        between could move the batch out of the record after the index was found without it."""
+        found = next((b for b in self.latest_commit(stream) if b.batch_id == batch_id), None)
+        if found is None:
+            found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
         return None if found is None else BatchStatus.of_commit(stream, found)
 
     def _status(self, batch_id: str, stream: str, row: Row, *, check_index: bool = True) -> BatchStatus:

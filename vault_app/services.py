@@ -15,6 +15,8 @@ from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount
 from vault_core.blobs import BlobContainer
 from vault_core.checkpoints import CheckpointStore
+from vault_core.errors import StreamNotFound
+from vault_core.pagelog import CommittedBatch
 from vault_core.queues import Queue
 from vault_core.rows import Table
 from vault_core.vault import Vault
@@ -63,7 +65,13 @@ class Services:
 
     @cached_property
     def batch_table(self) -> BatchTable:
-        return BatchTable(self.batches, self.vault.index)
+        return BatchTable(self.batches, self.vault.index, self._latest_commit)
+
+    def _latest_commit(self, stream: str) -> tuple[CommittedBatch, ...]:
+        try:
+            return self.vault.blob(stream).state().batches
+        except StreamNotFound:
+            return ()
 
     @cached_property
     def staging_accounts(self) -> list[StorageAccount]:
