@@ -58,7 +58,13 @@ atexit.register(_end_leftover_servers)
 
 
 WHOLE_MODULES = frozenset(
-    {"tests/test_spark.py", "tests/test_access.py", "tests/test_poison.py", "tests/test_explorer.py"}
+    {
+        "tests/test_spark.py",
+        "tests/test_access.py",
+        "tests/test_poison.py",
+        "tests/test_explorer.py",
+        "tests/test_long_polls.py",
+    }
 )
 """Modules whose tests all run on one xdist worker, because each worker running some of them
 would start its own copy of what they share: a Spark session (a JVM), a host of their own, a
