@@ -163,28 +163,27 @@ class VaultSettings:
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise ValueError(f"setting {name} must be an integer, got {raw!r}") from exc
-    if value <= 0:
-        raise ValueError(f"setting {name} must be positive, got {value}")
-    return value
+    return _positive(env, name, default, int, "an integer")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
+    return _positive(env, name, default, float, "a number of seconds")
+
+
+N = TypeVar("N", int, float)
+
+
+def _positive(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], kind: str) -> N:
+    """Setting ``name`` parsed as ``kind``, which must be positive and finite; ``default`` if unset."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError as exc:
-        raise ValueError(f"setting {name} must be a number of seconds, got {raw!r}") from exc
+        raise ValueError(f"setting {name} must be {kind}, got {raw!r}") from exc
     if not 0 < value < float("inf"):  # NaN fails too
-        raise ValueError(f"setting {name} must be a positive, finite number of seconds, got {raw}")
+        raise ValueError(f"setting {name} must be positive and finite, got {raw}")
     return value
 
 
