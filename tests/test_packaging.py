@@ -443,17 +443,15 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     built = time.monotonic()
 
     env_dir = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", str(env_dir)], 60)  # no --system-site-packages
+    # No --system-site-packages; and no pip of its own (bootstrapping one is ~3 CPU-s): this
+    # process's pip installs into it through --python, and nothing of pip's lands there.
+    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], 60)
     python = str(env_dir / "bin" / "python")
     # Only the wheel and what it declares, from the index (pip's cache keeps pyspark's 400 MB).
     # --no-compile: byte-compiling pyspark's thousands of modules is a third of the install and
     # says nothing about what the wheel declares.
-    run(
-        [python, "-m", "pip", "install", "-q", "--no-compile", f"{wheel}[spark]"],
-        300,
-        env=clean_env,
-        cwd=tmp_path,
-    )
+    pip = [sys.executable, "-m", "pip", "--python", python]
+    run([*pip, "install", "-q", "--no-compile", f"{wheel}[spark]"], 300, env=clean_env, cwd=tmp_path)
     clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
     installed = time.monotonic()
 
