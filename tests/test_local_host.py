@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.channel import Channel
 from vault_local.process import HostProcess
-from vault_local.workers import least_busy, queue_worker, worker_settings
+from vault_local.workers import ForkedProcess, least_busy, queue_worker, worker_settings
 
 
 def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:
@@ -166,6 +167,9 @@ def test_a_killed_worker_fails_its_requests_and_is_replaced(
         t.start()
         time.sleep(0.5)  # each in flight before the next is dispatched (and before the kill)
     victim, survivor = workers_of(host)
+    # The first workers are forked from the host (no exec, so the host's command line).
+    assert host.proc is not None
+    assert victim.cmdline() == survivor.cmdline() == psutil.Process(host.proc.pid).cmdline()
     victim.send_signal(signal.SIGKILL)
     wait_until(lambda: answers)  # the dead worker's, at once; the other one still waits
     commit_directly(vault, stream, b"after the kill")
@@ -178,8 +182,12 @@ def test_a_killed_worker_fails_its_requests_and_is_replaced(
     assert served == [["after the kill"]]
     # A replacement takes the dead worker's place, and the host keeps serving.
     wait_until(lambda: logged(host, "replaced"))
-    now = {w.pid for w in workers_of(host)}
+    now = {w.pid: w for w in workers_of(host)}
     assert len(now) == 2 and survivor.pid in now and victim.pid not in now
+    # A replacement is a fresh interpreter: the host has threads by now, and a fork copies
+    # whatever locks they hold.
+    [replacement] = [w for pid, w in now.items() if pid != survivor.pid]
+    assert replacement.cmdline()[1:3] == ["-m", "vault_local.worker"]
     assert post_and_wait(host, stream, ["through the host"]).status_code == 200
     doc = httpx.get(
         f"{host.url}/streams/{stream}/messages", params={"from": 0}, headers=key_header(host)
@@ -215,3 +223,25 @@ def test_workers_exit_with_their_host(two_workers: HostProcess) -> None:
     host.proc.wait(10)
     # Exited is enough: orphans, their zombies wait for PID 1 to reap them, in its own time.
     wait_until(lambda: not still_running(workers), timeout=10)
+
+
+def test_a_forked_process_reports_its_exit_as_popen_does() -> None:
+    """The handle of a forked worker: exit code, the signal that ended it (negative), a timeout."""
+
+    def child(body: str) -> ForkedProcess:
+        pid = os.fork()
+        if pid == 0:
+            try:
+                exec(body)
+            finally:
+                os._exit(1)
+        return ForkedProcess(pid)
+
+    assert child("os._exit(3)").wait(10) == 3
+    sleeper = child("time.sleep(60)")
+    with pytest.raises(subprocess.TimeoutExpired):
+        sleeper.wait(0.1)
+    assert sleeper.poll() is None
+    sleeper.kill()
+    assert sleeper.wait(10) == -signal.SIGKILL
+    sleeper.kill()  # once it has ended: nothing to do

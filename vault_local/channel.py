@@ -17,6 +17,10 @@ from typing import Any
 
 # Frame kinds. Host → worker: HTTP, QUEUE, TERMINATE. Worker → host: READY, RESULT, LOG.
 READY, HTTP, QUEUE, RESULT, LOG, TERMINATE = 1, 2, 3, 4, 5, 6
+CLOSE_WRITERS_TIMEOUT = 4.0
+"""Seconds a worker told to TERMINATE gives the app's open writers to close (catalog row, lease
+release) before it exits: bounded, so a storage outage cannot hold the host's shutdown; a lease
+left behind expires. The host waits that long, and a little more, before it kills the worker."""
 _HEADER = struct.Struct("!BQII")  # kind, invocation id, meta length, body length
 _INLINE = 256 * 1024
 """Bodies below this go out in one send with their header; larger ones are sent as they are."""

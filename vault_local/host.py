@@ -387,7 +387,11 @@ class LocalHost:
     # -- run -------------------------------------------------------------------------------
     def serve(self, ready: Callable[[], None] | None = None) -> None:
         """Serve until SIGTERM or SIGINT, then drain and return. Call from the main thread."""
-        self.workers.start(frozenset([h.name for h in self.http] + [q.name for q in self.queues]))
+        listed = frozenset([h.name for h in self.http] + [q.name for q in self.queues])
+        if self.workers.functions != listed:
+            self.workers.close()
+            found = sorted(self.workers.functions)
+            raise WorkerStartError(f"the language workers found functions {found}, the host {sorted(listed)}")
         for index, q in enumerate(self.queues):
             poller = threading.Thread(target=self._poll, args=(q, index), name=f"poll-{q.name}", daemon=True)
             poller.start()
@@ -512,9 +516,6 @@ def run(
         processes, threads = worker_settings(os.environ)
     except ValueError as exc:
         sys.exit(f"vault_local host: {exc}")
-    from vault_app.services import services
-
-    services().ensure()
     import function_app  # imported after the environment is set, as the host does
 
     host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
@@ -522,25 +523,33 @@ def run(
     # key made for this run, so no well-known key ever opens a route.
     key = os.environ.get("LOCAL_FUNCTION_KEY") or secrets.token_urlsafe(24)
     # The workers inherit this environment (local settings included) and import the same
-    # function_app; the --fault seam goes to them, since the writer runs there.
+    # function_app; the --fault seam goes to them, since the writer runs there. Started first,
+    # while this process has only imported the app: they are forked from it (vault_local.workers).
     workers = Workers(processes, threads, app_dir=Path(function_app.__file__).resolve().parent, fault=fault)
-    host = LocalHost(
-        function_app.app,
-        host_json,
-        os.environ,
-        function_key=key,
-        workers=workers,
-        port=port,
-        inflight_visibility=inflight_visibility,
-        drain_grace=drain_grace,
-        body_grace=body_grace,
-    )
-    names = ", ".join(h.name for h in host.http) + "; queues: " + ", ".join(q.queue_name for q in host.queues)
-    names += f"; {processes} worker process(es) x {threads} threads"
     try:
+        workers.start()
+        from vault_app.services import services
+
+        services().ensure()
+        host = LocalHost(
+            function_app.app,
+            host_json,
+            os.environ,
+            function_key=key,
+            workers=workers,
+            port=port,
+            inflight_visibility=inflight_visibility,
+            drain_grace=drain_grace,
+            body_grace=body_grace,
+        )
+        names = ", ".join(h.name for h in host.http)
+        names += "; queues: " + ", ".join(q.queue_name for q in host.queues)
+        names += f"; {processes} worker process(es) x {threads} threads"
         # The whole line in one write (end=""): the workers share this stdout, and print's
         # separate write of "\n" let a worker's line land in the middle of this one.
         ready = f"READY http://127.0.0.1:{port}{host.prefix} ({names})\n"
         host.serve(ready=lambda: print(ready, end="", flush=True))
     except WorkerStartError as exc:
         sys.exit(f"vault_local host: {exc}")
+    finally:
+        workers.close()  # serve() has closed them already, unless the start failed

@@ -1,6 +1,7 @@
 """A language worker process of the local host: ``python -m vault_local.worker``.
 
-Started by :class:`vault_local.workers.Workers`, not by hand. It imports ``function_app``, reads
+Started by :class:`vault_local.workers.Workers` (forked from the host, or as a fresh
+interpreter), not by hand. It imports ``function_app``, reads
 its functions from the app object, and runs each invocation the host sends with real
 ``azure.functions.HttpRequest`` / ``QueueMessage`` objects, as the Python language worker does:
 an ``async def`` function runs on the worker's event loop (so a request that waits costs a
@@ -31,8 +32,7 @@ from azure.functions.queue import QueueMessage
 
 from vault_app import telemetry
 from vault_app.open_writers import open_writers
-from vault_local.channel import HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
-from vault_local.workers import CLOSE_WRITERS_TIMEOUT
+from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 
 log = logging.getLogger("vault_local.worker")
 
@@ -194,6 +194,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     channel = Channel(socket.socket(fileno=args.fd))
     root = logging.getLogger()
     root.setLevel(logging.INFO)
+    for inherited in list(root.handlers):  # a worker forked from the host has the host's
+        root.removeHandler(inherited)
     root.addHandler(_ToHost(channel))
     logging.getLogger("azure").setLevel(logging.WARNING)
     if args.fault:

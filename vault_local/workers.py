@@ -7,6 +7,13 @@ sends invocations (HTTP: to the least busy worker; queue function ``i``: always 
 ``i % count``), fails the in-flight invocations of a worker that dies, and starts a
 replacement, as the Functions host does.
 
+Starting: the first workers are forked from the host, which has just imported the app and done
+nothing else (no thread, no connection, no function listed), so each begins where a fresh
+interpreter would be after ``import function_app``, without paying for that import again. A
+replacement is a fresh interpreter (``python -m vault_local.worker``): by then the host runs
+threads, and a fork would copy whatever locks they hold. Off Linux, every worker is a fresh
+interpreter.
+
 Stopping: the host sends TERMINATE (the gRPC protocol's ``WorkerTerminate``) once it has drained
 its invocations; the worker closes the app's open stream writers and exits. A worker also exits
 that way when the host's end of its socket closes, so no worker outlives its host.
@@ -14,22 +21,25 @@ that way when the host's end of its socket closes, so no worker outlives its hos
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
-from vault_local.channel import HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
+from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 
 log = logging.getLogger("vault_local.workers")
 
@@ -39,9 +49,6 @@ START_TIMEOUT = 60.0
 """Seconds a new worker may take to import the app and report ready."""
 WAIT_FOR_WORKER = 60.0
 """Seconds an invocation waits for a worker while its replacement starts."""
-CLOSE_WRITERS_TIMEOUT = 4.0
-"""Seconds a stopping worker gives the app's open writers to close (catalog row, lease release):
-bounded, so a storage outage cannot hold the host's shutdown; a lease left behind expires."""
 WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
 """Seconds the host waits for a worker told to terminate before it kills it."""
 
@@ -134,14 +141,87 @@ def _exit_reason(code: int | None) -> str:
     return f"exit code {code}"
 
 
+class Process(Protocol):
+    """What the host needs of a worker process: ``subprocess.Popen`` or :class:`ForkedProcess`."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedProcess:
+    """A child this process forked: ``Popen``'s ``pid``, ``poll``, ``wait`` and ``kill``, with the
+    same exit codes (negative: the signal that ended it)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._lock = threading.Lock()  # one waitpid at a time: the reader and close() both wait
+
+    def poll(self) -> int | None:
+        with self._lock:
+            if self.returncode is None:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+                if pid:
+                    self.returncode = os.waitstatus_to_exitcode(status)
+            return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while (code := self.poll()) is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"language worker (pid {self.pid})", timeout or 0)
+            time.sleep(0.02)
+        return code
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, signal.SIGKILL)
+
+
+def may_fork() -> bool:
+    """Whether a worker may be forked from this process: on Linux, while it runs one thread."""
+    return sys.platform == "linux" and threading.active_count() == 1
+
+
+def _forked_worker(argv: list[str], keep: int, app_dir: Path) -> NoReturn:
+    """The child's side of a fork: become ``python -m vault_local.worker ARGV``, never return."""
+    code = 1
+    try:
+        # Only its own end of its socket: another worker's host end, inherited, would keep that
+        # worker's channel open after the host closed it (and the worker would outlive it).
+        top = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        os.closerange(3, keep)
+        os.closerange(keep + 1, top if top != resource.RLIM_INFINITY else 65536)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.close(devnull)
+        os.chdir(app_dir)
+        from vault_local import worker
+
+        worker.main(argv)  # ends the process itself (os._exit)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        os._exit(code)  # never back into the host's code, nor its atexit handlers
+
+
 class _Worker:
     """One worker process and the host's end of its socket."""
 
-    def __init__(self, slot: int, proc: subprocess.Popen[bytes], channel: Channel) -> None:
+    def __init__(self, slot: int, proc: Process, channel: Channel) -> None:
         self.slot = slot
         self.proc = proc
         self.channel = channel
         self.alive = True
+        self.functions: frozenset[str] = frozenset()
+        """The functions it reported when it started."""
         self._inflight: dict[int, Future[Any]] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
@@ -207,17 +287,23 @@ class Workers:
         self.app_dir = app_dir
         self.fault = fault
         self.functions: frozenset[str] = frozenset()
+        """The functions every worker found in the app (set by :meth:`start`)."""
         self._slots: list[_Worker] = []
         self._changed = threading.Condition()
         self._turn = itertools.count()
         self._stopping = threading.Event()
 
-    def start(self, expected: frozenset[str]) -> None:
-        """Start every worker side by side and wait until each has imported the app."""
-        self.functions = expected
+    def start(self) -> None:
+        """Start every worker side by side and wait until each has imported the app and
+        reported the same functions (:attr:`functions`).
+
+        Call it before this process lists the app's functions or does any I/O: the first
+        workers are forked (see the module's docstring)."""
         launched = [self._launch(slot) for slot in range(self.count)]
         try:
-            self._slots = [self._handshake(*one) for one in launched]
+            first = self._handshake(*launched[0], expected=None)
+            self.functions = first.functions
+            self._slots = [first, *(self._handshake(*one, expected=self.functions) for one in launched[1:])]
         except BaseException:
             for _, proc, channel in launched:
                 channel.close()
@@ -273,31 +359,37 @@ class Workers:
                 self._changed.wait(left)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _launch(self, slot: int) -> tuple[int, subprocess.Popen[bytes], Channel]:
+    def _launch(self, slot: int) -> tuple[int, Process, Channel]:
         ours, theirs = socket.socketpair()
-        cmd = [
-            sys.executable,
-            "-m",
-            "vault_local.worker",
-            "--fd",
-            str(theirs.fileno()),
-            "--slot",
-            str(slot),
-            "--threads",
-            str(self.threads),
-            "--app-dir",
-            str(self.app_dir),
-        ]
+        argv = ["--fd", str(theirs.fileno()), "--slot", str(slot), "--threads", str(self.threads)]
+        argv += ["--app-dir", str(self.app_dir)]
         if self.fault:
-            cmd += ["--fault", self.fault]
+            argv += ["--fault", self.fault]
         # Same process group, stdout and environment as the host: killing the host's group
-        # kills its workers, and their output lands where the host's does. subprocess starts
-        # them with fork+exec in C, safe in a process with threads; only their socket is passed.
-        proc = subprocess.Popen(cmd, pass_fds=(theirs.fileno(),), cwd=self.app_dir, stdin=subprocess.DEVNULL)
+        # kills its workers, and their output lands where the host's does.
+        proc: Process
+        if may_fork():
+            sys.stdout.flush()  # what is buffered would be written twice
+            sys.stderr.flush()
+            pid = os.fork()
+            if pid == 0:
+                _forked_worker(argv, theirs.fileno(), self.app_dir)
+            proc = ForkedProcess(pid)
+        else:
+            # subprocess starts it with fork+exec in C, safe in a process with threads; only
+            # its socket is passed.
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "vault_local.worker", *argv],
+                pass_fds=(theirs.fileno(),),
+                cwd=self.app_dir,
+                stdin=subprocess.DEVNULL,
+            )
         theirs.close()
         return slot, proc, Channel(ours)
 
-    def _handshake(self, slot: int, proc: subprocess.Popen[bytes], channel: Channel) -> _Worker:
+    def _handshake(
+        self, slot: int, proc: Process, channel: Channel, *, expected: frozenset[str] | None
+    ) -> _Worker:
         channel.sock.settimeout(START_TIMEOUT)
         try:
             kind, _, meta, _ = channel.recv()
@@ -311,14 +403,16 @@ class Workers:
             why = "it did not report ready in time" if isinstance(exc, TimeoutError) else _exit_reason(code)
             raise WorkerStartError(f"language worker {slot} (pid {proc.pid}) failed to start: {why}") from exc
         channel.sock.settimeout(None)
-        if kind != READY or frozenset(meta["functions"]) != self.functions:
+        found = frozenset(meta.get("functions", []))
+        if kind != READY or (expected is not None and found != expected):
             channel.close()
             proc.kill()
             raise WorkerStartError(
-                f"language worker {slot} found functions {sorted(meta.get('functions', []))}, "
-                f"the host {sorted(self.functions)}"
+                f"language worker {slot} found functions {sorted(found)}, the others {sorted(expected or [])}"
             )
-        return _Worker(slot, proc, channel)
+        w = _Worker(slot, proc, channel)
+        w.functions = found
+        return w
 
     def _watch(self, w: _Worker) -> None:
         threading.Thread(target=self._read, args=(w,), name=f"worker-{w.slot}", daemon=True).start()
@@ -353,7 +447,7 @@ class Workers:
         delay = 0.5
         while not self._stopping.is_set():
             try:
-                w = self._handshake(*self._launch(slot))
+                w = self._handshake(*self._launch(slot), expected=self.functions)
             except WorkerStartError as exc:
                 log.error("%s; retrying in %.1f s", exc, delay)
                 self._stopping.wait(delay)
