@@ -13,7 +13,10 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 Rule = Callable[[str, str], "int | None"]
-"""(method, path with query) -> a status to answer instead of forwarding, or None."""
+"""(method, path with query) -> a status to answer instead of forwarding, :data:`DROP`, or None."""
+DROP = 0
+"""What a rule returns to close the connection without answering: as a server does when it
+closes an idle keep-alive connection just as the client reuses it."""
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -36,6 +39,9 @@ class FaultProxy:
                 status = proxy.rule(self.command, self.path) if proxy.rule else None
                 if status is not None:
                     proxy.failed.append((self.command, self.path))
+                    if status == DROP:
+                        self.close_connection = True
+                        return None
                     return self._answer(
                         status,
                         b'<?xml version="1.0"?><Error><Code>ServerBusy</Code>'

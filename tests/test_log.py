@@ -9,15 +9,17 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
 import pytest
+from fault_proxy import DROP, FaultProxy
 from leases import end_stream_leases
 
 from vault_core import recordformat as fmt
-from vault_core.azure import StorageAccount
+from vault_core.azure import StorageAccount, azurite_connection_string
 from vault_core.clock import ManualClock
 from vault_core.errors import (
     CorruptRecord,
@@ -35,6 +37,7 @@ from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch
+from vault_local.azurite import Azurite
 
 HELPERS = Path(__file__).parent / "helpers"
 
@@ -483,3 +486,29 @@ def test_skipping_a_corrupt_record_never_resumes_at_a_forged_one(vault: Vault, s
     container.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
     got = list(vault.reader.scan(stream, skip_corrupt=True))
     assert [m.value for m in got] == [b"honest"]  # not b"never produced"
+
+
+def test_a_create_the_server_dropped_unanswered_is_sent_once_more(azurite: Azurite) -> None:
+    """The SDKs do not retry a dropped POST (creating a table is one); creating may be repeated."""
+    proxy = FaultProxy(azurite.table_port).start()
+    try:
+        drops = 0
+
+        def drop(method: str, path: str, times: int = 1) -> int | None:
+            nonlocal drops
+            if method == "POST" and path.split("?")[0].endswith("/Tables") and drops < times:
+                drops += 1
+                return DROP
+            return None
+
+        proxied = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
+        table = StorageAccount(connection_string=proxied).table(f"t{uuid.uuid4().hex[:12]}")
+        proxy.rule = drop
+        table.create_if_missing()
+        assert drops == 1 and table.get("p", "r") is None  # it exists: no TableNotFound
+        proxy.rule = lambda method, path: drop(method, path, times=3)
+        with pytest.raises(StorageUnavailable):  # dropped again: once more, not forever
+            StorageAccount(connection_string=proxied).table(f"t{uuid.uuid4().hex[:12]}").create_if_missing()
+        assert drops == 3
+    finally:
+        proxy.stop()

@@ -48,13 +48,24 @@ _NOT_FOUND = {"BlobNotFound", "ContainerNotFound", "ResourceNotFound", "TableNot
 
 
 def create_if_missing(*creates: Callable[[], object]) -> None:
-    """Run each ``create`` call (a container, table or queue), treating "already exists" as done."""
+    """Run each ``create`` call (a container, table or queue), treating "already exists" as done.
+
+    A create the server dropped without answering is sent once more. The SDKs do not retry a
+    POST (creating a table is one) on a dropped connection, since it may have been done; but a
+    create may be repeated, and a pooled keep-alive connection that the server closes just as it
+    is reused drops the request that way."""
     with translate_errors():
         for create in creates:
-            try:
-                create()
-            except ResourceExistsError:
-                pass
+            for attempt in (1, 2):
+                try:
+                    create()
+                except ResourceExistsError:
+                    pass
+                except ServiceResponseError:
+                    if attempt == 2:
+                        raise
+                    continue
+                break
 
 
 def error_code(exc: BaseException) -> str | None:
