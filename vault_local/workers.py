@@ -25,7 +25,6 @@ import contextlib
 import itertools
 import logging
 import os
-import resource
 import signal
 import socket
 import subprocess
@@ -190,6 +189,8 @@ def may_fork() -> bool:
 
 def _forked_worker(argv: list[str], keep: int, app_dir: Path) -> NoReturn:
     """The child's side of a fork: become ``python -m vault_local.worker ARGV``, never return."""
+    import resource  # Unix only; this runs on Linux alone (may_fork)
+
     code = 1
     try:
         # Only its own end of its socket: another worker's host end, inherited, would keep that
