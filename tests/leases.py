@@ -21,6 +21,7 @@ from azure.storage.blob import BlobClient, BlobLeaseClient
 from vault_app.config import load_settings
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.services import Services
+from vault_core.blobs import BlobContainer
 from vault_core.pageblob import StreamBlob
 from vault_core.vault import Vault
 from vault_local.process import local_env
@@ -59,9 +60,11 @@ def owner_blobs(connection_string: str, prefix: str) -> list[BlobClient]:
     """The owner lease blobs of the staging queues ``prefix`` (those taken so far)."""
     services = _services(connection_string, prefix)
     names = {q.name for q in services.queues}
+    container = services.claimcheck
+    assert isinstance(container, BlobContainer)
     return [
-        services.claimcheck.client.get_blob_client(b.name)
-        for b in services.claimcheck.client.list_blobs(name_starts_with=OWNER_BLOB_PREFIX)
+        container.client.get_blob_client(b.name)
+        for b in container.client.list_blobs(name_starts_with=OWNER_BLOB_PREFIX)
         if b.name.rsplit("/", 1)[-1] in names
     ]
 

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import httpx
 import pytest
-from azure.storage.queue import QueueClient
 from click.testing import CliRunner
 from conftest import wait_until
 
@@ -30,6 +29,7 @@ from vault_client import (
 )
 from vault_client.cli import cli
 from vault_core.pageblob import StreamBlob
+from vault_core.queueing import MessageQueue
 from vault_core.recordformat import Message
 from vault_local.azurite import free_port
 from vault_local.process import HostProcess
@@ -52,9 +52,9 @@ def produce(api: ApiClient, stream: str, values: list[str], **options: Any) -> l
     return [r.wait_committed(COMMIT_WAIT).offset for r in results]  # type: ignore[misc]
 
 
-def staging_queue(host: HostProcess, stream: str) -> QueueClient:
+def staging_queue(host: HostProcess, stream: str) -> MessageQueue:
     """The staging queue that carries ``stream``'s batches on ``host``."""
-    return Services(load_settings(host.env)).queue_for(stream).staging.client
+    return Services(load_settings(host.env)).queue_for(stream).staging
 
 
 def values(messages: list[Message]) -> list[str]:
@@ -190,7 +190,7 @@ def test_a_retry_after_a_lost_answer_appends_nothing_twice(
     # Every copy staged has been settled: the writer deletes a queue message only once its batch
     # is committed (or found committed already), so a duplicate would be in the stream by now.
     queue = staging_queue(vault_host, stream)
-    wait_until(lambda: queue.get_queue_properties().approximate_message_count == 0, what="queue to drain")
+    wait_until(lambda: queue.approximate_count() == 0, what="queue to drain")
     assert len(proxy.keys) == 3 and len(set(proxy.keys)) == 1  # one batch, sent three times
     assert read_all(api, stream) == [f"once-{i}" for i in range(5)]
 

@@ -5,11 +5,16 @@
 * :class:`~vault_core.pagelog.PageLog` (the writer's side: leases, conditional writes): the page
   blob on Azurite and in memory.
 * :class:`~vault_core.rows.Table`: Azure Tables (Azurite) and in memory.
+* :class:`~vault_core.queueing.MessageQueue` (staging and poison queues): Azure Storage Queues
+  (Azurite) and in memory.
+* :class:`~vault_core.blobstore.BlobStore` (claim checks, owner-lease blobs): Azure Blob Storage
+  (Azurite) and in memory.
 * :class:`~vault_client.sources.Source` (what a consumer reads pages from): the HTTP API and the
   blob read directly with the SAS the API hands out.
 
 An implementation that passes its contract can stand in for another: that is what lets the
-writer's protocol tests run in memory (tests/test_writer_memory.py).
+writer's protocol tests run in memory (tests/test_writer_memory.py), and the app's staging,
+claim-check and writer-function logic run in process on a memory account.
 """
 
 from __future__ import annotations
@@ -27,10 +32,19 @@ from vault_client.direct import DirectSource, SasBlob
 from vault_client.rawlog import ApiLog
 from vault_client.sources import ApiSource, Source
 from vault_core.azure import StorageAccount
+from vault_core.blobstore import BlobStore
 from vault_core.clock import ManualClock
-from vault_core.errors import LeaseLost, NotFound, StreamLeased, StreamNotFound
+from vault_core.errors import (
+    LeaseLost,
+    NotFound,
+    StorageUnavailable,
+    StreamLeased,
+    StreamNotFound,
+    VaultError,
+)
 from vault_core.memory import MemoryAccount
 from vault_core.pagelog import PAGE_SIZE, CommitState, PageLog, ReadableLog
+from vault_core.queueing import MessageQueue, QueuedMessage
 from vault_core.reader import StreamReader, scan_log
 from vault_core.recordformat import Message, NewMessage, decode
 from vault_core.rows import Table
@@ -256,6 +270,101 @@ def test_queries_run_in_key_order_within_bounds(table: Table) -> None:
     assert [(r.partition, r.key) for r in table.query()][:2] == [("other", "o0001"), ("s", "o0000")]
     wanted = [*keys[:20], "o0001", "o9999"]  # more than one request's worth, and two that are not there
     assert sorted(r.key for r in table.rows("s", wanted)) == keys[:20]
+
+
+# -- MessageQueue ----------------------------------------------------------------------------
+@pytest.fixture(params=["azurite", "memory"])
+def queue(request: pytest.FixtureRequest) -> MessageQueue:
+    name = f"q{uuid.uuid4().hex[:12]}"
+    if request.param == "memory":
+        return MemoryAccount(ManualClock(TS)).queue(name)
+    account: StorageAccount = request.getfixturevalue("account")
+    return account.queue(name)
+
+
+def test_a_missing_queue_holds_nothing_and_refuses_messages(queue: MessageQueue) -> None:
+    assert queue.receive(5, 30) == [] and queue.peek(5) == []
+    with pytest.raises(StorageUnavailable):
+        queue.send("lost")
+    with pytest.raises(NotFound):
+        queue.approximate_count()
+    queue.create_if_missing()
+    queue.create_if_missing()
+    assert queue.approximate_count() == 0
+
+
+def test_a_received_message_is_hidden_until_released_and_deleted_by_its_latest_receipt(
+    queue: MessageQueue,
+) -> None:
+    queue.create_if_missing()
+    queue.send("a")
+    queue.send("b")
+    peeked = queue.peek(5)
+    assert sorted(m.body for m in peeked) == ["a", "b"] and all(not m.receipt for m in peeked)
+    assert all(m.inserted is not None for m in peeked)
+    first = queue.receive(1, 60)
+    assert len(first) == 1 and first[0].receipt
+    (other,) = queue.peek(5)  # the received one is invisible now
+    assert other.body != first[0].body
+    second = queue.receive(5, 60)
+    assert [m.body for m in second] == [other.body] and queue.receive(5, 60) == []
+    assert queue.approximate_count() == 2  # invisible messages still count
+    stale = first[0].receipt
+    queue.hide(first[0], 0)  # visible again at once, under a new receipt
+    assert first[0].receipt != stale and [m.body for m in queue.peek(5)] == [first[0].body]
+    with pytest.raises(VaultError):  # Azure: 400 PopReceiptMismatch
+        queue.delete(QueuedMessage(first[0].id, first[0].body, stale))
+    queue.delete(first[0])
+    queue.delete(second[0])
+    with pytest.raises(NotFound):
+        queue.hide(second[0], 0)
+    assert queue.peek(5) == [] and queue.approximate_count() == 0
+
+
+def test_a_message_sent_for_later_is_not_delivered_before_then(queue: MessageQueue) -> None:
+    queue.create_if_missing()
+    queue.send("later", visible_in=60)
+    assert queue.peek(5) == [] and queue.receive(5, 30) == [] and queue.approximate_count() == 1
+
+
+# -- BlobStore -------------------------------------------------------------------------------
+@pytest.fixture(params=["azurite", "memory"])
+def blobs(request: pytest.FixtureRequest) -> BlobStore:
+    name = f"c{uuid.uuid4().hex[:12]}"
+    if request.param == "memory":
+        return MemoryAccount(ManualClock(TS)).blob_container(name)
+    account: StorageAccount = request.getfixturevalue("account")
+    return account.blob_container(name)
+
+
+def test_a_blob_is_written_once_read_back_and_deleted_at_best_effort(blobs: BlobStore) -> None:
+    blobs.create_if_missing()
+    blobs.create_if_missing()
+    assert blobs.download("s/b/1.records") is None
+    blobs.upload_new("s/b/1.records", b"first")
+    with pytest.raises(VaultError):
+        blobs.upload_new("s/b/1.records", b"second")
+    blobs.upload_new("s/b/2.records", b"")
+    assert blobs.download("s/b/1.records") == b"first" and blobs.download("s/b/2.records") == b""
+    blobs.delete_many(["s/b/1.records", "s/b/never", "s/b/2.records"])
+    assert blobs.download("s/b/1.records") is None and blobs.download("s/b/2.records") is None
+
+
+def test_an_owner_blob_has_one_holder_at_a_time(blobs: BlobStore) -> None:
+    blobs.create_if_missing()
+    owner = blobs.lease_blob("owners/0-q")
+    mine, theirs = str(uuid.uuid4()), str(uuid.uuid4())
+    lease = owner.acquire(15, mine)  # the blob is created for its first holder
+    assert lease is not None and lease.id == mine
+    assert owner.acquire(15, theirs) is None
+    again = owner.acquire(15, mine)  # the same holder again: still its lease
+    assert again is not None and again.id == mine
+    lease.renew()
+    lease.release()
+    taken = owner.acquire(15, theirs)
+    assert taken is not None and taken.id == theirs
+    assert owner.acquire(15, mine) is None
+    taken.release()
 
 
 # -- Source: where a consumer's pages come from ---------------------------------------------------

@@ -129,9 +129,9 @@ def test_a_redelivered_batch_is_not_counted_twice(recorded: Recorded, services: 
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     [batch_id] = stage(services, stream, [[NewMessage(b"once")]])
     queue = services.queue_for(stream)
-    body = queue.staging.client.peek_messages()[0].content
+    body = queue.staging.peek(1)[0].body
     write_next(services, stream)
-    queue.staging.client.send_message(body)  # the same batch again: a redelivery after its commit
+    queue.staging.send(body)  # the same batch again: a redelivery after its commit
     write_next(services, stream)
 
     assert [p.value for p in recorded.points("vault.append.messages")] == [1]
@@ -152,11 +152,11 @@ def test_requeues_and_poisoned_batches_are_counted(recorded: Recorded, services:
         other.done(queue)
     finally:
         other.close_all()  # and so the queue is free for this process
-    queue.staging.client.clear_messages()
+    while passed_back := queue.staging.receive(32, 30):
+        for m in passed_back:
+            queue.staging.delete(m)
     # A claim-check blob missing for an uncommitted batch: permanent, the batch goes to poison.
-    queue.staging.client.send_message(
-        envelope.encode_claim("lost-1", stream, 1, f"{stream}/lost-1/x.records", 3)
-    )
+    queue.staging.send(envelope.encode_claim("lost-1", stream, 1, f"{stream}/lost-1/x.records", 3))
     write_next(services, stream)
 
     where = {"vault.queue": queue.name, "vault.account": queue.account}
@@ -189,7 +189,7 @@ def test_an_unusable_trace_context_only_loses_the_link(recorded: Recorded, servi
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     queue = services.queue_for(stream)
     text = envelope.encode_messages("odd-1", stream, 1, [NewMessage(b"v")], "not-a-traceparent")
-    queue.staging.client.send_message(text)
+    queue.staging.send(text)
     write_next(services, stream)
 
     assert services.vault.reader.state(stream).count == 1

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from vault_app import envelope
 from vault_app.envelope import Envelope, EnvelopeError
-from vault_core.blobs import BlobContainer
+from vault_core.blobstore import BlobStore
 from vault_core.errors import VaultError
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
@@ -35,7 +35,7 @@ class AlreadyCommitted(Exception):
 
 
 class ClaimChecks:
-    def __init__(self, container: BlobContainer, vault: Vault) -> None:
+    def __init__(self, container: BlobStore, vault: Vault) -> None:
         self.container = container
         self.vault = vault
 

@@ -37,7 +37,7 @@ from vault_app.envelope import EnvelopeError
 from vault_app.services import Services, StagingQueue
 from vault_core.errors import InvalidInput, VaultError
 from vault_core.names import validate_batch_id, validate_stream_name
-from vault_core.queues import Queue, QueuedMessage
+from vault_core.queueing import MessageQueue, QueuedMessage
 
 PAGE = 32
 """Messages per peek or receive: the queue service's maximum."""
@@ -169,7 +169,7 @@ def queue_depths(services: Services, *, staging: bool = True, retry: bool = True
     ]
 
 
-def _count(queue: Queue, retry: bool = True) -> int | None:
+def _count(queue: MessageQueue, retry: bool = True) -> int | None:
     try:
         return queue.approximate_count(retry=retry)
     except VaultError:
@@ -347,14 +347,14 @@ def _replay_one(
     return True
 
 
-def _delete(queue: Queue, m: QueuedMessage) -> None:
+def _delete(queue: MessageQueue, m: QueuedMessage) -> None:
     try:
         queue.delete(m)
     except VaultError:
         pass  # it reappears in poison: a second copy, which a later replay appends at most once
 
 
-def _release(queue: Queue, messages: list[QueuedMessage]) -> None:
+def _release(queue: MessageQueue, messages: list[QueuedMessage]) -> None:
     for m in messages:
         try:
             queue.hide(m, 0)

@@ -1,25 +1,38 @@
 """What the app works with, built once per process from :mod:`vault_app.config`: the vault, the
 staging queues (and which one a stream uses), the claim-check container and the batch table, as
-storage adapters (:mod:`vault_core.azure` hands them out), and the services built on them."""
+storage adapters (:mod:`vault_core.azure` hands them out, or :class:`vault_core.memory.MemoryAccount`
+for in-process tests), and the services built on them."""
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import Protocol
 
 from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings, load_settings
 from vault_core.azure import StorageAccount
-from vault_core.blobs import BlobContainer
+from vault_core.blobstore import BlobStore
 from vault_core.checkpoints import CheckpointStore
 from vault_core.errors import StreamNotFound
 from vault_core.pagelog import CommittedBatch
-from vault_core.queues import Queue
+from vault_core.queueing import MessageQueue
 from vault_core.rows import Table
-from vault_core.vault import Vault
+from vault_core.vault import Storage, Vault
+
+
+class AppStorage(Storage, Protocol):
+    """What the app needs of a storage account: a vault's page blobs and tables, and queues and
+    ordinary blobs (:class:`~vault_core.azure.StorageAccount`, or a
+    :class:`~vault_core.memory.MemoryAccount` in tests)."""
+
+    def queue(self, name: str) -> MessageQueue: ...
+
+    def blob_container(self, name: str) -> BlobStore: ...
 
 
 @dataclass(frozen=True)
@@ -28,31 +41,41 @@ class StagingQueue:
 
     account: int
     name: str
-    staging: Queue
-    poison: Queue
+    staging: MessageQueue
+    poison: MessageQueue
 
 
 class Services:
-    """Built lazily, each part on first use; one instance per process (see :func:`services`)."""
+    """Built lazily, each part on first use; one instance per process (see :func:`services`).
 
-    def __init__(self, settings: VaultSettings) -> None:
+    ``connect`` opens a storage connection by its setting name (``VaultStorage``,
+    ``VaultStaging0``, ...); without it, the Azure accounts the settings describe. The async
+    reads of the request path's waits (:mod:`vault_core.aio`) always use the Azure accounts.
+    """
+
+    def __init__(self, settings: VaultSettings, connect: Callable[[str], AppStorage] | None = None) -> None:
         self.settings = settings
+        self._connect = connect
 
     @cached_property
     def vault_account(self) -> StorageAccount:
         return StorageAccount.from_settings(self.settings.env, config.VAULT_CONNECTION)
 
     @cached_property
+    def vault_storage(self) -> AppStorage:
+        return self._connect(config.VAULT_CONNECTION) if self._connect else self.vault_account
+
+    @cached_property
     def vault(self) -> Vault:
         return Vault(
-            self.vault_account,
+            self.vault_storage,
             container=self.settings.streams_container,
             table_prefix=self.settings.table_prefix,
         )
 
     @cached_property
-    def claimcheck(self) -> BlobContainer:
-        return self.vault_account.blob_container(self.settings.claimcheck_container)
+    def claimcheck(self) -> BlobStore:
+        return self.vault_storage.blob_container(self.settings.claimcheck_container)
 
     @cached_property
     def claims(self) -> ClaimChecks:
@@ -61,7 +84,7 @@ class Services:
     @cached_property
     def batches(self) -> Table:
         """Batch status rows: PartitionKey = batch id, RowKey = stream (see vault_app.batches)."""
-        return self.vault_account.table(f"{self.settings.table_prefix}batches")
+        return self.vault_storage.table(f"{self.settings.table_prefix}batches")
 
     @cached_property
     def batch_table(self) -> BatchTable:
@@ -85,13 +108,20 @@ class Services:
     def checkpoints(self) -> CheckpointStore:
         """Consumer-group checkpoints, where the clients keep them by default: the vault's
         account, table ``<prefix>checkpoints`` (the app only reads them, for the explorer)."""
-        return CheckpointStore.from_account(self.vault_account, f"{self.settings.table_prefix}checkpoints")
+        return CheckpointStore.from_account(self.vault_storage, f"{self.settings.table_prefix}checkpoints")
 
     @cached_property
     def queues(self) -> list[StagingQueue]:
         """Every staging queue, account by account: the shards a stream hashes onto."""
         out = []
-        for account, storage in enumerate(self.staging_accounts):
+        storages: Sequence[AppStorage]
+        if self._connect is None:
+            storages = self.staging_accounts
+        else:
+            storages = [
+                self._connect(config.staging_connection(a)) for a in range(self.settings.staging_accounts)
+            ]
+        for account, storage in enumerate(storages):
             for name in self.settings.queue_names:
                 out.append(StagingQueue(account, name, storage.queue(name), storage.queue(f"{name}-poison")))
         return out

@@ -44,7 +44,7 @@ from vault_app.open_writers import open_writers
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
-from vault_core.queues import QueuedMessage
+from vault_core.queueing import QueuedMessage
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")

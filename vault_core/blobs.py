@@ -21,6 +21,8 @@ DELETE_BATCH = 256
 
 
 class BlobContainer:
+    """A container in Azure Blob Storage (a :class:`~vault_core.blobstore.BlobStore`)."""
+
     def __init__(self, client: ContainerClient) -> None:
         self.client = client
         self.name = client.container_name

@@ -1,11 +1,14 @@
-"""A storage account in memory: page blobs with leases and ETags, and tables, for fast tests.
+"""A storage account in memory: page blobs with leases and ETags, tables, queues and ordinary
+blobs, for fast tests.
 
-:class:`MemoryAccount` gives a :class:`~vault_core.vault.Vault` the same two things an Azure
-storage account does (``page_blobs`` and ``table``), and behaves as the Azure adapters do where
-the vault relies on it: every page write and commit is conditional on the lease and the ETag
+:class:`MemoryAccount` hands out what an Azure storage account does (``page_blobs``, ``table``,
+``queue``, ``blob_container``), and behaves as the Azure adapters do where the vault and the app
+rely on it: every page write and commit is conditional on the lease and the ETag
 (else :class:`~vault_core.errors.LeaseLost`), a held lease refuses a second writer
 (:class:`~vault_core.errors.StreamLeased`) until it expires by the injected clock, table writes
-are conditional on ETags, and rows come back in key order. ``tests/test_contracts.py`` runs the
+are conditional on ETags, and rows come back in key order; a received queue message stays
+invisible for its visibility timeout, and only its latest receipt changes or deletes it;
+a blob is written once, and an owner-lease blob has one holder at a time. ``tests/test_contracts.py`` runs the
 same contract against these and against Azurite, so a test of the writer's protocol, its lease
 renewal or its crash windows can run here in milliseconds (with a
 :class:`~vault_core.clock.ManualClock`), while the Azurite and kill -9 tests stay the end-to-end
@@ -19,11 +22,20 @@ import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
+from typing import Protocol
 
 from vault_core.clock import Clock, SystemClock
-from vault_core.errors import LeaseLost, NotFound, StorageFailure, StreamLeased, StreamNotFound
+from vault_core.errors import (
+    LeaseLost,
+    NotFound,
+    StorageFailure,
+    StorageUnavailable,
+    StreamLeased,
+    StreamNotFound,
+)
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
+from vault_core.queueing import QueuedMessage
 from vault_core.rows import Fields, Row, Value
 
 _etags = itertools.count(1)
@@ -45,10 +57,17 @@ class _Blob:
     lease_until: float = 0.0
 
 
-class MemoryLease:
-    """A lease on a :class:`MemoryPageBlob` (a :class:`~vault_core.pagelog.HeldLease`)."""
+class _Leased(Protocol):
+    def _renew(self, lease_id: str) -> None: ...
 
-    def __init__(self, blob: MemoryPageBlob, lease_id: str) -> None:
+    def _release(self, lease_id: str) -> None: ...
+
+
+class MemoryLease:
+    """A lease on a :class:`MemoryPageBlob` or a :class:`MemoryOwnerBlob` (a
+    :class:`~vault_core.pagelog.HeldLease`)."""
+
+    def __init__(self, blob: _Leased, lease_id: str) -> None:
         self._blob = blob
         self._id = lease_id
 
@@ -287,16 +306,172 @@ class MemoryTable:
         return etag
 
 
+# -- queues ----------------------------------------------------------------------------------
+@dataclass
+class _Stored:
+    body: str
+    inserted: datetime
+    visible_at: float
+    receipt: str = ""
+
+
+class MemoryQueue:
+    """One storage queue in memory (a :class:`~vault_core.queueing.MessageQueue`); visibility
+    follows the account's clock."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self._clock = clock
+        self._created = False
+        self._messages: dict[str, _Stored] = {}  # in the order sent
+        self._lock = threading.Lock()
+
+    def create_if_missing(self) -> None:
+        self._created = True
+
+    def send(self, text: str, *, visible_in: int = 0) -> None:
+        with self._lock:
+            if not self._created:
+                raise StorageUnavailable(f"queue {self.name!r} does not exist")
+            inserted = datetime.fromtimestamp(self._clock.now_ms() / 1000, timezone.utc)
+            self._messages[str(uuid.uuid4())] = _Stored(text, inserted, self._clock.monotonic() + visible_in)
+
+    def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
+        with self._lock:
+            now = self._clock.monotonic()
+            out = []
+            for message_id, m in self._visible(now)[:count]:
+                m.visible_at, m.receipt = now + visibility, uuid.uuid4().hex
+                out.append(QueuedMessage(message_id, m.body, m.receipt, m.inserted))
+            return out
+
+    def peek(self, count: int) -> list[QueuedMessage]:
+        with self._lock:
+            visible = self._visible(self._clock.monotonic())[:count]
+            return [QueuedMessage(message_id, m.body, "", m.inserted) for message_id, m in visible]
+
+    def hide(self, message: QueuedMessage, seconds: int) -> None:
+        with self._lock:
+            m = self._received(message)
+            m.visible_at, m.receipt = self._clock.monotonic() + seconds, uuid.uuid4().hex
+            message.receipt = m.receipt
+
+    def delete(self, message: QueuedMessage) -> None:
+        with self._lock:
+            self._received(message)
+            del self._messages[message.id]
+
+    def approximate_count(self, *, retry: bool = True) -> int | None:
+        with self._lock:
+            if not self._created:
+                raise NotFound(f"not found: queue {self.name!r}")
+            return len(self._messages)
+
+    def _visible(self, now: float) -> list[tuple[str, _Stored]]:
+        return [(message_id, m) for message_id, m in self._messages.items() if m.visible_at <= now]
+
+    def _received(self, message: QueuedMessage) -> _Stored:
+        m = self._messages.get(message.id)
+        if m is None:
+            raise NotFound(f"not found: message {message.id} of queue {self.name!r}")
+        if m.receipt != message.receipt:
+            raise StorageFailure("a stale pop receipt", status=400, code="PopReceiptMismatch")
+        return m
+
+
+# -- ordinary blobs ----------------------------------------------------------------------------
+class MemoryOwnerBlob:
+    """An owner-lease blob in a :class:`MemoryBlobContainer` (a
+    :class:`~vault_core.blobstore.OwnerBlob`)."""
+
+    def __init__(self, container: MemoryBlobContainer, name: str) -> None:
+        self._container = container
+        self.name = name
+
+    def acquire(self, seconds: int, lease_id: str) -> HeldLease | None:
+        c = self._container
+        with c.lock:
+            c.blobs.setdefault(self.name, b"")
+            held = c.leases.get(self.name)
+            if held is not None and held[0] != lease_id and c.clock.monotonic() < held[1]:
+                return None
+            c.leases[self.name] = (lease_id, c.clock.monotonic() + seconds, seconds)
+            return MemoryLease(self, lease_id)
+
+    def _renew(self, lease_id: str) -> None:
+        c = self._container
+        with c.lock:
+            held = c.leases.get(self.name)
+            if held is None or held[0] != lease_id:
+                raise LeaseLost(f"the lease on blob {self.name!r} was taken or broken")
+            c.leases[self.name] = (lease_id, c.clock.monotonic() + held[2], held[2])
+
+    def _release(self, lease_id: str) -> None:
+        c = self._container
+        with c.lock:
+            held = c.leases.get(self.name)
+            if held is None or held[0] != lease_id:
+                raise LeaseLost(f"the lease on blob {self.name!r} was taken or broken")
+            del c.leases[self.name]
+
+
+class MemoryBlobContainer:
+    """A container of ordinary blobs in memory (a :class:`~vault_core.blobstore.BlobStore`)."""
+
+    def __init__(self, name: str, clock: Clock) -> None:
+        self.name = name
+        self.clock = clock
+        self.created = False
+        self.blobs: dict[str, bytes] = {}
+        self.leases: dict[str, tuple[str, float, int]] = {}  # blob: (lease id, until, seconds)
+        self.lock = threading.RLock()
+
+    def create_if_missing(self) -> None:
+        self.created = True
+
+    def upload_new(self, name: str, data: bytes) -> None:
+        with self.lock:
+            if not self.created:
+                raise NotFound(f"not found: container {self.name!r}")
+            if name in self.blobs:
+                raise StorageFailure(f"blob {name!r} exists", status=409, code="BlobAlreadyExists")
+            self.blobs[name] = bytes(data)
+
+    def download(self, name: str) -> bytes | None:
+        with self.lock:
+            return self.blobs.get(name)
+
+    def delete_many(self, names: Sequence[str]) -> None:
+        with self.lock:
+            for name in names:
+                if name not in self.leases:  # Azure refuses to delete a leased blob
+                    self.blobs.pop(name, None)
+
+    def lease_blob(self, name: str) -> MemoryOwnerBlob:
+        return MemoryOwnerBlob(self, name)
+
+
 # -- the account -----------------------------------------------------------------------------
 class MemoryAccount:
-    """Page blob containers and tables by name, created on first use and kept for the
-    account's life; lease expiry follows ``clock`` (a ManualClock in tests)."""
+    """Page blob containers, tables, queues and blob containers by name, the same object for a
+    name for the account's life; lease expiry and queue visibility follow ``clock`` (a
+    ManualClock in tests)."""
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
         self._containers: dict[str, MemoryPageBlobs] = {}
         self._tables: dict[str, MemoryTable] = {}
+        self._queues: dict[str, MemoryQueue] = {}
+        self._blob_containers: dict[str, MemoryBlobContainer] = {}
         self._lock = threading.Lock()
+
+    def queue(self, name: str) -> MemoryQueue:
+        with self._lock:
+            return self._queues.setdefault(name, MemoryQueue(name, self.clock))
+
+    def blob_container(self, name: str) -> MemoryBlobContainer:
+        with self._lock:
+            return self._blob_containers.setdefault(name, MemoryBlobContainer(name, self.clock))
 
     def page_blobs(self, container: str) -> MemoryPageBlobs:
         with self._lock:

@@ -1,4 +1,5 @@
-"""The adapter for one storage queue: the staging queues and their poison queues.
+"""The adapter for one storage queue (a :class:`~vault_core.queueing.MessageQueue`): the staging
+queues and their poison queues.
 
 Every message the vault sends never expires (a time-to-live of -1; the service default is seven
 days): a staged batch waits for its writer however long that takes.
@@ -6,26 +7,14 @@ days): a staged batch waits for its writer however long that takes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from azure.core.exceptions import ResourceNotFoundError
 from azure.storage.queue import QueueClient, QueueMessage
 
 from vault_core.errors import StorageUnavailable
+from vault_core.queueing import QueuedMessage
 from vault_core.translation import create_if_missing, translate_errors
-
-
-@dataclass
-class QueuedMessage:
-    """A message received or peeked from a queue. ``receipt`` (received messages only) changes
-    every time the message's visibility is changed."""
-
-    id: str
-    body: str
-    receipt: str = ""
-    inserted: datetime | None = None
 
 
 def _message(m: QueueMessage) -> QueuedMessage:
@@ -33,6 +22,8 @@ def _message(m: QueueMessage) -> QueuedMessage:
 
 
 class Queue:
+    """A queue in Azure Storage (a :class:`~vault_core.queueing.MessageQueue`)."""
+
     def __init__(self, client: QueueClient) -> None:
         self.client = client
         self.name: str = client.queue_name

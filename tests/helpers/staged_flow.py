@@ -42,14 +42,11 @@ def stage(services: Services, stream: str, batches: list[list[NewMessage]]) -> l
 def write_next(services: Services, stream: str) -> None:
     """One writer invocation on the next message of the stream's queue, which must have one."""
     queue = services.queue_for(stream)
-    message = queue.staging.client.receive_message(visibility_timeout=30)
-    assert message is not None, f"nothing staged in {queue.name}"
-    write_staged(
-        services,
-        queue,
-        StagingMessage(message.id, message.content, message.dequeue_count or 1, message.pop_receipt),
-    )
-    queue.staging.client.delete_message(message.id, message.pop_receipt)  # the host's part, on success
+    received = queue.staging.receive(1, 30)
+    assert received, f"nothing staged in {queue.name}"
+    message = received[0]
+    write_staged(services, queue, StagingMessage(message.id, message.body, 1, message.receipt))
+    queue.staging.delete(message)  # the host's part, on success
 
 
 def main() -> None:
