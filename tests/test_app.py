@@ -541,40 +541,6 @@ def test_two_instances_on_the_same_queue_write_every_batch_once_through_its_owne
             list(stopping.map(HostProcess.stop, hosts))
 
 
-def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flowing(
-    azurite: Azurite, tmp_path: Path, stream: str
-) -> None:
-    prefix = f"q{uuid.uuid4().hex[:8]}"
-    host = own_host(azurite, tmp_path, prefix=prefix).start()
-    try:
-        queues = StorageAccount(connection_string=azurite.connection_string).queue_service()
-        staging, poison = (
-            queues.get_queue_client(f"{prefix}-0"),
-            queues.get_queue_client(f"{prefix}-0-poison"),
-        )
-        staging.send_message("this is not an envelope")
-        missing = json.dumps(
-            {"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1}
-        )
-        staging.send_message(missing)
-        client = httpx.Client(base_url=host.url, headers=key_header(host))
-        ok = client.post(
-            f"/streams/{stream}/messages",
-            params={"code": host.key, "wait": 30},
-            json={"messages": [{"value": "still flowing"}]},
-        )
-        assert ok.status_code == 200
-        wait_until(lambda: (poison.get_queue_properties().approximate_message_count or 0) >= 2, 60, "poison")
-        assert sorted(m.content for m in poison.peek_messages(max_messages=10)) == sorted(
-            [missing, "this is not an envelope"]
-        )
-        status = client.get("/batches/lost-claim").json()
-        assert status["status"] == "rejected" and "claim-check blob" in status["reason"]
-        assert [m["value"] for m in read_all(client, stream)] == ["still flowing"]
-    finally:
-        host.stop()
-
-
 def test_max_bytes_smaller_than_the_next_record_answers_with_that_record(
     http: httpx.Client, vault_host: HostProcess, stream: str
 ) -> None:

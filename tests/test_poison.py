@@ -22,7 +22,7 @@ from click.testing import CliRunner, Result
 from conftest import fast_host, isolated_host, key_header
 
 from vault_app.batches import digest
-from vault_app.envelope import encode_claim, encode_messages
+from vault_app.envelope import encode_messages
 from vault_client.cli import cli
 from vault_core.recordformat import NewMessage
 from vault_local.azurite import Azurite
@@ -174,19 +174,6 @@ def test_a_parked_batch_is_listed_replayed_and_committed_exactly_once(
     assert wait_status(http, stream, batch_id, "committed")["status"] == "committed"
 
 
-def test_a_replayed_batch_without_a_status_row_gets_none(
-    http: httpx.Client, host: HostProcess, poison: QueueClient, batch_rows: TableClient, stream: str
-) -> None:
-    """A row without the batch's digest would make a producer's retry of it look like another batch."""
-    batch_id = new_id()
-    poison.send_message(encode_messages(batch_id, stream, 1, [NewMessage(b"v", "k")]), time_to_live=-1)
-    [row] = listed(http, host, batch=batch_id)["messages"]
-    assert row["status"] is None and row["reason"] is None
-    assert replayed(http, host, batch=batch_id)["replayed"] == 1
-    assert wait_status(http, stream, batch_id, "committed")["status"] == "committed"
-    assert not list(batch_rows.query_entities("PartitionKey eq @pk", parameters={"pk": batch_id}))
-
-
 def test_a_message_that_is_not_a_batch_is_listed_and_never_replayed(
     http: httpx.Client, host: HostProcess, poison: QueueClient, vault: Any, stream: str
 ) -> None:
@@ -242,32 +229,6 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     assert poison.get_queue_properties().approximate_message_count == before + 34  # all still parked
     # Leave no full page behind: a listing in a later test only sees the 32 oldest messages.
     assert replayed(http, host, stream=other)["replayed"] == 34
-
-
-def test_a_batch_that_still_cannot_be_written_returns_to_poison_rejected_and_replay_ends(
-    http: httpx.Client,
-    host: HostProcess,
-    poison: QueueClient,
-    batch_rows: TableClient,
-    vault: Any,
-    stream: str,
-) -> None:
-    batch_id = new_id()
-    poison.send_message(encode_claim(batch_id, stream, 1, f"{batch_id}.records", 3), time_to_live=-1)
-    batch_rows.upsert_entity(
-        {"PartitionKey": batch_id, "RowKey": stream, "State": "rejected", "Reason": "first failure"},
-        mode=UpdateMode.MERGE,
-    )
-    [row] = listed(http, host, batch=batch_id)["messages"]
-    assert row["claim_check"] and row["count"] == 3
-
-    done = vault("poison", "replay", "--batch", batch_id)  # the blob is gone: the writer fails it again
-    assert done.exit_code == 0 and "replayed 1 batch" in done.stdout, done.stderr
-    deadline = time.monotonic() + 60
-    while not listed(http, host, batch=batch_id)["messages"] and time.monotonic() < deadline:
-        time.sleep(0.2)
-    [back] = listed(http, host, batch=batch_id)["messages"]
-    assert back["status"] == "rejected" and "claim-check blob" in back["reason"]
 
 
 def test_streams_and_health_show_the_poison_counts(
