@@ -16,10 +16,13 @@ route alike, which per-stream permissions cannot work with. See docs/SECURITY.md
 
 from __future__ import annotations
 
+import atexit
+
 import azure.functions as func
 
 from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
+from vault_app.runtime import Runtime
 from vault_app.services import services
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_core import retry
@@ -27,6 +30,9 @@ from vault_core import retry
 app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 settings = config.load_settings()
 retry.set_request_budget(settings.request_budget_seconds)  # every HTTP request's storage budget
+runtime = Runtime(services())
+"""The app's long-lived objects; closed at exit (the local host's workers close it earlier)."""
+atexit.register(runtime.close)
 
 
 def _request(req: func.HttpRequest) -> Request:
@@ -133,7 +139,7 @@ def _register_writer(account: int, queue_name: str) -> None:
     def writer(msg: func.QueueMessage) -> None:
         body = msg.get_body().decode("utf-8", errors="replace")
         message = StagingMessage(msg.id or "", body, msg.dequeue_count or 1, msg.pop_receipt)
-        write_staged(services(), services().queue(account, queue_name), message)
+        write_staged(runtime, runtime.services.queue(account, queue_name), message)
 
 
 for _account in range(settings.staging_accounts):

@@ -19,8 +19,9 @@ from vault_app import writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages
-from vault_app.open_writers import OWNER_BLOB_PREFIX, open_writers
+from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.poison import PAGE, Selector, list_poison, replay
+from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
@@ -33,13 +34,18 @@ NOW_MS = 1_750_000_000_000
 
 
 @pytest.fixture
-def services() -> Iterator[Services]:
-    """The app's services on one memory account (vault and staging alike), one staging queue."""
+def runtime() -> Iterator[Runtime]:
+    """A runtime of its own on one memory account (vault and staging alike), one staging queue."""
     account = MemoryAccount()
-    svc = Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _connection: account)
-    svc.ensure()
-    yield svc
-    open_writers.close_all()  # the process's open writers and owned queues: none left for the next test
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
+    runtime.services.ensure()
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def services(runtime: Runtime) -> Services:
+    return runtime.services
 
 
 @pytest.fixture
@@ -57,14 +63,14 @@ def messages(values: list[str]) -> list[NewMessage]:
     return [NewMessage(v.encode(), "k") for v in values]
 
 
-def run_trigger(services: Services, queue: StagingQueue) -> bool:
+def run_trigger(runtime: Runtime, queue: StagingQueue) -> bool:
     """What the Functions host does once: receive one message, invoke the writer with it, and
     delete it when the invocation succeeds. False if the queue had nothing visible."""
     received = queue.staging.receive(1, 60)
     if not received:
         return False
     m = received[0]
-    write_staged(services, queue, StagingMessage(m.id, m.body, 1, m.receipt))
+    write_staged(runtime, queue, StagingMessage(m.id, m.body, 1, m.receipt))
     queue.staging.delete(m)
     return True
 
@@ -74,79 +80,79 @@ def values(services: Services, stream: str = STREAM) -> list[str]:
 
 
 def test_a_staged_batch_is_committed_once_and_its_status_follows_it(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     stage(services, "b1", ["a", "b"])
     status = services.batch_table.status(STREAM, "b1")
     assert status is not None and status.status == STAGED
-    assert run_trigger(services, queue) and not run_trigger(services, queue)
+    assert run_trigger(runtime, queue) and not run_trigger(runtime, queue)
     assert values(services) == ["a", "b"]
     status = services.batch_table.status(STREAM, "b1")
     assert status is not None and status.status == COMMITTED and status.first_offset == 0
 
 
 def test_a_retried_batch_is_answered_as_then_and_other_messages_under_its_id_are_refused(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     stage(services, "b1", ["a"])
     again = Stager(services).stage(STREAM, "b1", messages(["a"]))
     assert again.status == STAGED and queue.staging.approximate_count() == 1  # not staged twice
     with pytest.raises(IdempotencyMismatch):
         Stager(services).stage(STREAM, "b1", messages(["other"]))
-    run_trigger(services, queue)
+    run_trigger(runtime, queue)
     committed = Stager(services).stage(STREAM, "b1", messages(["a"]))
     assert committed.status == COMMITTED and queue.staging.approximate_count() == 0
 
 
 def test_one_invocation_drains_the_queue_and_appends_every_stream_in_batch_order(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     for i in range(5):
         stage(services, f"o{i}", [f"o{i}"])
         stage(services, f"p{i}", [f"p{i}"], stream="payments")
-    assert run_trigger(services, queue)
+    assert run_trigger(runtime, queue)
     assert queue.staging.approximate_count() == 0  # the drained messages are deleted after the commit
     assert values(services) == [f"o{i}" for i in range(5)]
     assert values(services, "payments") == [f"p{i}" for i in range(5)]
 
 
 def test_a_large_batch_travels_as_a_claim_check_blob_deleted_after_its_commit(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     big = ["z" * 2000 + str(i) for i in range(3 * INLINE_LIMIT // 2000)]
     stage(services, "big", big)
     (staged,) = queue.staging.peek(1)
     claim = json.loads(staged.body)["claim"]
     assert services.claimcheck.download(claim) is not None
-    run_trigger(services, queue)
+    run_trigger(runtime, queue)
     assert values(services) == big
     assert services.claimcheck.download(claim) is None
 
 
 def test_a_redelivered_batch_is_appended_once_even_after_its_claim_check_blob_is_gone(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     stage(services, "small", ["s"])
     stage(services, "big", ["z" * INLINE_LIMIT])
     redeliveries = [m.body for m in queue.staging.peek(5)]
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     for body in redeliveries:  # a writer that died after its commit, before deleting the message
         queue.staging.send(body)
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     assert values(services) == ["s", "z" * INLINE_LIMIT]
     assert queue.poison.approximate_count() == 0
 
 
 def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flowing(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     missing = json.dumps({"v": 1, "id": "lost-claim", "stream": STREAM, "ts": 1, "claim": "gone", "n": 1})
     queue.staging.send("this is not an envelope")
     queue.staging.send(missing)
     stage(services, "ok", ["still flowing"])
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     assert sorted(m.body for m in queue.poison.peek(10)) == sorted([missing, "this is not an envelope"])
     status = services.batch_table.status(STREAM, "lost-claim")
@@ -155,32 +161,32 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
 
 
 def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_for_later(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     stage(services, "b1", ["first"])
-    run_trigger(services, queue)  # the stream exists
-    open_writers.close_all()
+    run_trigger(runtime, queue)  # the stream exists
+    runtime.writers.close_all()
     services.vault.blob(STREAM).acquire_lease(60)  # another writer
     stage(services, "b2", ["second"])
-    run_trigger(services, queue)
+    run_trigger(runtime, queue)
     assert queue.staging.approximate_count() == 1 and queue.staging.peek(1) == []  # hidden for a while
     assert queue.poison.approximate_count() == 0 and values(services) == ["first"]
 
 
 def test_a_queue_another_instance_owns_gets_its_batch_back_at_once(
-    services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(writer_fn, "NOT_OWNER_PAUSE_SECONDS", 0)
     owner = services.claimcheck.lease_blob(f"{OWNER_BLOB_PREFIX}{queue.account}/{queue.name}")
     assert owner.acquire(60, "another-instance") is not None
     stage(services, "b1", ["a"])
-    run_trigger(services, queue)
+    run_trigger(runtime, queue)
     assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]  # visible to the owner
     assert services.vault.index.committed_batches(STREAM, ["b1"]) == {}
 
 
 def test_poison_is_listed_and_a_replayed_batch_is_staged_again_and_committed_once(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     parked = encode_messages("parked", STREAM, NOW_MS, messages(["late"]))
     queue.poison.send(parked)
@@ -193,19 +199,21 @@ def test_poison_is_listed_and_a_replayed_batch_is_staged_again_and_committed_onc
     status = services.batch_table.status(STREAM, "parked")
     assert status is not None and status.status == STAGED
     assert [m.body for m in queue.poison.peek(5)] == ["not a batch"]  # never replayed, still listed
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     assert values(services) == ["late"] and replay(services).replayed == []
 
 
-def test_a_replayed_batch_without_a_status_row_gets_none(services: Services, queue: StagingQueue) -> None:
+def test_a_replayed_batch_without_a_status_row_gets_none(
+    runtime: Runtime, services: Services, queue: StagingQueue
+) -> None:
     """A row without the batch's digest would make a producer's retry of it look like another batch."""
     queue.poison.send(encode_messages("rowless", STREAM, NOW_MS, messages(["v"])))
     [listed] = list_poison(services, Selector(batch_id="rowless")).messages
     assert listed.status is None
     assert [p.batch_id for p in replay(services, Selector(batch_id="rowless")).replayed] == ["rowless"]
     assert services.batches.get("rowless", STREAM) is None
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     status = services.batch_table.status(STREAM, "rowless")
     assert status is not None and status.status == COMMITTED
@@ -213,12 +221,12 @@ def test_a_replayed_batch_without_a_status_row_gets_none(services: Services, que
 
 
 def test_a_replayed_batch_that_still_cannot_be_written_returns_to_poison_rejected(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     queue.poison.send(encode_claim("gone", STREAM, NOW_MS, "gone.records", 3))
     services.batch_table.reject(STREAM, "gone", "first failure")
     assert len(replay(services).replayed) == 1 and queue.poison.peek(5) == []
-    while run_trigger(services, queue):  # the blob is gone: the writer fails it again
+    while run_trigger(runtime, queue):  # the blob is gone: the writer fails it again
         pass
     [back] = list_poison(services).messages
     assert back.parked.batch_id == "gone" and back.parked.claim_check and back.parked.count == 3
@@ -227,7 +235,7 @@ def test_a_replayed_batch_that_still_cannot_be_written_returns_to_poison_rejecte
 
 
 def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
-    services: Services, queue: StagingQueue
+    runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
     for i in range(PAGE + 2):  # more than one page ahead of the wanted ones
         queue.poison.send(encode_messages(f"o{i}", "other", NOW_MS, messages([f"o{i}"])))
@@ -238,7 +246,7 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     report = replay(services, Selector(stream=STREAM))
     assert sorted(str(p.batch_id) for p in report.replayed) == ["w0", "w1"] and report.complete
     assert report.skipped == PAGE + 2 and queue.poison.approximate_count() == PAGE + 2
-    while run_trigger(services, queue):
+    while run_trigger(runtime, queue):
         pass
     assert sorted(values(services)) == ["w0", "w1"]
     with pytest.raises(StreamNotFound):  # nothing of the other stream moved

@@ -140,3 +140,65 @@ def test_cycles_finds_a_cycle_through_a_lazy_import() -> None:
 def test_there_are_no_import_cycles() -> None:
     found = [c for c in cycles(project_graph()) if frozenset(c) not in KNOWN_CYCLES]
     assert not found, "import cycles: " + "; ".join(" <-> ".join(sorted(c)) for c in found)
+
+
+# -- state -------------------------------------------------------------------------------------
+STATELESS_CALLS = ("logging.getLogger", "TypeVar", "re.compile", "frozenset", "tuple")
+"""Module-level calls that build nothing a request or an invocation could change."""
+
+KNOWN_MODULE_STATE = {
+    "vault_app.api._read_ahead",
+    "vault_app.api._tails_by_loop",
+    "vault_app.api._wait_slots",
+    "vault_app.api._counts_by_loop",
+    "vault_app.http._threads",
+    "vault_app.services.services",
+    "vault_app.telemetry._active",
+    "vault_app.telemetry._lock",
+    "vault_app.auth.guard._authenticator",
+}
+"""What still lives in vault_app's module globals rather than in vault_app.runtime.Runtime; to be
+moved there, not added to (the writer's open writers, its pool and its fault seam moved already)."""
+
+
+def module_state(name: str, path: Path) -> set[str]:
+    """The module's mutable globals: objects built at import (not constants, not type aliases),
+    names rebound by ``global``, and functions that cache what they return."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = set()
+    for node in tree.body:
+        target, value = None, None
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign):
+            target, value = node.target, node.value
+        built = isinstance(value, ast.Call) and not ast.unparse(value.func).endswith(STATELESS_CALLS)
+        if isinstance(target, ast.Name) and built and not target.id.isupper():
+            found.add(target.id)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and any(
+            "cache" in ast.unparse(d) for d in node.decorator_list
+        ):
+            found.add(node.name)
+    found |= {n for node in ast.walk(tree) if isinstance(node, ast.Global) for n in node.names}
+    return {f"{name}.{n}" for n in found}
+
+
+def test_module_state_finds_built_objects_globals_and_caches() -> None:
+    source = ROOT / "tests" / "data" / "module_state_example.py"
+    assert module_state("m", source) == {"m.pool", "m.cached", "m.current"}
+
+
+def test_the_app_keeps_no_new_state_in_module_globals() -> None:
+    found = {
+        state
+        for name, path in MODULES.items()
+        if name.startswith("vault_app") or name == "function_app"
+        for state in module_state(name, path)
+    }
+    found.discard("function_app.app")  # the Functions entry point the runtime discovers
+    found.discard("function_app.runtime")  # built once, the app's one runtime
+    found.discard("function_app.settings")
+    assert found == KNOWN_MODULE_STATE, (
+        f"new module state: {sorted(found - KNOWN_MODULE_STATE)}; "
+        f"gone (remove from KNOWN_MODULE_STATE): {sorted(KNOWN_MODULE_STATE - found)}"
+    )

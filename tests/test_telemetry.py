@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 from conftest import isolated_host
-from helpers.staged_flow import services_on, stage, write_next
+from helpers.staged_flow import runtime_on, stage, write_next
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -31,8 +31,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from vault_app import envelope, telemetry
-from vault_app.open_writers import OpenWriters, open_writers
+from vault_app.open_writers import OpenWriters
 from vault_app.otel import OtelTelemetry
+from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_core.recordformat import NewMessage
 from vault_local.azurite import Azurite
@@ -80,16 +81,24 @@ def recorded() -> Iterator[Recorded]:
 
 
 @pytest.fixture
-def services(azurite: Azurite) -> Iterator[Services]:
-    yield services_on(azurite.connection_string)
-    open_writers.close_all()  # the writer's stream leases and queue ownership, as a process exit
+def runtime(azurite: Azurite) -> Iterator[Runtime]:
+    runtime = runtime_on(azurite.connection_string)
+    yield runtime
+    runtime.close()  # the writer's stream leases and queue ownership, as a process exit
 
 
-def test_one_trace_runs_from_each_post_to_its_commit(recorded: Recorded, services: Services) -> None:
+@pytest.fixture
+def services(runtime: Runtime) -> Services:
+    return runtime.services
+
+
+def test_one_trace_runs_from_each_post_to_its_commit(
+    recorded: Recorded, runtime: Runtime, services: Services
+) -> None:
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     batches = [[NewMessage(b"a" * 10), NewMessage(b"b" * 20)], [NewMessage(b"c" * 30, "key")]]
     first_id, second_id = stage(services, stream, batches)
-    write_next(services, stream)  # the first batch triggers; the second is drained with it
+    write_next(runtime, stream)  # the first batch triggers; the second is drained with it
 
     posts = {s.attributes["vault.batch_id"]: s for s in recorded.named("vault.stage") if s.attributes}
     assert set(posts) == {first_id, second_id}
@@ -125,14 +134,16 @@ def test_one_trace_runs_from_each_post_to_its_commit(recorded: Recorded, service
     assert duration.count == 1 and duration.sum > 0
 
 
-def test_a_redelivered_batch_is_not_counted_twice(recorded: Recorded, services: Services) -> None:
+def test_a_redelivered_batch_is_not_counted_twice(
+    recorded: Recorded, runtime: Runtime, services: Services
+) -> None:
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     [batch_id] = stage(services, stream, [[NewMessage(b"once")]])
     queue = services.queue_for(stream)
     body = queue.staging.peek(1)[0].body
-    write_next(services, stream)
+    write_next(runtime, stream)
     queue.staging.send(body)  # the same batch again: a redelivery after its commit
-    write_next(services, stream)
+    write_next(runtime, stream)
 
     assert [p.value for p in recorded.points("vault.append.messages")] == [1]
     assert [p.count for p in recorded.points("vault.commit.lag")] == [1]
@@ -140,7 +151,9 @@ def test_a_redelivered_batch_is_not_counted_twice(recorded: Recorded, services: 
     assert batch_id in str(recorded.named("vault.commit")[0].attributes)
 
 
-def test_requeues_and_poisoned_batches_are_counted(recorded: Recorded, services: Services) -> None:
+def test_requeues_and_poisoned_batches_are_counted(
+    recorded: Recorded, runtime: Runtime, services: Services
+) -> None:
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     queue = services.queue_for(stream)
     # Another instance owns the queue: the trigger's batch is passed back for it.
@@ -148,7 +161,7 @@ def test_requeues_and_poisoned_batches_are_counted(recorded: Recorded, services:
     other = OpenWriters()
     try:
         assert other.own(services, queue)
-        write_next(services, stream)
+        write_next(runtime, stream)
         other.done(queue)
     finally:
         other.close_all()  # and so the queue is free for this process
@@ -157,7 +170,7 @@ def test_requeues_and_poisoned_batches_are_counted(recorded: Recorded, services:
             queue.staging.delete(m)
     # A claim-check blob missing for an uncommitted batch: permanent, the batch goes to poison.
     queue.staging.send(envelope.encode_claim("lost-1", stream, 1, f"{stream}/lost-1/x.records", 3))
-    write_next(services, stream)
+    write_next(runtime, stream)
 
     where = {"vault.queue": queue.name, "vault.account": queue.account}
     [poisoned] = recorded.points("vault.batches.poisoned")
@@ -185,12 +198,14 @@ def test_the_envelope_carries_the_trace_and_stays_readable_without_one() -> None
         assert decoded.trace is None and decoded.messages == messages
 
 
-def test_an_unusable_trace_context_only_loses_the_link(recorded: Recorded, services: Services) -> None:
+def test_an_unusable_trace_context_only_loses_the_link(
+    recorded: Recorded, runtime: Runtime, services: Services
+) -> None:
     stream = f"tel-{uuid.uuid4().hex[:8]}"
     queue = services.queue_for(stream)
     text = envelope.encode_messages("odd-1", stream, 1, [NewMessage(b"v")], "not-a-traceparent")
     queue.staging.send(text)
-    write_next(services, stream)
+    write_next(runtime, stream)
 
     assert services.vault.reader.state(stream).count == 1
     [write] = recorded.named("vault.write")

@@ -4,15 +4,16 @@ and the reaper that closes idle ones.
 A busy stream pays for its lease and its recovery once, not per invocation. A staging queue is
 written by one instance at a time, its **owner** (docs/ARCHITECTURE.md §3.7): the instance
 that holds the queue's owner lease, an empty page blob ``_owners/<account>/<queue>`` in the
-claim-check container. On shutdown (:func:`close_all`: called by the local host's workers when
-told to terminate, and registered with ``atexit`` as the backstop of a normal interpreter exit)
-every writer brings the catalog up to date and releases its lease, and then every owned queue
-is released, so another instance can take over at once rather than after the leases run out.
+claim-check container. On shutdown (:meth:`OpenWriters.close_all`, when its
+:class:`vault_app.runtime.Runtime` closes: the local host's workers close it when told to
+terminate, and ``function_app.py`` registers the close with ``atexit`` as the backstop of a
+normal interpreter exit) every writer brings the catalog up to date and releases its lease, and
+then every owned queue is released, so another instance can take over at once rather than after
+the leases run out.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
@@ -208,7 +209,3 @@ def _release_owner(key: str, lease: HeldLease) -> None:
         log.info("staging queue %s released", key)
     except VaultError as exc:  # expired or taken: nothing to release
         log.info("ownership of staging queue %s not released: %s", key, exc)
-
-
-open_writers = OpenWriters()
-atexit.register(open_writers.close_all)

@@ -33,14 +33,12 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from vault_app import envelope, telemetry
 from vault_app.claimcheck import AlreadyCommitted, ClaimChecks
 from vault_app.envelope import Envelope, EnvelopeError
-from vault_app.open_writers import open_writers
+from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
@@ -62,9 +60,6 @@ writer is draining the same queue meanwhile, so the batch is usually appended by
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
-
-fault_hook: Callable[[str], None] | None = None
-"""Test seam of the local host (``--fault``): called at named points, e.g. ``after-commit``."""
 
 
 @dataclass(frozen=True)
@@ -90,14 +85,15 @@ class _Plan:
     bytes: int = 0
 
 
-def write_staged(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
+def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
     with telemetry.current().writing(queue.name, queue.account):
-        _write(services, queue, trigger)
+        _write(runtime, queue, trigger)
 
 
-def _write(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
+def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
+    services = runtime.services
     try:
-        owner = open_writers.own(services, queue)
+        owner = runtime.writers.own(services, queue)
     except VaultError as exc:
         if not exc.retriable:
             raise
@@ -107,13 +103,14 @@ def _write(services: Services, queue: StagingQueue, trigger: StagingMessage) -> 
         _pass_to_owner(queue, trigger)
         return
     try:
-        _write_owned(services, queue, trigger)
+        _write_owned(runtime, queue, trigger)
     finally:
-        open_writers.done(queue)
+        runtime.writers.done(queue)
 
 
-def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessage) -> None:
+def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
     """This instance owns the queue: append the trigger's batch and whatever else is pending."""
+    services = runtime.services
     claims = services.claims
     try:
         first = claims.load(envelope.decode(trigger.body))
@@ -131,13 +128,12 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
     plan = _Plan()
     _add(plan, _Work(first))
     with _Renewer(queue) as renewer:
-        _drain(claims, services, queue, plan, renewer)
-        if fault_hook:
-            fault_hook("after-drain")
+        _drain(claims, runtime, queue, plan, renewer)
+        runtime.fault("after-drain")
         for stream, work in plan.by_stream.items():
             drained = [w.drained for w in work if w.drained]
             try:
-                _append(services, claims, queue, stream, work, renewer)
+                _append(runtime, claims, queue, stream, work, renewer)
             except StreamFull as exc:
                 renewer.forget(drained)
                 for w in work:
@@ -162,12 +158,8 @@ def _write_owned(services: Services, queue: StagingQueue, trigger: StagingMessag
                 log.exception("append to %s failed; its drained batches return to the queue", stream)
 
 
-_io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mv-writer-io")
-"""Independent storage calls of one invocation (claim-check downloads, deletes) run here."""
-
-
 def _append(
-    services: Services,
+    runtime: Runtime,
     claims: ClaimChecks,
     queue: StagingQueue,
     stream: str,
@@ -178,17 +170,17 @@ def _append(
     started = time.monotonic()
     with tel.appending(stream, [w.envelope.trace for w in work]):
         started_ns = time.time_ns()
-        results = open_writers.append(services, stream, [_batch(w.envelope) for w in work])
+        results = runtime.writers.append(runtime.services, stream, [_batch(w.envelope) for w in work])
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
-    if fault_hook:
-        fault_hook("after-commit")
+    runtime.fault("after-commit")
     now_ms = time.time_ns() // 1_000_000
     # Cleanup after the commit, side by side; anything left behind is harmless (a redelivery
     # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
     drained = [w.drained for w in work if w.drained]
     renewer.forget(drained)
-    cleanup = [_io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim])]
-    cleanup += [_io.submit(_delete, queue, m) for m in drained]
+    io = runtime.writer_io
+    cleanup = [io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim])]
+    cleanup += [io.submit(_delete, queue, m) for m in drained]
     for done in cleanup:
         done.result()
     fresh = [r for r in results if not r.duplicate]
@@ -228,8 +220,9 @@ def _batch(env: Envelope) -> Batch:
 
 
 def _drain(
-    claims: ClaimChecks, services: Services, queue: StagingQueue, plan: _Plan, renewer: _Renewer
+    claims: ClaimChecks, runtime: Runtime, queue: StagingQueue, plan: _Plan, renewer: _Renewer
 ) -> None:
+    services = runtime.services
     while plan.bytes < DRAIN_BYTES:
         try:
             held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
@@ -238,7 +231,7 @@ def _drain(
             return  # append what we have
         renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
-        loaded = _io.map(lambda m: _try_load(claims, m.body), held)
+        loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
         for m, result in zip(held, loaded, strict=True):
             if isinstance(result, Envelope):
                 _add(plan, _Work(result, m))

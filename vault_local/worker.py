@@ -31,7 +31,7 @@ import azure.functions as func
 from azure.functions.queue import QueueMessage
 
 from vault_app import telemetry
-from vault_app.open_writers import open_writers
+from vault_app.runtime import Runtime
 from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 
 log = logging.getLogger("vault_local.worker")
@@ -73,16 +73,15 @@ class _ToHost(logging.Handler):
             self.handleError(record)
 
 
-def install_fault(point: str) -> None:
+def install_fault(runtime: Runtime, point: str) -> None:
     """Test seam: stop dead at a named point in the writer so a test can kill -9 the process."""
-    from vault_app import writer_fn
 
     def hook(where: str) -> None:
         if where == point:
             print(f"FAULT {where}\n", end="", flush=True)  # one write: the host's lines share stdout
             time.sleep(3600)
 
-    writer_fn.fault_hook = hook
+    runtime.fault_hook = hook
 
 
 class _Runner:
@@ -198,10 +197,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         root.removeHandler(inherited)
     root.addHandler(_ToHost(channel))
     logging.getLogger("azure").setLevel(logging.WARNING)
-    if args.fault:
-        install_fault(args.fault)
     sys.path.insert(0, str(args.app_dir))
     import function_app  # after the environment (inherited from the host) is in place
+
+    runtime: Runtime = function_app.runtime
+    if args.fault:
+        install_fault(runtime, args.fault)
     from vault_local.routes import discover
 
     http, queues = discover(function_app.app)
@@ -217,15 +218,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         if kind in (HTTP, QUEUE):
             runner.submit(kind, ident, meta, body)
         elif kind == TERMINATE:
-            _terminate(args.slot)
+            _terminate(runtime, args.slot)
 
 
-def _terminate(slot: int) -> NoReturn:
-    """Close the app's open stream writers, then end the process.
+def _terminate(runtime: Runtime, slot: int) -> NoReturn:
+    """Close the app's runtime (its open stream writers), then end the process.
 
     The host has drained (or given up waiting), so whatever still runs here is abandoned, as
     the host's own death would abandon it: hence ``os._exit``, which does not wait for the pool's
-    threads. It also skips ``atexit``, where ``open_writers`` registers the same close (the
+    threads. It also skips ``atexit``, where ``function_app`` registers the same close (the
     backstop of a normal interpreter exit), so the writers are closed here, explicitly: the
     catalog row catches up with the commit record and the stream leases are released now
     rather than expiring 15 s later. Bounded, so a storage outage cannot hold the exit.
@@ -236,7 +237,7 @@ def _terminate(slot: int) -> NoReturn:
         target=telemetry.flush, args=(CLOSE_WRITERS_TIMEOUT,), name="mv-flush-telemetry", daemon=True
     )
     flusher.start()
-    closer = threading.Thread(target=open_writers.close_all, name="mv-close-writers", daemon=True)
+    closer = threading.Thread(target=runtime.close, name="mv-close-writers", daemon=True)
     closer.start()
     closer.join(CLOSE_WRITERS_TIMEOUT)
     flusher.join(max(0.0, deadline - time.monotonic()))

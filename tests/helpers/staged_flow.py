@@ -12,6 +12,7 @@ import sys
 import uuid
 
 from vault_app.config import load_settings
+from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
@@ -19,15 +20,15 @@ from vault_core.recordformat import NewMessage
 from vault_local.process import local_env
 
 
-def services_on(connection_string: str) -> Services:
-    """The app's clients on Azurite, on staging queues of their own (a fresh prefix)."""
+def runtime_on(connection_string: str) -> Runtime:
+    """The app's runtime on Azurite, on staging queues of their own (a fresh prefix)."""
     env = {
         **local_env(connection_string, "staged-flow-key-0123456789"),
         "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
     }
-    services = Services(load_settings(env))
-    services.ensure()
-    return services
+    runtime = Runtime(Services(load_settings(env)))
+    runtime.services.ensure()
+    return runtime
 
 
 def stage(services: Services, stream: str, batches: list[list[NewMessage]]) -> list[str]:
@@ -39,25 +40,23 @@ def stage(services: Services, stream: str, batches: list[list[NewMessage]]) -> l
     return ids
 
 
-def write_next(services: Services, stream: str) -> None:
+def write_next(runtime: Runtime, stream: str) -> None:
     """One writer invocation on the next message of the stream's queue, which must have one."""
-    queue = services.queue_for(stream)
+    queue = runtime.services.queue_for(stream)
     received = queue.staging.receive(1, 30)
     assert received, f"nothing staged in {queue.name}"
     message = received[0]
-    write_staged(services, queue, StagingMessage(message.id, message.body, 1, message.receipt))
+    write_staged(runtime, queue, StagingMessage(message.id, message.body, 1, message.receipt))
     queue.staging.delete(message)  # the host's part, on success
 
 
 def main() -> None:
-    from vault_app.open_writers import open_writers
-
-    services = services_on(sys.argv[1])
+    runtime = runtime_on(sys.argv[1])
     stream = f"flow-{uuid.uuid4().hex[:8]}"
-    stage(services, stream, [[NewMessage(b"one")], [NewMessage(b"two", "k")]])
-    write_next(services, stream)
-    open_writers.close_all()
-    assert services.vault.reader.state(stream).count == 2, "both batches committed"
+    stage(runtime.services, stream, [[NewMessage(b"one")], [NewMessage(b"two", "k")]])
+    write_next(runtime, stream)
+    runtime.close()
+    assert runtime.services.vault.reader.state(stream).count == 2, "both batches committed"
     loaded = sorted(m for m in sys.modules if m.startswith(("opentelemetry", "azure.monitor")))
     print(json.dumps(loaded))
 
