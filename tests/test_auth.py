@@ -20,7 +20,6 @@ from cryptography.hazmat.primitives import serialization
 
 from vault_app.api import sas_expiry
 from vault_app.auth import principal as principal_module
-from vault_app.auth.guard import Caller, denied, unauthorized
 from vault_app.auth.identity import ANONYMOUS, Principal
 from vault_app.auth.policy import (
     ALL,
@@ -37,6 +36,7 @@ from vault_app.auth.policy import (
 from vault_app.auth.principal import Authenticator, Unauthenticated, easy_auth_principal, match_key
 from vault_app.auth.tokens import InvalidToken, KeysUnavailable, SigningKeys, TokenValidator, check_url
 from vault_app.config import load_auth
+from vault_app.guard import Caller, denied, unauthorized
 from vault_local import host as local_host
 from vault_local.dev_issuer import DevIssuer
 

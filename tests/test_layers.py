@@ -155,7 +155,7 @@ KNOWN_MODULE_STATE = {
     "vault_app.services.services",
     "vault_app.telemetry._active",
     "vault_app.telemetry._lock",
-    "vault_app.auth.guard._authenticator",
+    "vault_app.guard._authenticator",
 }
 """What still lives in vault_app's module globals rather than in vault_app.runtime.Runtime; to be
 moved there, not added to (the writer's open writers, its pool and its fault seam moved already)."""

@@ -18,9 +18,9 @@ from typing import Any
 import msgspec
 
 from vault_app import poison
-from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
+from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
 from vault_app.openapi import SPEC

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from vault_app.api import _int_param, _stream, _svc
-from vault_app.auth.guard import Caller, on_stream, secured
 from vault_app.auth.policy import Action
+from vault_app.guard import Caller, on_stream, secured
 from vault_app.http import Request, Response, guarded, json_response
 from vault_core.checkpoints import Checkpoint
 from vault_core.errors import FormatError, InvalidOffset

@@ -6,8 +6,8 @@ without it (poison queues are shared by all streams).
 from __future__ import annotations
 
 from vault_app import poison
-from vault_app.auth.guard import Caller, on_some_stream, secured
 from vault_app.auth.policy import Action
+from vault_app.guard import Caller, on_some_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded_for, json_response
 from vault_app.services import services
 from vault_core.names import validate_batch_id, validate_stream_name
