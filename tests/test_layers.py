@@ -2,7 +2,9 @@
 
 * The storage SDKs are called by the storage adapters alone; everything above them sees the
   vault's own types and errors (vault_core/translation.py).
-* The layers point one way: vault_core knows nothing of the app, the client or the local host.
+* The layers point one way: vault_core knows nothing of the app, the client or the local host;
+  within the app, access control (vault_app.auth) knows nothing of the settings, and the
+  settings nothing of the services and handlers above them (LAYERS).
 * No import cycles among the project's modules, lazy imports inside functions included.
 """
 
@@ -95,6 +97,44 @@ def test_the_core_does_not_reach_up_into_the_app_the_client_or_the_host() -> Non
         if imported.startswith(forbidden)
     }
     assert not offenders, "\n".join(sorted(offenders))
+
+
+LAYERS = (
+    ("vault_core",),
+    ("vault_app.auth",),  # pure: who a caller is and what it may do
+    ("vault_app.config",),  # the settings, which name auth's rules
+    ("vault_app", "vault_client"),  # services, staging, the writer, the handlers; the client
+    ("function_app",),  # the triggers and bindings
+    ("vault_local",),  # the local stand-in for the Functions runtime, which imports the app
+)
+"""Lowest first: a module may import its own layer and those below, never one above."""
+
+
+def layer(module: str) -> int:
+    """The layer of the longest prefix in LAYERS that names ``module`` (or its package)."""
+    found = [
+        (len(prefix), rank)
+        for rank, prefixes in enumerate(LAYERS)
+        for prefix in prefixes
+        if module == prefix or module.startswith(prefix + ".")
+    ]
+    assert found, f"{module} is in no layer"
+    return max(found)[1]
+
+
+def test_layer_takes_the_longest_prefix() -> None:
+    assert [layer(m) for m in ("vault_core.reader", "vault_app.auth.policy", "vault_app.config")] == [0, 1, 2]
+    assert [layer(m) for m in ("vault_app.guard", "function_app", "vault_local.host")] == [3, 4, 5]
+
+
+def test_no_import_runs_up_a_layer() -> None:
+    upward = {
+        f"{name} ({layer(name)}) imports {imported} ({layer(imported)})"
+        for name, targets in project_graph().items()
+        for imported in targets
+        if layer(imported) > layer(name)
+    }
+    assert not upward, "\n".join(sorted(upward))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
