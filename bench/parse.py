@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 
 from bench.common import report
-from vault_app.api import _ENCODER, WirePage, wire_line
 from vault_app.config import Limits
 from vault_app.ingest import parse_batch
+from vault_app.wire import ENCODER, WirePage, wire_line
 from vault_core.recordformat import Message
 
 MESSAGES = 1000
@@ -56,7 +56,7 @@ def main() -> None:
         )
         rows = [Message(i * 64, 1_700_000_000_000, b"user-%d" % i, b"x" * size, 1) for i in range(MESSAGES)]
         figures[f"read page (JSON), {label} values: CPU ms / 1,000 msgs"] = cpu_ms_per_1000(
-            lambda r=rows: _ENCODER.encode(WirePage("s", 0, 0, [wire_line(m, False) for m in r]))  # type: ignore[misc]
+            lambda r=rows: ENCODER.encode(WirePage("s", 0, 0, [wire_line(m, False) for m in r]))  # type: ignore[misc]
         )
     report("parse", "./dev bench parse", figures)
 

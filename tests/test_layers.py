@@ -188,9 +188,9 @@ STATELESS_CALLS = ("logging.getLogger", "TypeVar", "re.compile", "frozenset", "t
 
 KNOWN_MODULE_STATE = {
     "vault_app.api._read_ahead",
-    "vault_app.api._tails_by_loop",
-    "vault_app.api._wait_slots",
-    "vault_app.api._counts_by_loop",
+    "vault_app.loops._tails_by_loop",
+    "vault_app.loops.wait_slots",
+    "vault_app.loops._counts_by_loop",
     "vault_app.http._threads",
     "vault_app.services.services",
     "vault_app.telemetry._active",

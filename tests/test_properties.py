@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from vault_app.api import _int_param, _wait_param, parse_range, parse_time
 from vault_app.config import Limits
 from vault_app.http import HttpError, Request
 from vault_app.ingest import parse_batch
+from vault_app.params import int_param, parse_range, parse_time, wait_param
 from vault_core.errors import FormatError, InvalidInput
 from vault_core.recordformat import MAX_TIMESTAMP_MS, NewMessage, decode, encode
 from vault_core.times import to_millis
@@ -143,7 +143,7 @@ def test_any_range_header_is_a_range_or_a_400(header: str, committed: int) -> No
 @given(st.text(max_size=30) | st.from_regex(r"-?\d{1,5000}", fullmatch=True))
 def test_any_integer_or_wait_parameter_is_in_range_or_a_400(raw: str) -> None:
     request = Request("GET", query={"limit": raw, "wait": raw})
-    for read in (lambda: _int_param(request, "limit", 1000, 1, 10_000), lambda: _wait_param(request)):
+    for read in (lambda: int_param(request, "limit", 1000, 1, 10_000), lambda: wait_param(request)):
         try:
             value = read()
         except HttpError as exc:

@@ -1,21 +1,17 @@
-"""The HTTP handlers (docs/API.md), independent of the Functions runtime."""
+"""The HTTP handlers (docs/API.md), independent of the Functions runtime.
+
+Their parameters are parsed in :mod:`vault_app.params`, what they send is rendered by
+:mod:`vault_app.wire`, and what they keep per event loop (tail watches, wait slots, /health's
+counts) is in :mod:`vault_app.loops`."""
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import contextlib
 import json
 import logging
-import re
 import time
-import weakref
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from functools import lru_cache
 from typing import Any
-
-import msgspec
 
 from vault_app import poison
 from vault_app.auth.policy import Action
@@ -23,83 +19,29 @@ from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
+from vault_app.loops import recent_poison_counts, tails, wait_slots
 from vault_app.openapi import SPEC
+from vault_app.params import batch_id_of, int_param, parse_range, parse_time, stream_of, wait_param
 from vault_app.readahead import ReadAhead
-from vault_app.services import Services, StagingQueue, services
+from vault_app.services import Services, services
 from vault_app.staging import Stager
-from vault_app.tail import SWEEP_MAX_STREAMS, Busy, Tails, WaitSlots
+from vault_app.tail import Busy
+from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_line
 from vault_core import __version__ as VERSION
-from vault_core.aio import async_clients
-from vault_core.errors import InvalidInput, OffsetPastEnd, StorageUnavailable, VaultError
+from vault_core.errors import OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
     DEFAULT_READ_BYTES,
     DEFAULT_READ_MESSAGES,
     MAX_READ_BYTES,
     MAX_READ_MESSAGES,
-    MAX_WAIT_SECONDS,
 )
-from vault_core.names import validate_batch_id, validate_stream_name
-from vault_core.pagelog import CommitState
 from vault_core.reader import ReadResult, StreamReader
-from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_TIMESTAMP_MS, Message, message_id
 from vault_core.retry import budget
-from vault_core.times import to_millis
 
 _read_ahead = ReadAhead()
-NDJSON = "application/x-ndjson"
 BATCH_RECHECK_SECONDS = 1.0
 """A producer's ``?wait=`` reads the batch table at least this often (see _committed_within)."""
-HEALTH_FRESH_SECONDS = 1.0
-HEALTH_STALE_SECONDS = 5.0
-"""/health's poison counts are read at most once a second and served up to 5 s old meanwhile."""
-HEALTH_BUDGET_SECONDS = 2.0
-"""All storage calls of one /health together: a probe answers within about this long."""
 log = logging.getLogger("vault_app")
-
-
-def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = req.query.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HttpError(
-            400, "bad_request", f"query parameter {name} must be an integer, got {raw!r}"
-        ) from None
-    if not lo <= value <= hi:
-        raise HttpError(400, "bad_request", f"query parameter {name} must be between {lo} and {hi}")
-    return value
-
-
-def _wait_param(req: Request) -> float:
-    raw = req.query.get("wait")
-    if raw is None or raw == "":
-        return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise HttpError(400, "bad_request", f"wait must be a number of seconds, got {raw!r}") from None
-    if not 0 <= value <= MAX_WAIT_SECONDS:
-        raise HttpError(400, "bad_request", f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
-    return value
-
-
-def parse_time(raw: str) -> int:
-    """Milliseconds since the epoch, from milliseconds or ISO 8601 (naive means UTC).
-
-    Times before the epoch or past what a record can carry are clamped to that range: a seek
-    there means "from the start" or "at the end".
-    """
-    try:
-        ms = to_millis(raw)
-    except InvalidInput as exc:
-        raise HttpError(400, "bad_request", str(exc)) from None
-    return min(max(ms, 0), MAX_TIMESTAMP_MS)
-
-
-def _stream(req: Request) -> str:
-    return validate_stream_name(req.route.get("stream", ""))
 
 
 def _svc() -> Services:
@@ -111,8 +53,8 @@ def _svc() -> Services:
 @secured(on_stream(Action.WRITE))
 async def post_messages(req: Request, caller: Caller) -> Response:
     svc = _svc()
-    stream = _stream(req)
-    wait = _wait_param(req)
+    stream = stream_of(req)
+    wait = wait_param(req)
     batch_id, status = await in_thread(_stage, svc, req, stream)
     if wait > 0 and status.status != COMMITTED:
         status = await _committed_within(svc, stream, batch_id, wait) or status
@@ -140,11 +82,11 @@ async def _committed_within(svc: Services, stream: str, batch_id: str, wait: flo
     record a little).
     """
     try:
-        async with _wait_slots().slot():
+        async with wait_slots().slot():
             deadline = time.monotonic() + wait
             seen = -1
             while (left := deadline - time.monotonic()) > 0:
-                state = await _tails().wait_past(stream, seen, min(left, BATCH_RECHECK_SECONDS))
+                state = await tails().wait_past(stream, seen, min(left, BATCH_RECHECK_SECONDS))
                 if state is not None and state.committed > seen:
                     seen = state.committed
                     hit = next((b for b in state.batches if b.batch_id == batch_id), None)
@@ -159,14 +101,6 @@ async def _committed_within(svc: Services, stream: str, batch_id: str, wait: flo
     return None
 
 
-def _batch_id(req: Request) -> str:
-    raw = req.route.get("id", "")
-    try:
-        return validate_batch_id(raw)
-    except InvalidInput:
-        raise HttpError(404, "not_found", f"no batch with id {raw!r}") from None
-
-
 @guarded
 @secured(on_some_stream(Action.READ))
 def get_batch(req: Request, caller: Caller) -> Response:
@@ -174,7 +108,7 @@ def get_batch(req: Request, caller: Caller) -> Response:
 
     Only batches of streams the caller may read count: one elsewhere is "not found", as if it
     did not exist, so an id tells nothing about streams the caller cannot read."""
-    batch_id = _batch_id(req)
+    batch_id = batch_id_of(req)
     found = [s for s in _svc().batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
     if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
@@ -192,8 +126,8 @@ def get_batch(req: Request, caller: Caller) -> Response:
 @guarded
 @secured(on_stream(Action.READ))
 def get_stream_batch(req: Request, caller: Caller) -> Response:
-    stream = _stream(req)
-    batch_id = _batch_id(req)
+    stream = stream_of(req)
+    batch_id = batch_id_of(req)
     status: BatchStatus | None = _svc().batch_table.status(stream, batch_id)
     if status is None:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r} on stream {stream!r}")
@@ -207,34 +141,22 @@ def list_streams(req: Request, caller: Caller) -> Response:
     """The streams the caller may read; the staging queues (shared by all streams) only for
     admins of every stream."""
     svc = _svc()
-    streams = [_catalog_json(e.__dict__) for e in svc.vault.streams() if caller.may(Action.READ, e.stream)]
+    streams = [catalog_json(e.__dict__) for e in svc.vault.streams() if caller.may(Action.READ, e.stream)]
     doc: dict[str, Any] = {"streams": streams}
     if caller.everywhere(Action.ADMIN):
         doc["queues"] = [d.to_json() for d in poison.queue_depths(svc)]
     return json_response(200, doc)
 
 
-def _catalog_json(e: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "stream": e["stream"],
-        "committed": e["committed"],
-        "count": e["count"],
-        "first_timestamp": e["first_ts"],
-        "last_timestamp": e["last_ts"],
-        "created": e["created"],
-        "updated": e["updated"],
-    }
-
-
 @guarded
 @secured(on_stream(Action.READ))
 def get_stream(req: Request, caller: Caller) -> Response:
     svc = _svc()
-    stream = _stream(req)
+    stream = stream_of(req)
     state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
     entry = svc.vault.index.catalog_entry(stream)
     doc: dict[str, Any] = (
-        _catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
+        catalog_json(entry.__dict__) if entry else {"stream": stream, "created": None, "updated": None}
     )
     doc.update(
         committed=state.committed,
@@ -254,23 +176,23 @@ async def get_messages(req: Request, caller: Caller) -> Response:
     The wait is a coroutine on the stream's shared tail watch (vault_app.tail): no thread and no
     storage call of its own; the read and the formatting run in a thread."""
     svc = _svc()
-    stream = _stream(req)
+    stream = stream_of(req)
     page = _PageRequest(
         stream,
-        limit=_int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES),
-        max_bytes=_int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES),
+        limit=int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES),
+        max_bytes=int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES),
         force_b64=req.query.get("encoding") == "base64",
         ndjson=NDJSON in (req.header("accept") or ""),
     )
-    wait = _wait_param(req)
+    wait = wait_param(req)
     reader = svc.vault.reader
     if req.query.get("at"):
         if req.query.get("from"):
             raise HttpError(400, "bad_request", "give either from or at, not both")
         offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
     else:
-        offset = _int_param(req, "from", 0, 0, 2**62)
-    if wait > 0 and _tails().at_end(stream, offset):
+        offset = int_param(req, "from", 0, 0, 2**62)
+    if wait > 0 and tails().at_end(stream, offset):
         # A consumer chasing the tail, again: its stream is watched and ends where it asks, so
         # it waits at once. Its empty page, should nothing come, costs no storage call.
         found, response = False, _empty_page(page, offset)
@@ -278,10 +200,10 @@ async def get_messages(req: Request, caller: Caller) -> Response:
         found, response = await in_thread(_page, reader, page, offset)
     if found or wait <= 0:
         return response
-    async with _wait_slots().slot():
+    async with wait_slots().slot():
         deadline = time.monotonic() + wait
         while (left := deadline - time.monotonic()) > 0:
-            state = await _tails().wait_past(stream, offset, left)
+            state = await tails().wait_past(stream, offset, left)
             if state is None or state.committed <= offset:
                 break  # the wait is over: the empty page
             with budget():  # a fresh budget: the wait may have outlasted the request's
@@ -309,16 +231,16 @@ def _page(reader: StreamReader, page: _PageRequest, offset: int) -> tuple[bool, 
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
     lines = [wire_line(m, page.force_b64) for m in result.messages]
     if page.ndjson:
-        return bool(lines), Response(200, _ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
+        return bool(lines), Response(200, ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
     body = WirePage(stream, result.next_offset, result.committed, lines)
-    return bool(lines), Response(200, _ENCODER.encode(body), headers)
+    return bool(lines), Response(200, ENCODER.encode(body), headers)
 
 
 def _empty_page(page: _PageRequest, end: int) -> Response:
     headers = {"X-Next-Offset": str(end), "X-Committed": str(end)}
     if page.ndjson:
         return Response(200, b"", headers, mimetype=NDJSON)
-    return Response(200, _ENCODER.encode(WirePage(page.stream, end, end, [])), headers)
+    return Response(200, ENCODER.encode(WirePage(page.stream, end, end, [])), headers)
 
 
 def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
@@ -329,100 +251,14 @@ def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes:
         raise HttpError(416, "invalid_offset", str(exc)) from exc
 
 
-# -- waiting -------------------------------------------------------------------------------
-_tails_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tails] = weakref.WeakKeyDictionary()
-
-
-def _tails() -> Tails:
-    """The stream watches of the running event loop (the worker has one)."""
-    loop = asyncio.get_running_loop()
-    tails = _tails_by_loop.get(loop)
-    if tails is None:
-        svc = _svc()
-
-        async def commit_state(stream: str) -> CommitState:
-            return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
-
-        async def commit_states() -> dict[str, CommitState]:
-            clients = async_clients(svc.vault_account)
-            return await clients.commit_states(svc.settings.streams_container, SWEEP_MAX_STREAMS)
-
-        tails = _tails_by_loop[loop] = Tails(commit_state, commit_states)
-    return tails
-
-
-@lru_cache(maxsize=1)
-def _wait_slots() -> WaitSlots:
-    return WaitSlots(_svc().settings.max_waiting)
-
-
-class WireLine(msgspec.Struct):
-    """One message of a read (docs/API.md "Consume")."""
-
-    offset: int
-    timestamp: int
-    id: str
-    key: str
-    key_encoding: str
-    value: str
-    value_encoding: str
-
-
-class WirePage(msgspec.Struct):
-    stream: str
-    next_offset: int
-    committed: int
-    messages: list[WireLine]
-
-
-_ENCODER = msgspec.json.Encoder()
-"""Encodes whole pages in C: faster than building each line by hand (bench/parse.py)."""
-
-
-def _text(raw: bytes, force_b64: bool) -> tuple[str, str]:
-    """``raw`` as UTF-8 text when it is valid UTF-8 (and base64 is not forced), else base64."""
-    if not force_b64:
-        try:
-            return raw.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            pass
-    return base64.b64encode(raw).decode("ascii"), "base64"
-
-
-def wire_line(m: Message, force_b64: bool) -> WireLine:
-    """One message of a read: this is the read path's inner loop."""
-    offset, ts, key, value, flags = m
-    value_text, value_enc = _text(value, force_b64)
-    key_text, key_enc = _text(key, force_b64 and not flags & FLAG_KEY_IS_TEXT)
-    return WireLine(offset, ts, message_id(ts, offset), key_text, key_enc, value_text, value_enc)
-
-
 # -- raw log -------------------------------------------------------------------------------
-_RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})")
-"""One range; 19 digits is past any blob size, and keeps the numbers small to parse."""
-
-
-def parse_range(header: str | None, committed: int) -> tuple[int, int]:
-    """``[start, end)`` of a ``Range`` header against the committed length (``end`` may be
-    <= ``start`` when the range is unsatisfiable: a 416). Raises HttpError 400 if malformed."""
-    raw = (header or "bytes=0-").strip()
-    match = _RANGE.fullmatch(raw)
-    if not match or (not match.group(1) and not match.group(2)):
-        shown = raw if len(raw) <= 60 else raw[:60] + "..."
-        raise HttpError(400, "bad_request", f"unsupported Range {shown!r}: use one range, bytes=a-b")
-    if match.group(1):
-        start = int(match.group(1))
-        end = int(match.group(2)) + 1 if match.group(2) else committed
-    else:  # suffix range: the last n bytes
-        start, end = max(0, committed - int(match.group(2))), committed
-    return start, end
 
 
 @guarded
 @secured(on_stream(Action.READ))
 def get_log(req: Request, caller: Caller) -> Response:
     svc = _svc()
-    stream = _stream(req)
+    stream = stream_of(req)
     blob = svc.vault.blob(stream)
     committed = blob.state().committed
     raw = (req.header("range") or "bytes=0-").strip()
@@ -459,7 +295,7 @@ def get_access(req: Request, caller: Caller) -> Response:
     """A read-only SAS for the stream's blob alone, living ``VAULT_SAS_MINUTES`` at most and
     never past the caller's token: whoever loses access loses it on the blob soon after too."""
     svc = _svc()
-    stream = _stream(req)
+    stream = stream_of(req)
     state = svc.vault.blob(stream).state()
     now = datetime.now(timezone.utc)
     expires = sas_expiry(now, svc.settings.sas_minutes, caller.principal.expires)
@@ -494,14 +330,14 @@ async def health(req: Request, caller: Caller) -> Response:
     Open to probes without a credential, so it says nothing about data: queue names and
     poison counts only to admins of every stream. A coroutine with async storage calls made
     side by side: a probe needs no thread, so busy threads never make it slow."""
-    counts = await _recent_poison_counts()
+    counts = await recent_poison_counts()
     known = [c["poison_messages"] for c in counts]
     ok = bool(counts) and None not in known
     doc: dict[str, Any] = {"status": "ok" if ok else "degraded", "version": VERSION}
     if caller.everywhere(Action.ADMIN):
         doc["poison_messages"] = sum(n for n in known if n is not None) if ok else None
         doc["queues"] = counts
-        doc["waiting"] = _wait_slots().waiting  # in this worker process: how close to VAULT_MAX_WAITING
+        doc["waiting"] = wait_slots().waiting  # in this worker process: how close to VAULT_MAX_WAITING
     return json_response(200, doc)
 
 
@@ -526,69 +362,6 @@ def whoami(req: Request, caller: Caller) -> Response:
         },
         {"Cache-Control": "no-store"},
     )
-
-
-@dataclass
-class _Counts:
-    value: list[dict[str, Any]] | None = None
-    at: float = 0.0
-    refreshing: asyncio.Task[list[dict[str, Any]]] | None = None
-
-
-_counts_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Counts] = weakref.WeakKeyDictionary()
-
-
-async def _recent_poison_counts() -> list[dict[str, Any]]:
-    """The poison counts, at most HEALTH_FRESH_SECONDS old, or up to HEALTH_STALE_SECONDS old
-    while a refresh runs: probes every second, from several places, cost storage one read of
-    the counts a second, and a probe never waits for storage when a recent answer is at hand."""
-    loop = asyncio.get_running_loop()
-    counts = _counts_by_loop.setdefault(loop, _Counts())
-    age = loop.time() - counts.at
-    if counts.value is not None and age < HEALTH_FRESH_SECONDS:
-        return counts.value
-    if counts.refreshing is None or counts.refreshing.done():
-
-        async def refresh() -> list[dict[str, Any]]:
-            value = await _poison_counts()
-            counts.value, counts.at = value, loop.time()
-            return value
-
-        counts.refreshing = loop.create_task(refresh())
-    if counts.value is not None and age < HEALTH_STALE_SECONDS:
-        return counts.value
-    return await asyncio.shield(counts.refreshing)
-
-
-async def _poison_counts() -> list[dict[str, Any]]:
-    """Per staging queue, its poison queue's approximate count (None if unreadable); [] if the
-    queues cannot even be named (settings). One attempt per count, all at once, under a short
-    budget of their own: a probe stays cheap, and answers within about that budget when storage
-    is down."""
-    try:
-        svc = _svc()
-        queues = svc.queues
-        accounts = svc.staging_accounts
-    except Exception:
-        log.warning("health: the poison queues cannot be named", exc_info=True)
-        return []
-
-    async def count(q: StagingQueue) -> int | None:
-        try:
-            return await async_clients(accounts[q.account]).queue_length(q.poison.name)
-        except VaultError:
-            return None
-
-    found: list[int | None] = [None] * len(queues)
-    # The budget bounds each attempt; the outer bound is the probe's promise, whatever hangs.
-    with budget(HEALTH_BUDGET_SECONDS), contextlib.suppress(asyncio.TimeoutError):
-        found = await asyncio.wait_for(
-            asyncio.gather(*(count(q) for q in queues)), HEALTH_BUDGET_SECONDS + 0.5
-        )
-    return [
-        {"account": q.account, "queue": q.name, "poison_messages": n}
-        for q, n in zip(queues, found, strict=True)
-    ]
 
 
 @guarded
