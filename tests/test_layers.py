@@ -242,3 +242,16 @@ def test_the_app_keeps_no_new_state_in_module_globals() -> None:
         f"new module state: {sorted(found - KNOWN_MODULE_STATE)}; "
         f"gone (remove from KNOWN_MODULE_STATE): {sorted(KNOWN_MODULE_STATE - found)}"
     )
+
+
+def test_no_module_of_the_core_the_app_or_the_host_imports_another_modules_private_names() -> None:
+    offenders = {
+        f"{name}: from {node.module} import {alias.name}"
+        for name, path in MODULES.items()
+        if not name.startswith("vault_client")  # its CLI modules share helpers still (cli.catalog)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ImportFrom) and node.module in MODULES
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.endswith("__")
+    }
+    assert not offenders, "make it public, or keep it where it is used:\n" + "\n".join(sorted(offenders))
