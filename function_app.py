@@ -1,7 +1,8 @@
 """Message Vault for Azure Functions: triggers and bindings only.
 
 Each trigger converts the Functions types to the app's own and calls one handler in
-``vault_app``; all logic (and every error mapping) lives there.
+``vault_app`` with the app's one :class:`~vault_app.runtime.Runtime`, built here once; all logic
+(and every error mapping) lives there.
 
 The HTTP functions are ``async def``: the Python worker runs them on its event loop, so a
 request that waits (a long poll) holds a coroutine, not one of the worker's threads; the app
@@ -23,15 +24,15 @@ import azure.functions as func
 from vault_app import api, config, explorer_api, poison_api, ui
 from vault_app.http import Request, Response
 from vault_app.runtime import Runtime
-from vault_app.services import services
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_core import retry
 
 app = func.FunctionApp(http_auth_level=func.AuthLevel.ANONYMOUS)
 settings = config.load_settings()
 retry.set_request_budget(settings.request_budget_seconds)  # every HTTP request's storage budget
-runtime = Runtime(services())
-"""The app's long-lived objects; closed at exit (the local host's workers close it earlier)."""
+runtime = Runtime.from_settings(settings)
+"""The app's long-lived objects, handed to every function; closed at exit (the local host's
+workers close it earlier)."""
 atexit.register(runtime.close)
 
 
@@ -53,82 +54,82 @@ def _response(resp: Response) -> func.HttpResponse:
 
 @app.route(route="streams/{stream}/messages", methods=["POST"])
 async def post_messages(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.post_messages(_request(req)))
+    return _response(await api.post_messages(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/messages", methods=["GET"])
 async def get_messages(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_messages(_request(req)))
+    return _response(await api.get_messages(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/log", methods=["GET"])
 async def get_log(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_log(_request(req)))
+    return _response(await api.get_log(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/access", methods=["GET"])
 async def get_access(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_access(_request(req)))
+    return _response(await api.get_access(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/rates", methods=["GET"])
 async def get_rates(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await explorer_api.get_rates(_request(req)))
+    return _response(await explorer_api.get_rates(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/groups", methods=["GET"])
 async def get_groups(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await explorer_api.get_groups(_request(req)))
+    return _response(await explorer_api.get_groups(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}", methods=["GET"])
 async def get_stream(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_stream(_request(req)))
+    return _response(await api.get_stream(runtime, _request(req)))
 
 
 @app.route(route="streams", methods=["GET"])
 async def list_streams(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.list_streams(_request(req)))
+    return _response(await api.list_streams(runtime, _request(req)))
 
 
 @app.route(route="streams/{stream}/batches/{id}", methods=["GET"])
 async def get_stream_batch(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_stream_batch(_request(req)))
+    return _response(await api.get_stream_batch(runtime, _request(req)))
 
 
 @app.route(route="batches/{id}", methods=["GET"])
 async def get_batch(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.get_batch(_request(req)))
+    return _response(await api.get_batch(runtime, _request(req)))
 
 
 @app.route(route="poison", methods=["GET"])
 async def list_poison(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await poison_api.list_poison(_request(req)))
+    return _response(await poison_api.list_poison(runtime, _request(req)))
 
 
 @app.route(route="poison/replay", methods=["POST"])
 async def replay_poison(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await poison_api.replay_poison(_request(req)))
+    return _response(await poison_api.replay_poison(runtime, _request(req)))
 
 
 @app.route(route="health", methods=["GET"])
 async def health(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.health(_request(req)))
+    return _response(await api.health(runtime, _request(req)))
 
 
 @app.route(route="whoami", methods=["GET"])
 async def whoami(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.whoami(_request(req)))
+    return _response(await api.whoami(runtime, _request(req)))
 
 
 @app.route(route="openapi.json", methods=["GET"])
 async def openapi(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await api.openapi(_request(req)))
+    return _response(await api.openapi(runtime, _request(req)))
 
 
 @app.route(route="ui/{*path}", methods=["GET"])
 async def explorer(req: func.HttpRequest) -> func.HttpResponse:
-    return _response(await ui.serve(_request(req)))
+    return _response(await ui.serve(runtime, _request(req)))
 
 
 def _register_writer(account: int, queue_name: str) -> None:

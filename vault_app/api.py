@@ -19,11 +19,11 @@ from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
-from vault_app.loops import recent_poison_counts, tails, wait_slots
 from vault_app.openapi import SPEC
 from vault_app.params import batch_id_of, int_param, parse_range, parse_time, stream_of, wait_param
 from vault_app.readahead import ReadAhead
-from vault_app.services import Services, services
+from vault_app.runtime import Runtime
+from vault_app.services import Services
 from vault_app.staging import Stager
 from vault_app.tail import Busy
 from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_line
@@ -38,26 +38,21 @@ from vault_core.limits import (
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.retry import budget
 
-_read_ahead = ReadAhead()
 BATCH_RECHECK_SECONDS = 1.0
 """A producer's ``?wait=`` reads the batch table at least this often (see _committed_within)."""
 log = logging.getLogger("vault_app")
 
 
-def _svc() -> Services:
-    return services()
-
-
 # -- produce -------------------------------------------------------------------------------
 @guarded
 @secured(on_stream(Action.WRITE))
-async def post_messages(req: Request, caller: Caller) -> Response:
-    svc = _svc()
+async def post_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
+    svc = rt.services
     stream = stream_of(req)
     wait = wait_param(req)
     batch_id, status = await in_thread(_stage, svc, req, stream)
     if wait > 0 and status.status != COMMITTED:
-        status = await _committed_within(svc, stream, batch_id, wait) or status
+        status = await _committed_within(rt, stream, batch_id, wait) or status
     return json_response(200 if status.status == COMMITTED else 202, status.to_json())
 
 
@@ -70,7 +65,7 @@ def _stage(svc: Services, req: Request, stream: str) -> tuple[str, BatchStatus]:
     return batch_id, Stager(svc).stage(stream, batch_id, messages)
 
 
-async def _committed_within(svc: Services, stream: str, batch_id: str, wait: float) -> BatchStatus | None:
+async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float) -> BatchStatus | None:
     """The batch's status once committed, if that happens within ``wait`` seconds.
 
     The batch is staged already, so whatever happens here the answer is at least a 202: when too
@@ -82,18 +77,18 @@ async def _committed_within(svc: Services, stream: str, batch_id: str, wait: flo
     record a little).
     """
     try:
-        async with wait_slots().slot():
+        async with rt.wait_slots.slot():
             deadline = time.monotonic() + wait
             seen = -1
             while (left := deadline - time.monotonic()) > 0:
-                state = await tails().wait_past(stream, seen, min(left, BATCH_RECHECK_SECONDS))
+                state = await rt.loops.tails().wait_past(stream, seen, min(left, BATCH_RECHECK_SECONDS))
                 if state is not None and state.committed > seen:
                     seen = state.committed
                     hit = next((b for b in state.batches if b.batch_id == batch_id), None)
                     if hit is not None:
                         return BatchStatus.of_commit(stream, hit)
                 with budget():
-                    found = await in_thread(svc.batch_table.committed, stream, batch_id)
+                    found = await in_thread(rt.services.batch_table.committed, stream, batch_id)
                 if found is not None:
                     return found
     except (Busy, StorageUnavailable):
@@ -103,13 +98,13 @@ async def _committed_within(svc: Services, stream: str, batch_id: str, wait: flo
 
 @guarded
 @secured(on_some_stream(Action.READ))
-def get_batch(req: Request, caller: Caller) -> Response:
+def get_batch(rt: Runtime, req: Request, caller: Caller) -> Response:
     """A batch by id alone: unambiguous unless producers used the same id on several streams.
 
     Only batches of streams the caller may read count: one elsewhere is "not found", as if it
     did not exist, so an id tells nothing about streams the caller cannot read."""
     batch_id = batch_id_of(req)
-    found = [s for s in _svc().batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
+    found = [s for s in rt.services.batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
     if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
     if len(found) > 1:
@@ -125,10 +120,10 @@ def get_batch(req: Request, caller: Caller) -> Response:
 
 @guarded
 @secured(on_stream(Action.READ))
-def get_stream_batch(req: Request, caller: Caller) -> Response:
+def get_stream_batch(rt: Runtime, req: Request, caller: Caller) -> Response:
     stream = stream_of(req)
     batch_id = batch_id_of(req)
-    status: BatchStatus | None = _svc().batch_table.status(stream, batch_id)
+    status: BatchStatus | None = rt.services.batch_table.status(stream, batch_id)
     if status is None:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r} on stream {stream!r}")
     return json_response(200, status.to_json())
@@ -137,10 +132,10 @@ def get_stream_batch(req: Request, caller: Caller) -> Response:
 # -- catalog -------------------------------------------------------------------------------
 @guarded
 @secured(on_some_stream(Action.READ))
-def list_streams(req: Request, caller: Caller) -> Response:
+def list_streams(rt: Runtime, req: Request, caller: Caller) -> Response:
     """The streams the caller may read; the staging queues (shared by all streams) only for
     admins of every stream."""
-    svc = _svc()
+    svc = rt.services
     streams = [catalog_json(e.__dict__) for e in svc.vault.streams() if caller.may(Action.READ, e.stream)]
     doc: dict[str, Any] = {"streams": streams}
     if caller.everywhere(Action.ADMIN):
@@ -150,8 +145,8 @@ def list_streams(req: Request, caller: Caller) -> Response:
 
 @guarded
 @secured(on_stream(Action.READ))
-def get_stream(req: Request, caller: Caller) -> Response:
-    svc = _svc()
+def get_stream(rt: Runtime, req: Request, caller: Caller) -> Response:
+    svc = rt.services
     stream = stream_of(req)
     state = svc.vault.reader.state(stream)  # the commit record is the truth; the catalog may lag
     entry = svc.vault.index.catalog_entry(stream)
@@ -170,12 +165,12 @@ def get_stream(req: Request, caller: Caller) -> Response:
 # -- consume -------------------------------------------------------------------------------
 @guarded
 @secured(on_stream(Action.READ))
-async def get_messages(req: Request, caller: Caller) -> Response:
+async def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
     """A page of messages; with ``wait``, at the end of the log, the first page that arrives.
 
     The wait is a coroutine on the stream's shared tail watch (vault_app.tail): no thread and no
     storage call of its own; the read and the formatting run in a thread."""
-    svc = _svc()
+    svc = rt.services
     stream = stream_of(req)
     page = _PageRequest(
         stream,
@@ -192,22 +187,22 @@ async def get_messages(req: Request, caller: Caller) -> Response:
         offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
     else:
         offset = int_param(req, "from", 0, 0, 2**62)
-    if wait > 0 and tails().at_end(stream, offset):
+    if wait > 0 and rt.loops.tails().at_end(stream, offset):
         # A consumer chasing the tail, again: its stream is watched and ends where it asks, so
         # it waits at once. Its empty page, should nothing come, costs no storage call.
         found, response = False, _empty_page(page, offset)
     else:
-        found, response = await in_thread(_page, reader, page, offset)
+        found, response = await in_thread(_page, rt.read_ahead, reader, page, offset)
     if found or wait <= 0:
         return response
-    async with wait_slots().slot():
+    async with rt.wait_slots.slot():
         deadline = time.monotonic() + wait
         while (left := deadline - time.monotonic()) > 0:
-            state = await tails().wait_past(stream, offset, left)
+            state = await rt.loops.tails().wait_past(stream, offset, left)
             if state is None or state.committed <= offset:
                 break  # the wait is over: the empty page
             with budget():  # a fresh budget: the wait may have outlasted the request's
-                found, response = await in_thread(_page, reader, page, offset)
+                found, response = await in_thread(_page, rt.read_ahead, reader, page, offset)
             if found:
                 break
     return response
@@ -222,12 +217,14 @@ class _PageRequest:
     ndjson: bool
 
 
-def _page(reader: StreamReader, page: _PageRequest, offset: int) -> tuple[bool, Response]:
+def _page(
+    read_ahead: ReadAhead, reader: StreamReader, page: _PageRequest, offset: int
+) -> tuple[bool, Response]:
     """Read and format one page: whether it has messages, and the response."""
     stream, max_bytes = page.stream, page.max_bytes
-    result = _read(reader, stream, offset, page.limit, max_bytes)
+    result = _read(read_ahead, reader, stream, offset, page.limit, max_bytes)
     # Before formatting: a sequential consumer's next range downloads while this one is built.
-    _read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
+    read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
     lines = [wire_line(m, page.force_b64) for m in result.messages]
     if page.ndjson:
@@ -243,9 +240,11 @@ def _empty_page(page: _PageRequest, end: int) -> Response:
     return Response(200, ENCODER.encode(WirePage(page.stream, end, end, [])), headers)
 
 
-def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int) -> ReadResult:
+def _read(
+    read_ahead: ReadAhead, reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int
+) -> ReadResult:
     try:
-        data, state = _read_ahead.fetch(reader, stream, offset, max_bytes)
+        data, state = read_ahead.fetch(reader, stream, offset, max_bytes)
         return reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
     except OffsetPastEnd as exc:
         raise HttpError(416, "invalid_offset", str(exc)) from exc
@@ -256,8 +255,8 @@ def _read(reader: StreamReader, stream: str, offset: int, limit: int, max_bytes:
 
 @guarded
 @secured(on_stream(Action.READ))
-def get_log(req: Request, caller: Caller) -> Response:
-    svc = _svc()
+def get_log(rt: Runtime, req: Request, caller: Caller) -> Response:
+    svc = rt.services
     stream = stream_of(req)
     blob = svc.vault.blob(stream)
     committed = blob.state().committed
@@ -291,10 +290,10 @@ def get_log(req: Request, caller: Caller) -> Response:
 # -- direct access -------------------------------------------------------------------------
 @guarded
 @secured(on_stream(Action.READ))
-def get_access(req: Request, caller: Caller) -> Response:
+def get_access(rt: Runtime, req: Request, caller: Caller) -> Response:
     """A read-only SAS for the stream's blob alone, living ``VAULT_SAS_MINUTES`` at most and
     never past the caller's token: whoever loses access loses it on the blob soon after too."""
-    svc = _svc()
+    svc = rt.services
     stream = stream_of(req)
     state = svc.vault.blob(stream).state()
     now = datetime.now(timezone.utc)
@@ -323,27 +322,27 @@ def sas_expiry(now: datetime, minutes: int, credential_expires: float | None) ->
 # -- service -------------------------------------------------------------------------------
 @guarded
 @secured(anyone)
-async def health(req: Request, caller: Caller) -> Response:
+async def health(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Always 200: the app answers. ``degraded`` when a poison count cannot be read (storage is
     down or slow), so an unreachable storage account never makes a probe restart a healthy app.
 
     Open to probes without a credential, so it says nothing about data: queue names and
     poison counts only to admins of every stream. A coroutine with async storage calls made
     side by side: a probe needs no thread, so busy threads never make it slow."""
-    counts = await recent_poison_counts()
+    counts = await rt.loops.recent_poison_counts()
     known = [c["poison_messages"] for c in counts]
     ok = bool(counts) and None not in known
     doc: dict[str, Any] = {"status": "ok" if ok else "degraded", "version": VERSION}
     if caller.everywhere(Action.ADMIN):
         doc["poison_messages"] = sum(n for n in known if n is not None) if ok else None
         doc["queues"] = counts
-        doc["waiting"] = wait_slots().waiting  # in this worker process: how close to VAULT_MAX_WAITING
+        doc["waiting"] = rt.wait_slots.waiting  # in this worker process: how close to VAULT_MAX_WAITING
     return json_response(200, doc)
 
 
 @guarded
 @secured(anyone)
-def whoami(req: Request, caller: Caller) -> Response:
+def whoami(rt: Runtime, req: Request, caller: Caller) -> Response:
     """The caller as the app sees it, and what it may do: for checking a credential and grants."""
     p = caller.principal
     return json_response(
@@ -365,5 +364,5 @@ def whoami(req: Request, caller: Caller) -> Response:
 
 
 @guarded
-def openapi(req: Request) -> Response:
+def openapi(rt: Runtime, req: Request) -> Response:
     return json_response(200, SPEC)

@@ -10,7 +10,7 @@ from vault_app.auth.policy import Action
 from vault_app.guard import Caller, on_stream, secured
 from vault_app.http import Request, Response, guarded, json_response
 from vault_app.params import int_param, stream_of
-from vault_app.services import services
+from vault_app.runtime import Runtime
 from vault_core.checkpoints import Checkpoint
 from vault_core.errors import FormatError, InvalidOffset
 from vault_core.index import MINUTE_MS
@@ -22,8 +22,8 @@ from vault_core.recordformat import HEADER_SIZE
 
 @guarded
 @secured(on_stream(Action.READ))
-def get_rates(req: Request, caller: Caller) -> Response:
-    svc = services()
+def get_rates(rt: Runtime, req: Request, caller: Caller) -> Response:
+    svc = rt.services
     stream = stream_of(req)
     minutes = int_param(req, "minutes", 60, 1, MAX_RATE_MINUTES)
     now = svc.vault.clock.now_ms()
@@ -51,10 +51,10 @@ def get_rates(req: Request, caller: Caller) -> Response:
 
 @guarded
 @secured(on_stream(Action.READ))
-def get_groups(req: Request, caller: Caller) -> Response:
+def get_groups(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Each consumer group's position on the stream, its lag in bytes, and in time: how much
     older the first message it has not read is than the stream's last message (0 when caught up)."""
-    svc = services()
+    svc = rt.services
     stream = stream_of(req)
     checkpoints = svc.checkpoints.for_stream(stream, limit=MAX_GROUPS + 1)
     reader = svc.vault.reader

@@ -4,7 +4,7 @@ Every HTTP handler is declared with the rule it needs, and cannot run without it
 
     @guarded
     @secured(on_stream(Action.READ))
-    def get_messages(req: Request, caller: Caller) -> Response: ...
+    def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response: ...
 
 :func:`secured` identifies the caller (401 for a credential that is not acceptable), checks
 the rule before the handler touches storage (401 for an anonymous caller, 403 for a principal
@@ -23,15 +23,13 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from functools import lru_cache
 
 from vault_app.auth.identity import Principal
 from vault_app.auth.policy import Action, Permissions, permissions
-from vault_app.auth.principal import Authenticator, Unauthenticated
-from vault_app.auth.tokens import KeysUnavailable, TokenValidator
-from vault_app.config import AuthSettings
+from vault_app.auth.principal import Unauthenticated
+from vault_app.auth.tokens import KeysUnavailable
 from vault_app.http import RETRY_AFTER_SECONDS, AsyncHandler, Handler, HttpError, Request, Response, in_thread
-from vault_app.services import services
+from vault_app.runtime import Runtime
 from vault_core.names import validate_stream_name
 
 log = logging.getLogger("vault_app.auth")
@@ -87,20 +85,9 @@ def denied(caller: Caller, message: str) -> HttpError:
 
 
 # -- identifying the caller ----------------------------------------------------------------------
-def authenticator_for(settings: AuthSettings) -> Authenticator:
-    tokens = TokenValidator(settings.issuers, settings.audiences) if settings.tokens else None
-    return Authenticator(keys=settings.keys, tokens=tokens, easy_auth=settings.easy_auth)
-
-
-@lru_cache(maxsize=1)
-def _authenticator() -> Authenticator:
-    """One per process, like the storage clients: its signing key cache is shared by all requests."""
-    return authenticator_for(services().settings.auth)
-
-
-def caller_of(req: Request) -> Caller:
+def caller_of(rt: Runtime, req: Request) -> Caller:
     try:
-        principal = _authenticator().identify(req.headers, req.query)
+        principal = rt.authenticator.identify(req.headers, req.query)
     except Unauthenticated as exc:
         log.info("unauthenticated %s %s: %s", req.method, dict(req.route), exc.reason)
         raise unauthorized(exc.reason, invalid_token=exc.bearer) from None
@@ -112,7 +99,7 @@ def caller_of(req: Request) -> Caller:
             "the token issuer's signing keys cannot be fetched; retry later",
             {"Retry-After": str(RETRY_AFTER_SECONDS)},
         ) from None
-    return Caller(principal, permissions(principal, services().settings.auth.policy))
+    return Caller(principal, permissions(principal, rt.services.settings.auth.policy))
 
 
 # -- rules ----------------------------------------------------------------------------------------
@@ -147,8 +134,8 @@ def anyone(caller: Caller, req: Request) -> None:
     """Open routes (``/health``): no credential needed, but one that is sent must be valid."""
 
 
-SecuredHandler = Callable[[Request, Caller], Response]
-AsyncSecuredHandler = Callable[[Request, Caller], Awaitable[Response]]
+SecuredHandler = Callable[[Runtime, Request, Caller], Response]
+AsyncSecuredHandler = Callable[[Runtime, Request, Caller], Awaitable[Response]]
 
 
 def secured(rule: Rule) -> Callable[[SecuredHandler | AsyncSecuredHandler], Handler | AsyncHandler]:
@@ -159,22 +146,22 @@ def secured(rule: Rule) -> Callable[[SecuredHandler | AsyncSecuredHandler], Hand
         if inspect.iscoroutinefunction(handler):
             coroutine: AsyncSecuredHandler = handler
 
-            async def run_async(req: Request) -> Response:
+            async def run_async(rt: Runtime, req: Request) -> Response:
                 # A bearer token may need the issuer's signing keys fetched (blocking I/O, rare):
                 # off the event loop. Keys and anonymous callers are a few microseconds of CPU.
                 bearer = (req.header("authorization") or "").lower().startswith("bearer ")
-                caller = await in_thread(caller_of, req) if bearer else caller_of(req)
+                caller = await in_thread(caller_of, rt, req) if bearer else caller_of(rt, req)
                 rule(caller, req)
-                return await coroutine(req, caller)
+                return await coroutine(rt, req, caller)
 
             run = run_async
         else:
             blocking: SecuredHandler = handler  # type: ignore[assignment]
 
-            def run_blocking(req: Request) -> Response:
-                caller = caller_of(req)
+            def run_blocking(rt: Runtime, req: Request) -> Response:
+                caller = caller_of(rt, req)
                 rule(caller, req)
-                return blocking(req, caller)
+                return blocking(rt, req, caller)
 
             run = run_blocking
         run.__name__ = handler.__name__

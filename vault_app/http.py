@@ -1,6 +1,7 @@
 """Framework-neutral HTTP request/response types and the error → status mapping.
 
-Handlers in :mod:`vault_app.api` take a :class:`Request` and return a :class:`Response`;
+Handlers in :mod:`vault_app.api` take the app's :class:`~vault_app.runtime.Runtime` and a
+:class:`Request`, and return a :class:`Response`;
 ``function_app.py`` converts to and from ``azure.functions`` types. Every error leaves as
 JSON ``{"error": code, "message": text}``; nothing leaks a stack trace.
 """
@@ -17,7 +18,7 @@ import os
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from vault_app.batches import IdempotencyMismatch
 from vault_app.tail import Busy
@@ -31,6 +32,9 @@ from vault_core.errors import (
     retriable,
 )
 from vault_core.retry import budget
+
+if TYPE_CHECKING:
+    from vault_app.runtime import Runtime
 
 log = logging.getLogger("vault_app")
 
@@ -112,8 +116,8 @@ def to_http_error(exc: BaseException) -> HttpError:
     return HttpError(500, "internal", "internal error; see the server log")
 
 
-Handler = Callable[[Request], Response]
-AsyncHandler = Callable[[Request], Awaitable[Response]]
+Handler = Callable[["Runtime", Request], Response]
+AsyncHandler = Callable[["Runtime", Request], Awaitable[Response]]
 T = TypeVar("T")
 
 _threads = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="mv-request")
@@ -151,10 +155,10 @@ def guarded_for(seconds: float | None) -> Callable[[Handler | AsyncHandler], Asy
         if inspect.iscoroutinefunction(handler):
             coroutine: AsyncHandler = handler
 
-            async def run(request: Request) -> Response:
+            async def run(rt: Runtime, request: Request) -> Response:
                 try:
                     with budget(seconds):
-                        response = await coroutine(request)
+                        response = await coroutine(rt, request)
                 except Exception as exc:  # the boundary: nothing escapes as a stack trace
                     response = _failed(request, exc)
                 return _finished(response)
@@ -162,16 +166,16 @@ def guarded_for(seconds: float | None) -> Callable[[Handler | AsyncHandler], Asy
         else:
             blocking: Handler = handler  # type: ignore[assignment]
 
-            def run_blocking(request: Request) -> Response:
+            def run_blocking(rt: Runtime, request: Request) -> Response:
                 try:
                     with budget(seconds):
-                        response = blocking(request)
+                        response = blocking(rt, request)
                 except Exception as exc:
                     response = _failed(request, exc)
                 return _finished(response)
 
-            async def run(request: Request) -> Response:
-                return await in_thread(run_blocking, request)
+            async def run(rt: Runtime, request: Request) -> Response:
+                return await in_thread(run_blocking, rt, request)
 
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__

@@ -1,5 +1,5 @@
-"""What the HTTP handlers keep per event loop of a worker: the stream tail watches, the
-long-poll wait slots, and /health's recent poison counts."""
+"""What the HTTP handlers keep per event loop of a worker (:class:`LoopCaches`, one per
+:class:`vault_app.runtime.Runtime`): the stream tail watches and /health's recent poison counts."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ import contextlib
 import logging
 import weakref
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-from vault_app.services import StagingQueue, services
-from vault_app.tail import SWEEP_MAX_STREAMS, Tails, WaitSlots
+from vault_app.services import Services, StagingQueue
+from vault_app.tail import SWEEP_MAX_STREAMS, Tails
 from vault_core.aio import async_clients
 from vault_core.errors import VaultError
 from vault_core.pagelog import CommitState
@@ -28,32 +27,6 @@ HEALTH_BUDGET_SECONDS = 2.0
 """All storage calls of one /health together: a probe answers within about this long."""
 
 
-_tails_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tails] = weakref.WeakKeyDictionary()
-
-
-def tails() -> Tails:
-    """The stream watches of the running event loop (the worker has one)."""
-    loop = asyncio.get_running_loop()
-    found = _tails_by_loop.get(loop)
-    if found is None:
-        svc = services()
-
-        async def commit_state(stream: str) -> CommitState:
-            return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
-
-        async def commit_states() -> dict[str, CommitState]:
-            clients = async_clients(svc.vault_account)
-            return await clients.commit_states(svc.settings.streams_container, SWEEP_MAX_STREAMS)
-
-        found = _tails_by_loop[loop] = Tails(commit_state, commit_states)
-    return found
-
-
-@lru_cache(maxsize=1)
-def wait_slots() -> WaitSlots:
-    return WaitSlots(services().settings.max_waiting)
-
-
 @dataclass
 class _Counts:
     value: list[dict[str, Any]] | None = None
@@ -61,38 +34,62 @@ class _Counts:
     refreshing: asyncio.Task[list[dict[str, Any]]] | None = None
 
 
-_counts_by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Counts] = weakref.WeakKeyDictionary()
+class LoopCaches:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+        self._tails: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Tails] = weakref.WeakKeyDictionary()
+        self._counts: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Counts] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def tails(self) -> Tails:
+        """The stream watches of the running event loop (the worker has one)."""
+        loop = asyncio.get_running_loop()
+        found = self._tails.get(loop)
+        if found is None:
+            found = self._tails[loop] = _tails_on(self.services)
+        return found
+
+    async def recent_poison_counts(self) -> list[dict[str, Any]]:
+        """The poison counts, at most HEALTH_FRESH_SECONDS old, or up to HEALTH_STALE_SECONDS old
+        while a refresh runs: probes every second, from several places, cost storage one read of
+        the counts a second, and a probe never waits for storage when a recent answer is at hand."""
+        loop = asyncio.get_running_loop()
+        counts = self._counts.setdefault(loop, _Counts())
+        age = loop.time() - counts.at
+        if counts.value is not None and age < HEALTH_FRESH_SECONDS:
+            return counts.value
+        if counts.refreshing is None or counts.refreshing.done():
+
+            async def refresh() -> list[dict[str, Any]]:
+                value = await _poison_counts(self.services)
+                counts.value, counts.at = value, loop.time()
+                return value
+
+            counts.refreshing = loop.create_task(refresh())
+        if counts.value is not None and age < HEALTH_STALE_SECONDS:
+            return counts.value
+        return await asyncio.shield(counts.refreshing)
 
 
-async def recent_poison_counts() -> list[dict[str, Any]]:
-    """The poison counts, at most HEALTH_FRESH_SECONDS old, or up to HEALTH_STALE_SECONDS old
-    while a refresh runs: probes every second, from several places, cost storage one read of
-    the counts a second, and a probe never waits for storage when a recent answer is at hand."""
-    loop = asyncio.get_running_loop()
-    counts = _counts_by_loop.setdefault(loop, _Counts())
-    age = loop.time() - counts.at
-    if counts.value is not None and age < HEALTH_FRESH_SECONDS:
-        return counts.value
-    if counts.refreshing is None or counts.refreshing.done():
+def _tails_on(svc: Services) -> Tails:
 
-        async def refresh() -> list[dict[str, Any]]:
-            value = await _poison_counts()
-            counts.value, counts.at = value, loop.time()
-            return value
+    async def commit_state(stream: str) -> CommitState:
+        return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
 
-        counts.refreshing = loop.create_task(refresh())
-    if counts.value is not None and age < HEALTH_STALE_SECONDS:
-        return counts.value
-    return await asyncio.shield(counts.refreshing)
+    async def commit_states() -> dict[str, CommitState]:
+        clients = async_clients(svc.vault_account)
+        return await clients.commit_states(svc.settings.streams_container, SWEEP_MAX_STREAMS)
+
+    return Tails(commit_state, commit_states)
 
 
-async def _poison_counts() -> list[dict[str, Any]]:
+async def _poison_counts(svc: Services) -> list[dict[str, Any]]:
     """Per staging queue, its poison queue's approximate count (None if unreadable); [] if the
     queues cannot even be named (settings). One attempt per count, all at once, under a short
     budget of their own: a probe stays cheap, and answers within about that budget when storage
     is down."""
     try:
-        svc = services()
         queues = svc.queues
         accounts = svc.staging_accounts
     except Exception:

@@ -9,7 +9,7 @@ from vault_app import poison
 from vault_app.auth.policy import Action
 from vault_app.guard import Caller, on_some_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded_for, json_response
-from vault_app.services import services
+from vault_app.runtime import Runtime
 from vault_core.names import validate_batch_id, validate_stream_name
 
 POISON_BUDGET_SECONDS = 20.0
@@ -45,15 +45,15 @@ def _selector(req: Request, caller: Caller) -> poison.Selector:
 
 @guarded_for(POISON_BUDGET_SECONDS)
 @secured(on_some_stream(Action.ADMIN))
-def list_poison(req: Request, caller: Caller) -> Response:
+def list_poison(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Peeks (read-only): up to 32 messages per poison queue, with each queue's approximate count."""
     selector = _selector(req, caller)
-    return json_response(200, poison.list_poison(services(), selector).to_json())
+    return json_response(200, poison.list_poison(rt.services, selector).to_json())
 
 
 @guarded_for(POISON_BUDGET_SECONDS)
 @secured(on_some_stream(Action.ADMIN))
-def replay_poison(req: Request, caller: Caller) -> Response:
+def replay_poison(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Bounded work per call; ``complete: false`` asks the caller to call again."""
     selector = _selector(req, caller)
-    return json_response(200, poison.replay(services(), selector).to_json())
+    return json_response(200, poison.replay(rt.services, selector).to_json())

@@ -8,13 +8,13 @@ from __future__ import annotations
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import cached_property
 from typing import Protocol
 
 from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
-from vault_app.config import VaultSettings, load_settings
+from vault_app.config import VaultSettings
 from vault_core.azure import StorageAccount
 from vault_core.blobstore import BlobStore
 from vault_core.checkpoints import CheckpointStore
@@ -46,7 +46,7 @@ class StagingQueue:
 
 
 class Services:
-    """Built lazily, each part on first use; one instance per process (see :func:`services`).
+    """Built lazily, each part on first use; one per :class:`vault_app.runtime.Runtime`.
 
     ``connect`` opens a storage connection by its setting name (``VaultStorage``,
     ``VaultStaging0``, ...); without it, the Azure accounts the settings describe. The async
@@ -145,8 +145,3 @@ class Services:
         for q in self.queues:
             q.staging.create_if_missing()
             q.poison.create_if_missing()
-
-
-@lru_cache(maxsize=1)
-def services() -> Services:
-    return Services(load_settings())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vault_app.http import HttpError, Request, Response, guarded
+from vault_app.runtime import Runtime
 
 ASSETS = Path(__file__).with_name("explorer")
 TYPES = {
@@ -59,7 +60,7 @@ FILES = _load(ASSETS)
 
 
 @guarded
-def serve(req: Request) -> Response:
+def serve(rt: Runtime, req: Request) -> Response:
     name = req.route.get("path") or "index.html"
     asset = FILES.get(name)
     if asset is None:

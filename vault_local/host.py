@@ -528,9 +528,7 @@ def run(
     workers = Workers(processes, threads, app_dir=Path(function_app.__file__).resolve().parent, fault=fault)
     try:
         workers.start()
-        from vault_app.services import services
-
-        services().ensure()
+        function_app.runtime.services.ensure()
         host = LocalHost(
             function_app.app,
             host_json,
