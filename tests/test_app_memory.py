@@ -1,24 +1,29 @@
-"""The app's ingest logic in process, on a memory account: staging, claim checks, the writer
-function (drain, append, hand-back, poison), batch status and poison replay.
+"""The app's logic in process, on a memory account: staging, claim checks, the writer function
+(drain, append, hand-back, poison), batch status, poison replay, and the handlers' read paths
+and access decisions.
 
 The same vault_app code as in the Function App, over :mod:`vault_core.memory` (which passes the
 queue, blob, page blob and table contracts of tests/test_contracts.py): milliseconds per test, no
-host process. What only a real host proves (routing, the trigger's retries and maxDequeueCount,
-crashes, timeouts, real concurrency) stays in tests/test_app.py, tests/test_poison.py and the
-fault tests; tests/README.md says which layer proves what.
+host process. The HTTP handlers are called in process too (status codes, JSON errors, access
+decisions), on a runtime of their own. What only a real host proves (routing, the trigger's
+retries and maxDequeueCount, crashes, timeouts, real concurrency) stays in tests/test_app.py,
+tests/test_poison.py and the fault tests; tests/README.md says which layer proves what.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any
 
 import pytest
 
-from vault_app import writer_fn
+from vault_app import api, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages
+from vault_app.http import Request, Response
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.poison import PAGE, Selector, list_poison, replay
 from vault_app.runtime import Runtime
@@ -251,3 +256,94 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     assert sorted(values(services)) == ["w0", "w1"]
     with pytest.raises(StreamNotFound):  # nothing of the other stream moved
         values(services, "other")
+
+
+# -- the HTTP handlers, called in process ------------------------------------------------------
+ADMIN_KEY, WRITER_KEY = "admin-key-0123456789abcdef", "writer-key-0123456789abcdef"
+
+
+@pytest.fixture
+def handlers() -> Iterator[Runtime]:
+    """A runtime with authentication on: key ``admin`` may do anything, ``writer`` may write ``orders``."""
+    account = MemoryAccount()
+    env = {
+        "VAULT_STAGING_QUEUES": "1",
+        "VAULT_FUNCTION_KEYS": json.dumps({"admin": ADMIN_KEY, "writer": WRITER_KEY}),
+        "VAULT_ACCESS_POLICY": json.dumps(
+            {
+                "grants": [
+                    {"key": "admin", "allow": ["admin"], "streams": ["*"]},
+                    {"key": "writer", "allow": ["write"], "streams": [STREAM]},
+                ]
+            }
+        ),
+    }
+    runtime = Runtime(Services(load_settings(env), connect=lambda _name: account))
+    runtime.services.ensure()
+    yield runtime
+    runtime.close()
+
+
+def call(
+    runtime: Runtime,
+    handler: Callable[[Runtime, Request], Awaitable[Response]],
+    key: str | None,
+    **parts: Any,
+) -> tuple[int, Any]:
+    headers = {"x-functions-key": key} if key else {}
+    headers.update(parts.pop("headers", {}))
+
+    async def run() -> Response:
+        return await handler(runtime, Request(headers=headers, **parts))
+
+    response = asyncio.run(run())
+    body: Any = response.body
+    if response.mimetype == "application/json":
+        body = json.loads(response.body)
+    return response.status, body
+
+
+def test_the_handlers_stage_a_post_and_serve_its_status_and_messages(handlers: Runtime) -> None:
+    route = {"stream": STREAM}
+    body = json.dumps({"messages": [{"key": "k", "value": "hello"}, {"value": "world"}]}).encode()
+    status, doc = call(handlers, api.post_messages, WRITER_KEY, method="POST", route=route, body=body)
+    assert status == 202 and doc["status"] == STAGED
+    queue = handlers.services.queue_for(STREAM)
+    assert run_trigger(handlers, queue)
+    batch = {"stream": STREAM, "id": doc["batch_id"]}
+    status, found = call(handlers, api.get_stream_batch, ADMIN_KEY, method="GET", route=batch)
+    assert status == 200 and found["status"] == COMMITTED and found["count"] == 2
+    status, page = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, query={"from": "0"})
+    assert status == 200 and [m["value"] for m in page["messages"]] == ["hello", "world"]
+    assert page["next_offset"] == page["committed"] > 0
+    ndjson = {"accept": "application/x-ndjson"}
+    status, lines = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, headers=ndjson)
+    assert status == 200 and [json.loads(line)["key"] for line in lines.splitlines()] == ["k", ""]
+
+
+def test_the_handlers_refuse_bad_input_and_unknown_batches_with_json_errors(handlers: Runtime) -> None:
+    route = {"stream": STREAM}
+    status, doc = call(handlers, api.post_messages, ADMIN_KEY, method="POST", route=route, body=b"{not json")
+    assert status == 400 and doc.keys() == {"error", "message"}
+    assert handlers.services.queue_for(STREAM).staging.approximate_count() == 0  # nothing staged
+    missing = {"stream": STREAM, "id": "never"}
+    status, doc = call(handlers, api.get_stream_batch, ADMIN_KEY, method="GET", route=missing)
+    assert status == 404 and doc["error"] == "not_found"
+    status, doc = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, query={"limit": "x"})
+    assert status == 400 and "limit" in doc["message"]
+
+
+def test_the_handlers_decide_access_before_they_touch_storage(handlers: Runtime) -> None:
+    route = {"stream": STREAM}
+    status, doc = call(handlers, api.get_messages, None, method="GET", route=route)
+    assert status == 401 and doc["error"] == "unauthorized"
+    status, doc = call(handlers, api.get_messages, WRITER_KEY, method="GET", route=route)  # write only
+    assert status == 403 and doc["error"] == "forbidden"
+    status, doc = call(handlers, api.get_messages, "not-a-key-of-this-app-at-all", method="GET", route=route)
+    assert status == 401
+    other = {"stream": "payments"}
+    body = json.dumps({"messages": [{"value": "x"}]}).encode()
+    status, doc = call(handlers, api.post_messages, WRITER_KEY, method="POST", route=other, body=body)
+    assert status == 403 and handlers.services.queue_for("payments").staging.approximate_count() == 0
+    status, doc = call(handlers, api.whoami, WRITER_KEY, method="GET")
+    assert status == 200 and doc["principal"]["kind"] == "key" and doc["permissions"]["write"] == [STREAM]
