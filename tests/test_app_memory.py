@@ -22,7 +22,7 @@ import pytest
 from vault_app import api, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
 from vault_app.config import load_settings
-from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages
+from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.poison import PAGE, Selector, list_poison, replay
@@ -347,3 +347,19 @@ def test_the_handlers_decide_access_before_they_touch_storage(handlers: Runtime)
     assert status == 403 and handlers.services.queue_for("payments").staging.approximate_count() == 0
     status, doc = call(handlers, api.whoami, WRITER_KEY, method="GET")
     assert status == 200 and doc["principal"]["kind"] == "key" and doc["permissions"]["write"] == [STREAM]
+
+
+@pytest.mark.parametrize(
+    ("body", "found"),
+    [
+        (encode_messages("b-1", STREAM, NOW_MS, messages(["v"])), (STREAM, "b-1")),
+        (json.dumps({"v": 9, "id": "b-2", "stream": STREAM}), (STREAM, "b-2")),  # not an envelope we know
+        (json.dumps({"id": "a:b", "stream": "bad name"}), (None, None)),  # names that could not be looked up
+        (json.dumps(["id", "stream"]), (None, None)),
+        ("not JSON", (None, None)),
+    ],
+)
+def test_a_queue_message_is_identified_as_far_as_it_can_be_read(
+    body: str, found: tuple[str | None, ...]
+) -> None:
+    assert identify(body) == found

@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -108,6 +109,25 @@ def decode(text: str | bytes) -> Envelope:
         return Envelope(batch_id, stream, received, messages=[_message(row) for row in doc["m"]], trace=trace)
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
+
+
+def identify(text: str) -> tuple[str | None, str | None]:
+    """``(stream, batch id)`` of a queue message, valid envelope or not, as far as they can be
+    read: each a valid name, else None. Enough to mark a batch rejected, or to list it in poison."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None, None
+    if not isinstance(doc, dict):
+        return None, None
+    return _valid(validate_stream_name, doc.get("stream")), _valid(validate_batch_id, doc.get("id"))
+
+
+def _valid(validate: Callable[[str], str], value: Any) -> str | None:
+    try:
+        return validate(value) if isinstance(value, str) else None
+    except InvalidInput:
+        return None
 
 
 def encode_claim_body(messages: list[NewMessage], received_ms: int) -> bytes:

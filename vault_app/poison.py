@@ -24,9 +24,7 @@ poison queue to its end; if not, the caller calls again.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -35,8 +33,7 @@ from vault_app import envelope
 from vault_app.batches import BatchStatus, BatchTable
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services, StagingQueue
-from vault_core.errors import InvalidInput, VaultError
-from vault_core.names import validate_batch_id, validate_stream_name
+from vault_core.errors import VaultError
 from vault_core.queueing import MessageQueue, QueuedMessage
 
 PAGE = 32
@@ -115,33 +112,11 @@ def read_message(q: StagingQueue, message_id: str, inserted: datetime | None, bo
     try:
         env = envelope.decode(body)
     except EnvelopeError as exc:
-        doc = _json_object(body)
-        return Parked(
-            **where,
-            batch_id=_checked(validate_batch_id, doc.get("id")),
-            stream=_checked(validate_stream_name, doc.get("stream")),
-            error=str(exc),
-            preview=body[:PREVIEW_CHARS],
-        )
+        stream, batch_id = envelope.identify(body)
+        return Parked(**where, batch_id=batch_id, stream=stream, error=str(exc), preview=body[:PREVIEW_CHARS])
     claimed = env.claim is not None
     count = env.count if claimed else len(env.messages or [])
     return Parked(**where, batch_id=env.batch_id, stream=env.stream, count=count, claim_check=claimed)
-
-
-def _json_object(body: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
-
-
-def _checked(validate: Callable[[str], str], value: Any) -> str | None:
-    """``value`` if it is a valid name of its kind (so it can be looked up), else None."""
-    try:
-        return validate(value) if isinstance(value, str) else None
-    except InvalidInput:
-        return None
 
 
 # -- counts --------------------------------------------------------------------------------

@@ -29,7 +29,6 @@ What happens to a batch that cannot be appended now (docs/ARCHITECTURE.md "Failu
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -335,13 +334,12 @@ def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
 def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
     """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
     log.error("batch rejected, moved to %s: %s", queue.poison.name, reason)
-    stream: str | None = None
-    try:
-        doc = json.loads(body)
-        stream = str(doc["stream"])
-        services.batch_table.reject(stream, str(doc["id"]), reason)
-    except (ValueError, KeyError, TypeError, VaultError):
-        pass  # nothing identifies the batch (or no table): the poison queue and this log line keep it
+    stream, batch_id = envelope.identify(body)
+    if stream is not None and batch_id is not None:
+        try:
+            services.batch_table.reject(stream, batch_id, reason)
+        except VaultError:
+            pass  # no table: the poison queue and this log line keep the batch
     queue.poison.send(body)
     telemetry.current().poisoned(queue.name, queue.account, stream)
 
