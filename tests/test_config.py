@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 import pytest
 
 from vault_app import config, envelope
@@ -9,6 +12,7 @@ from vault_app.config import load_settings
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
 from vault_core.azure import StorageAccount, azurite_connection_string
+from vault_core.positive import positive
 from vault_core.recordformat import NewMessage, decode
 
 CONN = azurite_connection_string()
@@ -113,3 +117,27 @@ def test_a_claim_check_body_must_hold_the_announced_messages() -> None:
 def test_invalid_envelopes_are_rejected_with_a_reason(text: str) -> None:
     with pytest.raises(EnvelopeError, match=r"."):
         envelope.decode(text)
+
+
+@pytest.mark.parametrize(
+    ("raw", "parse", "top", "want"),
+    [
+        ("", int, None, 7),
+        (" 3 ", int, None, 3),
+        ("10", int, 10, 10),
+        ("0.5", float, None, 0.5),
+        ("11", int, 10, "must be a whole number from 1 to 10, not '11'"),
+        ("0", int, None, "must be a whole number of at least 1, not '0'"),
+        ("1.5", int, None, "must be a whole number of at least 1"),
+        ("nan", float, None, "must be a finite number above 0"),
+        ("inf", float, None, "must be a finite number above 0"),
+        ("-2", float, None, "must be a finite number above 0"),
+    ],
+)
+def test_positive_numbers_follow_one_rule(raw: str, parse: Any, top: int | None, want: Any) -> None:
+    """The one parser of the app's settings, the local host's worker counts and Spark's options."""
+    if isinstance(want, str):
+        with pytest.raises(ValueError, match=f"^X {re.escape(want)}"):
+            positive({"X": raw}, "X", 7, parse, top=top)
+    else:
+        assert positive({"X": raw}, "X", 7, parse, top=top) == want

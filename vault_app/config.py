@@ -22,6 +22,7 @@ from typing import TypeVar
 from vault_app.auth.policy import Policy, parse_grants, parse_patterns
 from vault_app.auth.tokens import check_url
 from vault_core import limits
+from vault_core.positive import positive
 from vault_core.recordformat import MAX_VALUE_BYTES
 from vault_core.retry import REQUEST_BUDGET_SECONDS
 
@@ -163,28 +164,11 @@ class VaultSettings:
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
-    return _positive(env, name, default, int, "an integer")
+    return positive(env, name, default, label=f"setting {name}")
 
 
 def _seconds(env: Mapping[str, str], name: str, default: float) -> float:
-    return _positive(env, name, default, float, "a number of seconds")
-
-
-N = TypeVar("N", int, float)
-
-
-def _positive(env: Mapping[str, str], name: str, default: N, parse: Callable[[str], N], kind: str) -> N:
-    """Setting ``name`` parsed as ``kind``, which must be positive and finite; ``default`` if unset."""
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = parse(raw)
-    except ValueError as exc:
-        raise ValueError(f"setting {name} must be {kind}, got {raw!r}") from exc
-    if not 0 < value < float("inf"):  # NaN fails too
-        raise ValueError(f"setting {name} must be positive and finite, got {raw}")
-    return value
+    return positive(env, name, default, float, label=f"setting {name} (seconds)")
 
 
 def _capped(env: Mapping[str, str], name: str, default: int, cap: int) -> int:

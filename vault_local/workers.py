@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
+from vault_core.positive import positive
 from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 
 log = logging.getLogger("vault_local.workers")
@@ -55,25 +56,11 @@ WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
 # -- settings --------------------------------------------------------------------------------
 
 
-def _positive(env: Mapping[str, str], name: str, default: int, top: int | None) -> int:
-    raw = env.get(name, "").strip()
-    if not raw:
-        return default
-    bound = f"from 1 to {top}" if top else "of at least 1"
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a whole number {bound}, not {raw!r}") from None
-    if value < 1 or (top is not None and value > top):
-        raise ValueError(f"{name} must be a whole number {bound}, not {raw!r}")
-    return value
-
-
 def worker_settings(env: Mapping[str, str]) -> tuple[int, int]:
     """``(FUNCTIONS_WORKER_PROCESS_COUNT, PYTHON_THREADPOOL_THREAD_COUNT)``, with the defaults
     of the Functions host (1 process) and of the Python worker (``ThreadPoolExecutor``'s own)."""
-    processes = _positive(env, "FUNCTIONS_WORKER_PROCESS_COUNT", 1, MAX_WORKER_PROCESSES)
-    threads = _positive(env, "PYTHON_THREADPOOL_THREAD_COUNT", min(32, (os.cpu_count() or 1) + 4), None)
+    processes = positive(env, "FUNCTIONS_WORKER_PROCESS_COUNT", 1, top=MAX_WORKER_PROCESSES)
+    threads = positive(env, "PYTHON_THREADPOOL_THREAD_COUNT", min(32, (os.cpu_count() or 1) + 4))
     return processes, threads
 
 

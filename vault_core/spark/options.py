@@ -19,6 +19,7 @@ from typing import Literal
 
 from vault_core.errors import InvalidInput
 from vault_core.names import validate_stream_name
+from vault_core.positive import positive
 from vault_core.spark.connection import Connection
 from vault_core.times import to_millis
 
@@ -176,15 +177,7 @@ def parse_time_ms(value: object, name: str = "time") -> int:
 
 
 def _positive(opts: Mapping[str, str], key: str, default: int) -> int:
-    if key not in opts:
-        return default
-    try:
-        value = int(opts[key])
-    except ValueError:
-        raise ValueError(f"option {key}: expected a positive integer, got {opts[key]!r}") from None
-    if value <= 0:
-        raise ValueError(f"option {key}: expected a positive integer, got {value}")
-    return value
+    return positive(opts, key, default, label=f"option {key}")
 
 
 def _bool(opts: Mapping[str, str], key: str) -> bool:
