@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from vault_app.services import AppStorage
 from vault_client.api import Access, ApiClient
 from vault_client.direct import DirectSource, SasBlob
 from vault_client.rawlog import ApiLog
@@ -206,12 +207,21 @@ def test_one_lease_at_a_time_and_a_broken_one_writes_nothing(page_log: PageLog) 
 
 # -- Table -----------------------------------------------------------------------------------
 @pytest.fixture(params=["azurite", "memory"])
-def table(request: pytest.FixtureRequest) -> Table:
-    name = f"t{uuid.uuid4().hex[:12]}"
+def backend(request: pytest.FixtureRequest) -> AppStorage:
+    """The account under test: Azurite's (the session's), or a fresh one in memory."""
     if request.param == "memory":
-        return MemoryAccount().table(name)
+        return MemoryAccount(ManualClock(TS))
     account: StorageAccount = request.getfixturevalue("account")
-    return account.table(name)
+    return account
+
+
+def fresh_name(prefix: str) -> str:
+    return f"{prefix}{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def table(backend: AppStorage) -> Table:
+    return backend.table(fresh_name("t"))
 
 
 def test_a_missing_table_has_no_rows_to_get_and_cannot_be_queried(table: Table) -> None:
@@ -273,13 +283,9 @@ def test_queries_run_in_key_order_within_bounds(table: Table) -> None:
 
 
 # -- MessageQueue ----------------------------------------------------------------------------
-@pytest.fixture(params=["azurite", "memory"])
-def queue(request: pytest.FixtureRequest) -> MessageQueue:
-    name = f"q{uuid.uuid4().hex[:12]}"
-    if request.param == "memory":
-        return MemoryAccount(ManualClock(TS)).queue(name)
-    account: StorageAccount = request.getfixturevalue("account")
-    return account.queue(name)
+@pytest.fixture
+def queue(backend: AppStorage) -> MessageQueue:
+    return backend.queue(fresh_name("q"))
 
 
 def test_a_missing_queue_holds_nothing_and_refuses_messages(queue: MessageQueue) -> None:
@@ -328,13 +334,9 @@ def test_a_message_sent_for_later_is_not_delivered_before_then(queue: MessageQue
 
 
 # -- BlobStore -------------------------------------------------------------------------------
-@pytest.fixture(params=["azurite", "memory"])
-def blobs(request: pytest.FixtureRequest) -> BlobStore:
-    name = f"c{uuid.uuid4().hex[:12]}"
-    if request.param == "memory":
-        return MemoryAccount(ManualClock(TS)).blob_container(name)
-    account: StorageAccount = request.getfixturevalue("account")
-    return account.blob_container(name)
+@pytest.fixture
+def blobs(backend: AppStorage) -> BlobStore:
+    return backend.blob_container(fresh_name("c"))
 
 
 def test_a_blob_is_written_once_read_back_and_deleted_at_best_effort(blobs: BlobStore) -> None:
