@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from vault_core.errors import VaultError
 from vault_core.pagelog import CommitState
-from vault_core.retry import budget
+from vault_core.retry import Backoff, budget
 
 log = logging.getLogger("vault_app.tail")
 
@@ -115,7 +115,7 @@ class Tails:
             watch.waiters -= 1
 
     async def _poll(self, stream: str, watch: _Watch) -> None:
-        delay = self._first
+        backoff = Backoff(self._first, self._longest)
         try:
             while watch.waiters > 0:
                 try:
@@ -128,11 +128,9 @@ class Tails:
                     watch.state = state
                     watch.changed.set()  # wakes every waiter; each checks its own offset
                     watch.changed = asyncio.Event()
-                    delay = self._first
-                else:
-                    delay = min(delay * 2, self._longest)
+                    backoff.reset()
                 spacing = 0.0 if self._sweeping() else len(self._watches) / self._max_rate
-                await asyncio.sleep(max(delay, spacing))
+                await asyncio.sleep(max(backoff.next(), spacing))
         finally:
             if self._watches.get(stream) is watch:
                 del self._watches[stream]

@@ -51,6 +51,7 @@ from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_core.azure import StorageAccount, create_if_missing
+from vault_core.retry import Backoff
 from vault_local.http_limits import (
     BODY_GRACE_SECONDS,
     HeadersTimeoutProtocol,
@@ -283,7 +284,7 @@ class LocalHost:
         running = 0
         lock = threading.Lock()
         done = threading.Condition(lock)
-        delay = 0.1
+        backoff = Backoff(0.1, opts.max_polling_interval)
         with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
             # Leaving this loop leaves the `with`, which waits for the invocations in flight,
             # each settled as usual: that is how a drain waits for the queue functions.
@@ -304,10 +305,9 @@ class LocalHost:
                     log.warning("polling %s failed: %s", q.queue_name, exc)
                     got = []
                 if not got:
-                    self.stopping.wait(delay)
-                    delay = min(delay * 2, opts.max_polling_interval)
+                    self.stopping.wait(backoff.next())
                     continue
-                delay = 0.1
+                backoff.reset()
                 for m in got:
                     with lock:
                         running += 1

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, NoReturn, Protocol
 
 from vault_core.positive import positive
+from vault_core.retry import Backoff
 from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
 
 log = logging.getLogger("vault_local.workers")
@@ -432,14 +433,14 @@ class Workers:
         self._replace(w.slot)
 
     def _replace(self, slot: int) -> None:
-        delay = 0.5
+        backoff = Backoff(0.5, 30.0)
         while not self._stopping.is_set():
             try:
                 w = self._handshake(*self._launch(slot), expected=self.functions)
             except WorkerStartError as exc:
+                delay = backoff.next()
                 log.error("%s; retrying in %.1f s", exc, delay)
                 self._stopping.wait(delay)
-                delay = min(delay * 2, 30.0)
                 continue
             with self._changed:
                 self._slots[slot] = w
