@@ -37,7 +37,7 @@ from vault_core.spark.capture import main as capture_main
 from vault_core.spark.files import LocalFiles
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_skip_reports
-from vault_core.spark.plan import plan_read, split_range
+from vault_core.spark.plan import StreamRange, plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
@@ -552,3 +552,10 @@ def test_capture_is_incremental_idempotent_and_survives_a_crash(
         want[(other, key)] += 1
         size[(other, key)] += len(r[4])
     assert report == {k: (n, size[k]) for k, n in want.items()}
+
+
+def test_what_capture_and_streaming_read_next_is_what_was_committed_since_and_never_a_recreated_log() -> None:
+    assert StreamRange.since("s", 100, 250, "remedy") == StreamRange("s", 100, 250)
+    assert StreamRange.since("s", 250, 250, "remedy") is None
+    with pytest.raises(ValueError, match=r"has 100 committed bytes but 250 .* recreated\? Start again"):
+        StreamRange.since("s", 250, 100, "Start again.")

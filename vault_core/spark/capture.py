@@ -72,13 +72,9 @@ def capture(
         done = progress.committed(stream)
         _discard_unpublished(fs, out, stream, done)
         committed = planner.committed(stream, missing_ok=True)
-        if committed < done:
-            raise RuntimeError(
-                f"stream {stream!r} has {committed} committed bytes but {done} were "
-                "captured: was it recreated? Capture it into a new --out."
-            )
-        if committed > done:
-            ranges.append(StreamRange(stream, done, committed))
+        pending = StreamRange.since(stream, done, committed, "Capture it into a new --out.")
+        if pending is not None:
+            ranges.append(pending)
     if not ranges:
         return []
     staging = f"{out}/_staging"

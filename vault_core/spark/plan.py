@@ -42,6 +42,19 @@ class StreamRange:
     def size(self) -> int:
         return self.end - self.start
 
+    @classmethod
+    def since(cls, stream: str, done: int, committed: int, remedy: str) -> StreamRange | None:
+        """The bytes committed to ``stream`` after the ``done`` already read; None if none.
+
+        A log shorter than what was read was deleted and recreated: a ValueError that says so and
+        what to do (``remedy``), never a silent re-read from a wrong place."""
+        if committed < done:
+            raise ValueError(
+                f"stream {stream!r} has {committed} committed bytes but {done} were already read: "
+                f"was it deleted and recreated? {remedy}"
+            )
+        return cls(stream, done, committed) if committed > done else None
+
 
 @dataclass(frozen=True)
 class ReadSettings:

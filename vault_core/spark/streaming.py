@@ -86,13 +86,9 @@ class VaultStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 continue
             hi = int(end[stream])
             lo = int(start[stream]) if stream in start else min(self._initial(planner, stream), hi)
-            if hi < lo:
-                raise ValueError(
-                    f"stream {stream!r} is now shorter ({hi} bytes) than this query's checkpoint ({lo}): "
-                    "was it deleted and recreated? Start the query with a new checkpoint."
-                )
-            if hi > lo:
-                ranges.append(StreamRange(stream, lo, hi))
+            pending = StreamRange.since(stream, lo, hi, "Start the query with a new checkpoint.")
+            if pending is not None:
+                ranges.append(pending)
         return [VaultInputPartition(p) for p in planner.partitions(ranges, self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
