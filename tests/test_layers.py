@@ -187,14 +187,11 @@ STATELESS_CALLS = ("logging.getLogger", "TypeVar", "re.compile", "frozenset", "t
 """Module-level calls that build nothing a request or an invocation could change."""
 
 KNOWN_MODULE_STATE = {
-    "vault_app.http._threads",
     "vault_app.telemetry._active",
     "vault_app.telemetry._lock",
 }
 """What still lives in vault_app's module globals rather than in vault_app.runtime.Runtime: the
-request thread pool (``in_thread`` is called from many places without the runtime) and the
-process's telemetry provider (OpenTelemetry's own providers are process-wide). To be moved there,
-never added to."""
+process's telemetry (OpenTelemetry's own providers are process-wide). Never to be added to."""
 
 
 def module_state(name: str, path: Path) -> set[str]:

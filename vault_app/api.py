@@ -50,7 +50,7 @@ async def post_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
     svc = rt.services
     stream = stream_of(req)
     wait = wait_param(req)
-    batch_id, status = await in_thread(_stage, svc, req, stream)
+    batch_id, status = await in_thread(rt, _stage, svc, req, stream)
     if wait > 0 and status.status != COMMITTED:
         status = await _committed_within(rt, stream, batch_id, wait) or status
     return json_response(200 if status.status == COMMITTED else 202, status.to_json())
@@ -88,7 +88,7 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
                     if hit is not None:
                         return BatchStatus.of_commit(stream, hit)
                 with budget():
-                    found = await in_thread(rt.services.batch_table.committed, stream, batch_id)
+                    found = await in_thread(rt, rt.services.batch_table.committed, stream, batch_id)
                 if found is not None:
                     return found
     except (Busy, StorageUnavailable):
@@ -184,7 +184,7 @@ async def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
     if req.query.get("at"):
         if req.query.get("from"):
             raise HttpError(400, "bad_request", "give either from or at, not both")
-        offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
+        offset = await in_thread(rt, reader.seek_time, stream, parse_time(req.query["at"]))
     else:
         offset = int_param(req, "from", 0, 0, 2**62)
     if wait > 0 and rt.loops.tails().at_end(stream, offset):
@@ -192,7 +192,7 @@ async def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
         # it waits at once. Its empty page, should nothing come, costs no storage call.
         found, response = False, _empty_page(page, offset)
     else:
-        found, response = await in_thread(_page, rt.read_ahead, reader, page, offset)
+        found, response = await in_thread(rt, _page, rt.read_ahead, reader, page, offset)
     if found or wait <= 0:
         return response
     async with rt.wait_slots.slot():
@@ -202,7 +202,7 @@ async def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
             if state is None or state.committed <= offset:
                 break  # the wait is over: the empty page
             with budget():  # a fresh budget: the wait may have outlasted the request's
-                found, response = await in_thread(_page, rt.read_ahead, reader, page, offset)
+                found, response = await in_thread(rt, _page, rt.read_ahead, reader, page, offset)
             if found:
                 break
     return response

@@ -150,7 +150,7 @@ def secured(rule: Rule) -> Callable[[SecuredHandler | AsyncSecuredHandler], Hand
                 # A bearer token may need the issuer's signing keys fetched (blocking I/O, rare):
                 # off the event loop. Keys and anonymous callers are a few microseconds of CPU.
                 bearer = (req.header("authorization") or "").lower().startswith("bearer ")
-                caller = await in_thread(caller_of, rt, req) if bearer else caller_of(rt, req)
+                caller = await in_thread(rt, caller_of, rt, req) if bearer else caller_of(rt, req)
                 rule(caller, req)
                 return await coroutine(rt, req, caller)
 

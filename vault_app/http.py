@@ -14,9 +14,7 @@ import functools
 import inspect
 import json
 import logging
-import os
 from collections.abc import Awaitable, Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -120,16 +118,12 @@ Handler = Callable[["Runtime", Request], Response]
 AsyncHandler = Callable[["Runtime", Request], Awaitable[Response]]
 T = TypeVar("T")
 
-_threads = ThreadPoolExecutor(max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="mv-request")
-"""Where a request's blocking storage calls run: the HTTP functions are ``async def`` (a waiting
-request holds no thread), and the synchronous core (shared with the writer, Spark and the
-client) runs here, one short call at a time. Sized like the Python worker's own pool."""
 
-
-async def in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """``fn(*args)`` off the event loop, with the caller's context (so its storage budget)."""
+async def in_thread(rt: Runtime, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` in the runtime's request threads, off the event loop, with the caller's
+    context (so its storage budget)."""
     call = functools.partial(contextvars.copy_context().run, fn, *args)
-    return await asyncio.get_running_loop().run_in_executor(_threads, call)
+    return await asyncio.get_running_loop().run_in_executor(rt.request_threads, call)
 
 
 def guarded(handler: Handler | AsyncHandler) -> AsyncHandler:
@@ -175,7 +169,7 @@ def guarded_for(seconds: float | None) -> Callable[[Handler | AsyncHandler], Asy
                 return _finished(response)
 
             async def run(rt: Runtime, request: Request) -> Response:
-                return await in_thread(run_blocking, rt, request)
+                return await in_thread(rt, run_blocking, rt, request)
 
         run.__name__ = handler.__name__
         run.__doc__ = handler.__doc__
