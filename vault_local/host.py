@@ -30,10 +30,12 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
+from vault_app.instance import instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_local.http_limits import (
     BODY_GRACE_SECONDS,
@@ -510,6 +513,12 @@ def run(
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
+    # An instance id, as Azure gives each instance one, inherited by the workers: a replacement
+    # takes over the leases of a worker that died at once (vault_app.instance). One per run:
+    # several hosts on one machine are several instances.
+    made_instance = instance_id(os.environ) is None
+    if made_instance:
+        os.environ["WEBSITE_INSTANCE_ID"] = uuid.uuid4().hex
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("azure").setLevel(logging.WARNING)
     try:
@@ -553,3 +562,5 @@ def run(
         sys.exit(f"vault_local host: {exc}")
     finally:
         workers.close()  # serve() has closed them already, unless the start failed
+        if made_instance:  # its lock files: no process of this instance is left to use them
+            shutil.rmtree(lock_directory(os.environ["WEBSITE_INSTANCE_ID"]), ignore_errors=True)
