@@ -52,7 +52,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
-from vault_app.instance import instance_id, lock_directory
+from vault_app.instance import INSTANCE_ID_SETTINGS, instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_local.http_limits import (
     BODY_GRACE_SECONDS,
@@ -508,15 +508,22 @@ def run(
     host_json_file: Path | None = None,
     drain_grace: float = DRAIN_GRACE,
     body_grace: float = BODY_GRACE_SECONDS,
+    instance_per_process: bool = False,
 ) -> None:
-    """Entry point of ``python -m vault_local host``: environment first, then import the app."""
+    """Entry point of ``python -m vault_local host``: environment first, then import the app.
+
+    ``instance_per_process``: the workers get no instance id, so each takes its leases under an
+    id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``)."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
     # An instance id, as Azure gives each instance one, inherited by the workers: a replacement
     # takes over the leases of a worker that died at once (vault_app.instance). One per run:
     # several hosts on one machine are several instances.
-    made_instance = instance_id(os.environ) is None
+    if instance_per_process:
+        for name in INSTANCE_ID_SETTINGS:
+            os.environ.pop(name, None)
+    made_instance = not instance_per_process and instance_id(os.environ) is None
     if made_instance:
         os.environ["WEBSITE_INSTANCE_ID"] = uuid.uuid4().hex
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
