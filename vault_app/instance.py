@@ -91,16 +91,22 @@ class Instance:
         """Do other processes share this instance's lease id (so leases need the file lock)?"""
         return self.locks is not None
 
+    def path(self, name: str, suffix: str) -> Path | None:
+        """A file of the instance's processes about ``name`` (None: the process is on its own)."""
+        if self.locks is None:
+            return None
+        self.locks.mkdir(parents=True, exist_ok=True)
+        return self.locks / (hashlib.sha256(name.encode()).hexdigest()[:32] + suffix)
+
     def try_lock(self, name: str) -> HeldLock | None:
         """The instance-wide lock ``name``, or None while another live process holds it.
 
         With no lock directory, always granted: no other process shares the lease id."""
-        if self.locks is None:
+        path = self.path(name, ".lock")
+        if path is None:
             return HeldLock(None)
-        self.locks.mkdir(parents=True, exist_ok=True)
         # Lock files are never deleted: deleting one while another process opens it would let
         # two processes lock two different files of the same name.
-        path = self.locks / (hashlib.sha256(name.encode()).hexdigest()[:32] + ".lock")
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

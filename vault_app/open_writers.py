@@ -21,6 +21,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from vault_app.drained import DrainedFile
 from vault_app.instance import HeldLock, Instance
 from vault_app.services import Services, StagingQueue
 from vault_core.errors import LeaseLost, StreamLeased, VaultError
@@ -189,7 +190,15 @@ class OpenWriters:
         if owned.lock is not held:  # taken meanwhile by another invocation here
             held.release()
         log.info("this instance now owns staging queue %s", key)
+        # A process of this instance that owned the queue and died: what it had drained.
+        returned = self.drained(services, queue).return_to(queue.staging)
+        if returned:
+            log.info("%d messages a dead process had drained from %s are visible again", returned, key)
         return True
+
+    def drained(self, services: Services, queue: StagingQueue) -> DrainedFile:
+        """Where the owner of ``queue`` writes down the messages it holds (vault_app.drained)."""
+        return DrainedFile(self.instance(services).path(OWNER_BLOB_PREFIX + _key(queue), ".drained"))
 
     def done(self, queue: StagingQueue) -> None:
         """An invocation of an owned queue ended: the queue's idle time starts now."""

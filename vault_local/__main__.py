@@ -217,7 +217,9 @@ def main() -> None:
     )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument(
-        "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
+        "--fault",
+        choices=["after-drain", "after-commit"],
+        help="test seam: the first workers stop at this point to be killed (not their replacements)",
     )
     h.add_argument(
         "--instance-per-process",
