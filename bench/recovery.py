@@ -14,7 +14,8 @@ leases and drained messages stay locked. Repeated ``--kills`` times; then every 
 back (lost or duplicated messages).
 
 **Worker kills.** One host with two language workers (queues 0 and 2 pinned to worker 0, 1 and 3
-to worker 1) under the same steady ingest; worker 0 is SIGKILLed ``--worker-kills`` times, the
+to worker 1) under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is measured is the
+takeover, not a backlog's catch-up); worker 0 is SIGKILLed ``--worker-kills`` times, the
 next kill once the previous one's takeover is measured and at least ``--kill-every`` seconds
 later. The host replaces it at once, on the same instance. Measured per kill: the time until
 the replacement reports ready, and until the first batch posted after the kill to a stream of
@@ -244,7 +245,9 @@ def worker_kills_once(env: Env, mode: str) -> WorkerKills:
         # The first workers are forked in slot order.
         first = sorted(psutil.Process(host.proc.pid).children(), key=lambda p: (p.create_time(), p.pid))
         pid = first[VICTIM].pid
-        producers = Producers(hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.rate)
+        producers = Producers(
+            hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.worker_rate
+        )
         replaced: list[float] = []
         takeovers: list[float] = []
         started = time.perf_counter()
@@ -505,8 +508,8 @@ def summarise(
     workers: Sequence[WorkerKills] = (),
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {
-        "load: producer threads; batches/s of 100 x 1 KiB; streams": (
-            f"{args.producers}; {args.rate:g}; {STREAMS}"
+        "load: producer threads; batches/s of 100 x 1 KiB (in the worker kills); streams": (
+            f"{args.producers}; {args.rate:g} ({args.worker_rate:g}); {STREAMS}"
         ),
     }
     if kills:
@@ -525,6 +528,9 @@ def main() -> None:
     parser.add_argument("--stalls", type=int, default=3)
     parser.add_argument("--worker-kills", type=int, default=3, help="kills per worker-kill run (0: none)")
     parser.add_argument("--kill-every", type=float, default=10, help="least seconds between worker kills")
+    parser.add_argument(
+        "--worker-rate", type=float, default=5, help="batches/s of 100 x 1 KiB in the worker-kill runs"
+    )
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--rate", type=float, default=20, help="batches/s of 100 x 1 KiB, all threads")
     parser.add_argument("--steady", type=float, default=10, help="seconds of steady ingest before the fault")
