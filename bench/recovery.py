@@ -50,6 +50,7 @@ import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,8 @@ class WorkerKills:
     """``instance`` (the design) or ``process`` (the baseline, ``--instance-per-process``)."""
     replaced: list[float]
     """Per kill: s from the kill until the host logged the replacement ready."""
+    owned: list[float]
+    """Per kill: s from the replacement ready until it owned both of its queues (host log)."""
     takeovers: list[float]
     """Per kill: s from the kill until the first batch posted after it to a stream of the
     killed worker's queues is committed."""
@@ -228,6 +231,31 @@ def _replacements(host: HostProcess) -> list[int]:
     """Pids of the replacements of the victim's slot so far, from the host's log."""
     marker = f"language worker {VICTIM} replaced (pid "
     return [int(line.split(marker)[1].split(")")[0]) for line in list(host.lines) if marker in line]
+
+
+def _logged_at(line: str) -> datetime:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+def ownership_after_replacement(host: HostProcess, prefix: str) -> list[float]:
+    """For each replacement of the victim's slot: seconds until it logged owning both of its
+    queues (the lease part of a takeover, apart from the replacement's start and its appends)."""
+    queues = [f"0/{prefix}-{q}" for q in range(QUEUES) if queue_worker(q, WORKERS) == VICTIM]
+    lines = list(host.lines)
+    out = []
+    for k, line in enumerate(lines):
+        if f"language worker {VICTIM} replaced" not in line:
+            continue
+        owned: dict[str, datetime] = {}
+        for later in lines[k + 1 :]:
+            if f"language worker {VICTIM} (pid" in later and "died" in later:
+                break
+            for q in queues:
+                if later.rstrip().endswith(f"now owns staging queue {q}"):
+                    owned.setdefault(q, _logged_at(later))
+        if len(owned) == len(queues):
+            out.append((max(owned.values()) - _logged_at(line)).total_seconds())
+    return out
 
 
 def worker_kills_once(env: Env, mode: str) -> WorkerKills:
@@ -290,6 +318,7 @@ def worker_kills_once(env: Env, mode: str) -> WorkerKills:
         return WorkerKills(
             mode,
             replaced,
+            ownership_after_replacement(host, prefix),
             takeovers,
             [sampler.seen[x.batch_id] - x.acked for x in acked],
             time.perf_counter() - started,
@@ -320,6 +349,9 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
             f"worker kill, {label}: takeover s (kill to first commit), each kill": _each(takeovers, "{:.1f}"),
             f"worker kill, {label}: s from the replacement ready to the first commit, each kill": _each(
                 [t - ready for r in done for t, ready in zip(r.takeovers, r.replaced, strict=True)], "{:.1f}"
+            ),
+            f"worker kill, {label}: s from the replacement ready to owning its queues, each kill": _each(
+                [x for r in done for x in r.owned], "{:.2f}"
             ),
             f"worker kill, {label}: takeover max s (target <= {TAKEOVER_TARGET_SECONDS:g})": max(takeovers),
             f"worker kill, {label}: ack to commit s, p50 / p99 / max (all batches)": (
