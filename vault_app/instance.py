@@ -34,10 +34,11 @@ try:
 except ImportError:  # Windows: no flock; each process is its own instance
     fcntl = None  # type: ignore[assignment]
 
-INSTANCE_ID_SETTINGS = ("WEBSITE_INSTANCE_ID", "CONTAINER_NAME")
-"""Set by the platform, not by us: the instance's id as the Functions host reads it (App Service
-and Premium set the first; Linux Consumption and Flex containers the second). The local host
-sets ``WEBSITE_INSTANCE_ID`` for its workers (vault_local.host)."""
+INSTANCE_ID_SETTING = "WEBSITE_INSTANCE_ID"
+"""Set by the platform, not by us: the id of the instance the process runs on, unique per
+instance. The local host sets it for its workers (vault_local.host). Nothing else is taken for
+it: a name that two instances could share (a container's name, say) would give them one lease
+id, and the file locks, which only one machine sees, could not keep them apart."""
 
 _LEASE_IDS = uuid.UUID("7d0f5b52-0c55-4c8e-9a4e-2f3b8b6f1a10")
 """Namespace of the instances' lease ids (uuid5 of the instance id): blob lease ids are GUIDs."""
@@ -45,11 +46,7 @@ _LEASE_IDS = uuid.UUID("7d0f5b52-0c55-4c8e-9a4e-2f3b8b6f1a10")
 
 def instance_id(env: Mapping[str, str]) -> str | None:
     """The instance id the platform gives this process, if any."""
-    for name in INSTANCE_ID_SETTINGS:
-        value = (env.get(name) or "").strip()
-        if value:
-            return value
-    return None
+    return (env.get(INSTANCE_ID_SETTING) or "").strip() or None
 
 
 def lock_directory(instance: str) -> Path:

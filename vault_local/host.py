@@ -52,7 +52,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
-from vault_app.instance import INSTANCE_ID_SETTINGS, instance_id, lock_directory
+from vault_app.instance import INSTANCE_ID_SETTING, instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_local.http_limits import (
     BODY_GRACE_SECONDS,
@@ -521,11 +521,10 @@ def run(
     # takes over the leases of a worker that died at once (vault_app.instance). One per run:
     # several hosts on one machine are several instances.
     if instance_per_process:
-        for name in INSTANCE_ID_SETTINGS:
-            os.environ.pop(name, None)
+        os.environ.pop(INSTANCE_ID_SETTING, None)
     made_instance = not instance_per_process and instance_id(os.environ) is None
     if made_instance:
-        os.environ["WEBSITE_INSTANCE_ID"] = uuid.uuid4().hex
+        os.environ[INSTANCE_ID_SETTING] = uuid.uuid4().hex
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("azure").setLevel(logging.WARNING)
     try:
@@ -570,4 +569,4 @@ def run(
     finally:
         workers.close()  # serve() has closed them already, unless the start failed
         if made_instance:  # its lock files: no process of this instance is left to use them
-            shutil.rmtree(lock_directory(os.environ["WEBSITE_INSTANCE_ID"]), ignore_errors=True)
+            shutil.rmtree(lock_directory(os.environ[INSTANCE_ID_SETTING]), ignore_errors=True)
