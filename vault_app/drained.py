@@ -39,12 +39,15 @@ class DrainedFile:
         if self.path is None:
             return
         held = [{"id": m.id, "receipt": m.receipt} for m in messages]
-        if not held:
-            self.path.unlink(missing_ok=True)
-            return
-        scratch = self.path.with_suffix(".tmp")
-        scratch.write_text(json.dumps(held))
-        os.replace(scratch, self.path)
+        try:
+            if not held:
+                self.path.unlink(missing_ok=True)
+                return
+            scratch = self.path.with_suffix(".tmp")
+            scratch.write_text(json.dumps(held))
+            os.replace(scratch, self.path)
+        except OSError as exc:  # only a successor's head start is lost: keep writing the stream
+            log.warning("could not write down the drained messages in %s: %s", self.path, exc)
 
     def take(self) -> list[QueuedMessage]:
         """What a process that died left written down, and the file removed."""
@@ -52,9 +55,9 @@ class DrainedFile:
             return []
         try:
             held = json.loads(self.path.read_text())
-        except (FileNotFoundError, ValueError):
+            self.path.unlink(missing_ok=True)
+        except (OSError, ValueError):  # none written, or unreadable: they come back by themselves
             return []
-        self.path.unlink(missing_ok=True)
         return [QueuedMessage(str(m["id"]), "", str(m["receipt"])) for m in held]
 
     def return_to(self, queue: Queue) -> int:

@@ -81,7 +81,12 @@ class Instance:
         ident = instance_id(env)
         if ident is None or fcntl is None:
             return cls()
-        return cls(str(uuid.uuid5(_LEASE_IDS, ident)), lock_directory(ident))
+        locks = lock_directory(ident)
+        try:
+            locks.mkdir(parents=True, exist_ok=True)
+        except OSError:  # nowhere to keep the locks: no shared lease id either
+            return cls()
+        return cls(str(uuid.uuid5(_LEASE_IDS, ident)), locks)
 
     @property
     def shared(self) -> bool:

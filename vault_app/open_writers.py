@@ -112,7 +112,7 @@ class OpenWriters:
                 results = writer.append(batches)
             except LeaseLost:
                 writer.close()
-                writer = None
+                writer = None  # closed: nothing left for the handler below to close
                 writer = self._open_writer(services, instance, stream)
                 results = writer.append(batches)
         except BaseException:
