@@ -16,7 +16,8 @@ kernel drops when its process dies, SIGKILL included. So:
   a lease id of its own and no file locks, so its leases run out as before.
 
 Whatever the locks do, every write to a stream also carries ``If-Match`` its last ETag
-(vault_core.writer), so a second writer under the same id could fail but never write.
+(vault_core.writer): two writers under the same id could make each other fail, but never both
+write from the same state.
 """
 
 from __future__ import annotations
