@@ -1,4 +1,5 @@
-"""Recovery benchmark (issue 9): a killed writer instance, and a storage stall.
+"""Recovery benchmark (issues 9 and 24): a killed writer instance, a killed language worker, and a
+storage stall.
 
     ./dev bench recovery          (python -m bench.recovery)
 
@@ -11,6 +12,18 @@ batch acknowledged (202) before it is committed (the ``b`` rows ``GET /streams/{
 reads, polled every 0.1 s), against a target of 30 s, which includes the 15 s for which A's
 leases and drained messages stay locked. Repeated ``--kills`` times; then every stream is read
 back (lost or duplicated messages).
+
+**Worker kills.** One host with two language workers (queues 0 and 2 pinned to worker 0, 1 and 3
+to worker 1) under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is measured is the
+takeover, not a backlog's catch-up); worker 0 is SIGKILLed ``--worker-kills`` times, the
+next kill once the previous one's takeover is measured and at least ``--kill-every`` seconds
+later. The host replaces it at once, on the same instance. Measured per kill: the time until
+the replacement reports ready, and until the first batch posted after the kill to a stream of
+worker 0's queues commits (the *takeover*; target 2 s), and that less the replacement's start
+(the host's and the interpreter's part, not the app's). Over the whole run: the seconds from
+each acknowledgement (202) to the commit, p50/p99/max. Run twice, one after the other: with the
+instance's lease id (the design, docs/ARCHITECTURE.md §3.7) and with ``--instance-per-process``
+(the baseline: each process its own lease id, so a replacement waits the leases out).
 
 **Stall.** One host under the same steady ingest; Azurite is frozen (SIGSTOP) for 10 s, then
 resumed (SIGCONT). The committed rate is counted in 1 s buckets from the host's ``appended``
@@ -28,17 +41,23 @@ the same Idempotency-Key, and the schedule's late batches go out as soon as they
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import statistics
 import time
 import uuid
+import zlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from bench.cluster import (
+    QUEUES,
     Append,
     Producers,
     Sampler,
@@ -47,6 +66,7 @@ from bench.cluster import (
     delete_queues,
     drop_stream,
     handbacks,
+    percentile,
     poison_count,
     save_logs,
     settle,
@@ -59,10 +79,16 @@ from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
+from vault_local.workers import queue_worker
 
 STREAMS = 4
 PER_BATCH = 100
 RECOVERY_TARGET_SECONDS = 30.0
+TAKEOVER_TARGET_SECONDS = 2.0
+"""From a worker's kill until its replacement commits a batch of its queues (issue 24)."""
+WORKERS = 2
+VICTIM = 0
+"""The slot of the worker the worker-kill runs kill: queues 0 and 2 run there."""
 
 
 @dataclass
@@ -173,6 +199,180 @@ def _first_commit_after(producers: Producers, sampler: Sampler, killed: float) -
             return min(done) - killed
         time.sleep(0.05)
     raise TimeoutError("nothing posted after the kill was committed within 60 s")
+
+
+# -- killed workers ----------------------------------------------------------------------------
+@dataclass
+class WorkerKills:
+    mode: str
+    """``instance`` (the design) or ``process`` (the baseline, ``--instance-per-process``)."""
+    replaced: list[float]
+    """Per kill: s from the kill until the host logged the replacement ready."""
+    owned: list[float]
+    """Per kill: s from the replacement ready until it owned both of its queues (host log)."""
+    takeovers: list[float]
+    """Per kill: s from the kill until the first batch posted after it to a stream of the
+    killed worker's queues is committed."""
+    lags: list[float]
+    """Every acknowledged batch: s from its 202 until it was seen committed."""
+    seconds: float
+    lost: int
+    duplicated: int
+    poisoned: int
+    statuses: Counter[str]
+
+
+def victim_streams(streams: Sequence[str]) -> set[str]:
+    """The streams whose staging queue runs on the worker that gets killed."""
+    return {s for s in streams if queue_worker(zlib.crc32(s.encode()) % QUEUES, WORKERS) == VICTIM}
+
+
+def _replacements(host: HostProcess) -> list[int]:
+    """Pids of the replacements of the victim's slot so far, from the host's log."""
+    marker = f"language worker {VICTIM} replaced (pid "
+    return [int(line.split(marker)[1].split(")")[0]) for line in list(host.lines) if marker in line]
+
+
+def _logged_at(line: str) -> datetime:
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+
+
+def ownership_after_replacement(host: HostProcess, prefix: str) -> list[float]:
+    """For each replacement of the victim's slot: seconds until it logged owning both of its
+    queues (the lease part of a takeover, apart from the replacement's start and its appends)."""
+    queues = [f"0/{prefix}-{q}" for q in range(QUEUES) if queue_worker(q, WORKERS) == VICTIM]
+    lines = list(host.lines)
+    out = []
+    for k, line in enumerate(lines):
+        if f"language worker {VICTIM} replaced" not in line:
+            continue
+        owned: dict[str, datetime] = {}
+        for later in lines[k + 1 :]:
+            if f"language worker {VICTIM} (pid" in later and "died" in later:
+                break
+            for q in queues:
+                if later.rstrip().endswith(f"now owns staging queue {q}"):
+                    owned.setdefault(q, _logged_at(later))
+        if len(owned) == len(queues):
+            out.append((max(owned.values()) - _logged_at(line)).total_seconds())
+    return out
+
+
+def worker_kills_once(env: Env, mode: str) -> WorkerKills:
+    prefix = f"rw{uuid.uuid4().hex[:8]}"
+    streams = spread_streams(f"rw-{uuid.uuid4().hex[:6]}", STREAMS)
+    victims = victim_streams(streams)
+    settings = {"VAULT_QUEUE_PREFIX": prefix, "FUNCTIONS_WORKER_PROCESS_COUNT": str(WORKERS)}
+    args = ("--instance-per-process",) if mode == "process" else ()
+    hosts: list[HostProcess] = []
+    producers: Producers | None = None
+    try:
+        hosts.append(HostProcess(env.azurite.connection_string, settings=settings, args=args).start())
+        host = hosts[0]
+        assert host.proc is not None
+        # The first workers are forked in slot order.
+        first = sorted(psutil.Process(host.proc.pid).children(), key=lambda p: (p.create_time(), p.pid))
+        pid = first[VICTIM].pid
+        producers = Producers(
+            hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.worker_rate
+        )
+        replaced: list[float] = []
+        takeovers: list[float] = []
+        started = time.perf_counter()
+        with Sampler(env.vault) as sampler:
+            producers.start()
+            feed(producers, sampler, 3 + env.args.steady)
+            for _ in range(env.args.worker_kills):
+                before = len(_replacements(host))
+                os.kill(pid, signal.SIGKILL)
+                killed = time.perf_counter()
+                ready: float | None = None
+                takeover: float | None = None
+                while takeover is None or time.perf_counter() < killed + env.args.kill_every:
+                    if time.perf_counter() - killed > 120:
+                        raise TimeoutError("no batch of the killed worker's queues committed after 120 s")
+                    acked = producers.snapshot()
+                    sampler.watch(acked)
+                    now = _replacements(host)
+                    if ready is None and len(now) > before:
+                        ready, pid = time.perf_counter() - killed, now[-1]
+                    if takeover is None:
+                        done = [
+                            sampler.seen[x.batch_id]
+                            for x in acked
+                            if x.stream in victims and x.posted > killed and x.batch_id in sampler.seen
+                        ]
+                        takeover = min(done) - killed if done else None
+                    time.sleep(0.05)
+                if ready is None:
+                    raise TimeoutError("the killed worker was not replaced")
+                replaced.append(ready)
+                takeovers.append(takeover)
+            feed(producers, sampler, 5)
+            producers.stop()
+            acked = producers.snapshot()
+            sampler.watch(acked)
+            if not sampler.wait_all(timeout=120):
+                raise TimeoutError("acknowledged batches not committed after 120 s")
+        found = audit(env.vault, acked, streams, PER_BATCH)
+        return WorkerKills(
+            mode,
+            replaced,
+            ownership_after_replacement(host, prefix),
+            takeovers,
+            [sampler.seen[x.batch_id] - x.acked for x in acked],
+            time.perf_counter() - started,
+            found.lost,
+            found.duplicated,
+            poison_count(env.account, prefix),
+            producers.statuses,
+        )
+    finally:
+        tear_down(env, prefix, hosts, producers, streams)
+
+
+def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for mode, label in (
+        ("process", "before (lease id per process)"),
+        ("instance", "after (lease id per instance)"),
+    ):
+        done = [r for r in runs if r.mode == mode]
+        if not done:
+            continue
+        lags = [x for r in done for x in r.lags]
+        takeovers = [t for r in done for t in r.takeovers]
+        figures |= {
+            f"worker kill, {label}: s until the replacement is ready, each kill": _each(
+                [x for r in done for x in r.replaced], "{:.1f}"
+            ),
+            f"worker kill, {label}: takeover s (kill to first commit), each kill": _each(takeovers, "{:.1f}"),
+            f"worker kill, {label}: s from the replacement ready to the first commit, each kill": _each(
+                [t - ready for r in done for t, ready in zip(r.takeovers, r.replaced, strict=True)], "{:.1f}"
+            ),
+            f"worker kill, {label}: s from the replacement ready to owning its queues, each kill": _each(
+                [x for r in done for x in r.owned], "{:.2f}"
+            ),
+            f"worker kill, {label}: takeover max s (target <= {TAKEOVER_TARGET_SECONDS:g})": max(takeovers),
+            f"worker kill, {label}: ack to commit s, p50 / p99 / max (all batches)": (
+                f"{percentile(lags, 0.5):.2f} / {percentile(lags, 0.99):.2f} / {max(lags):.2f}"
+            ),
+            f"worker kill, {label}: batches acknowledged; run s": (
+                f"{len(lags):,}; {sum(r.seconds for r in done):.0f}"
+            ),
+            f"worker kill, {label}: poisoned / lost / duplicated": (
+                f"{sum(r.poisoned for r in done)} / {sum(r.lost for r in done)} / "
+                f"{sum(r.duplicated for r in done)}"
+            ),
+            f"worker kill, {label}: HTTP answers": _statuses([r.statuses for r in done]),
+        }
+    before = [x for r in runs if r.mode == "process" for x in r.lags]
+    after = [x for r in runs if r.mode == "instance" for x in r.lags]
+    if before and after:
+        figures["worker kill: ack to commit p99, after / before"] = percentile(after, 0.99) / percentile(
+            before, 0.99
+        )
+    return figures
 
 
 # -- the stall ---------------------------------------------------------------------------------
@@ -333,15 +533,21 @@ def _each(values: Sequence[float], fmt: str, sep: str = ", ") -> str:
 
 
 def summarise(
-    kills: list[Kill], stalls: list[Stall], args: argparse.Namespace, seconds: float
+    kills: list[Kill],
+    stalls: list[Stall],
+    args: argparse.Namespace,
+    seconds: float,
+    workers: Sequence[WorkerKills] = (),
 ) -> dict[str, Any]:
     figures: dict[str, Any] = {
-        "load: producer threads; batches/s of 100 x 1 KiB; streams": (
-            f"{args.producers}; {args.rate:g}; {STREAMS}"
+        "load: producer threads; batches/s of 100 x 1 KiB (in the worker kills); streams": (
+            f"{args.producers}; {args.rate:g} ({args.worker_rate:g}); {STREAMS}"
         ),
     }
     if kills:
         figures |= kill_figures(kills)
+    if workers:
+        figures |= worker_figures(list(workers))
     if stalls:
         figures |= stall_figures(stalls, args.stall)
     figures["benchmark seconds"] = seconds
@@ -352,6 +558,11 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--kills", type=int, default=3)
     parser.add_argument("--stalls", type=int, default=3)
+    parser.add_argument("--worker-kills", type=int, default=3, help="kills per worker-kill run (0: none)")
+    parser.add_argument("--kill-every", type=float, default=10, help="least seconds between worker kills")
+    parser.add_argument(
+        "--worker-rate", type=float, default=5, help="batches/s of 100 x 1 KiB in the worker-kill runs"
+    )
     parser.add_argument("--producers", type=int, default=8)
     parser.add_argument("--rate", type=float, default=20, help="batches/s of 100 x 1 KiB, all threads")
     parser.add_argument("--steady", type=float, default=10, help="seconds of steady ingest before the fault")
@@ -364,14 +575,28 @@ def main() -> None:
     try:
         account = StorageAccount(connection_string=azurite.connection_string)
         env = Env(azurite, account, Vault(account).ensure(), args)
-        kills, stalls = [], []
+        kills, stalls, workers = [], [], []
         for _ in range(args.kills):
             kills.append(kill_once(env))
             print("kill:", kills[-1], flush=True)
+        if args.worker_kills:
+            for mode in ("process", "instance"):
+                workers.append(worker_kills_once(env, mode))
+                w = workers[-1]
+                print(
+                    "worker kills:",
+                    mode,
+                    w.replaced,
+                    w.takeovers,
+                    f"p99 {percentile(w.lags, 0.99):.2f}",
+                    flush=True,
+                )
         for _ in range(args.stalls):
             stalls.append(stall_once(env))
             print("stall:", stalls[-1], flush=True)
-        report("recovery", "./dev bench recovery", summarise(kills, stalls, args, time.monotonic() - t0))
+        report(
+            "recovery", "./dev bench recovery", summarise(kills, stalls, args, time.monotonic() - t0, workers)
+        )
     finally:
         azurite.cleanup()
 

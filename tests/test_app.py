@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -20,10 +24,12 @@ from leases import end_dead_host_leases
 
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT
+from vault_app.instance import lock_directory
 from vault_app.open_writers import OpenWriters
 from vault_app.services import Services
 from vault_core.azure import StorageAccount
 from vault_core.recordformat import HEADER_SIZE, NewMessage, decode, encode
+from vault_core.writer import Batch
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess, local_env
 
@@ -491,6 +497,62 @@ def test_each_staging_queue_has_one_owner_until_it_idles_or_its_process_stops(az
     finally:
         first.close_all()
         second.close_all()
+
+
+SIBLING = """
+import os
+from vault_app.config import load_settings
+from vault_app.open_writers import OpenWriters
+from vault_app.services import Services
+from vault_core.errors import StreamLeased
+from vault_core.recordformat import NewMessage
+from vault_core.writer import Batch
+
+services = Services(load_settings())
+stream = os.environ["SIBLING_STREAM"]
+writers = OpenWriters()
+print("owner" if writers.own(services, services.queue_for(stream)) else "not-owner")
+try:
+    writers.append(services, stream, [Batch([NewMessage(b"sibling", b"")], "from-the-sibling")])
+    print("appended")
+except StreamLeased:
+    print("leased")
+writers.close_all()
+"""
+
+
+def test_two_live_processes_of_one_instance_never_both_own_a_queue_or_write_a_stream(
+    azurite: Azurite, stream: str
+) -> None:
+    """docs/ARCHITECTURE.md §3.7: the processes of one instance take leases under one lease id,
+    so the blob lease cannot keep them apart; the instance-wide file lock does, while both live."""
+    instance = f"test-instance-{uuid.uuid4().hex[:8]}"
+    env = {
+        **local_env(azurite.connection_string, "sibling-test-key-0123456789"),
+        "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
+        "WEBSITE_INSTANCE_ID": instance,
+    }
+    services = Services(load_settings(env))
+    services.ensure()
+    queue = services.queue_for(stream)
+    writers = OpenWriters(idle_seconds=60)
+    try:
+        assert writers.own(services, queue)
+        writers.append(services, stream, [Batch([NewMessage(b"first", b"")], "first")])
+        sibling = subprocess.run(  # a live process of the same instance, its leases under the same id
+            [sys.executable, "-c", SIBLING],
+            env={**os.environ, **env, "SIBLING_STREAM": stream},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert sibling.stdout.split() == ["not-owner", "leased"], sibling.stderr
+        writers.append(services, stream, [Batch([NewMessage(b"second", b"")], "second")])  # still ours
+        writers.done(queue)
+    finally:
+        writers.close_all()
+        shutil.rmtree(lock_directory(instance), ignore_errors=True)
+    assert [m.value for m in services.vault.reader.scan(stream)] == [b"first", b"second"]
 
 
 def test_two_instances_on_the_same_queue_write_every_batch_once_through_its_owner(

@@ -205,6 +205,26 @@ def test_one_lease_at_a_time_and_a_broken_one_writes_nothing(page_log: PageLog) 
     page_log.acquire_lease(15).release()  # released: free at once
 
 
+def test_a_lease_id_that_holds_the_lease_takes_it_again_and_only_the_current_etag_writes(
+    page_log: PageLog,
+) -> None:
+    """The successor of a dead writer under the same lease id takes the lease at once
+    (docs/ARCHITECTURE.md §3.7); of two writers that share the id, the ETag lets one write."""
+    page_log.create_if_missing()
+    shared = str(uuid.uuid4())
+    predecessor = page_log.acquire_lease(15, shared)
+    for other in (None, str(uuid.uuid4())):
+        with pytest.raises(StreamLeased):
+            page_log.acquire_lease(15, other)
+    successor = page_log.acquire_lease(15, shared)
+    known = str(page_log.state().etag)
+    page_log.resize(PAGE_SIZE, successor, known)
+    with pytest.raises(LeaseLost):  # the predecessor's write, from the state it knew
+        page_log.resize(2 * PAGE_SIZE, predecessor, known)
+    assert page_log.state().blob_size == PAGE_SIZE
+    successor.release()
+
+
 # -- Table -----------------------------------------------------------------------------------
 @pytest.fixture(params=["azurite", "memory"])
 def backend(request: pytest.FixtureRequest) -> AppStorage:

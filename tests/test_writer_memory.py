@@ -211,6 +211,32 @@ def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: M
     assert entry is not None and entry.count == 3010 and vault.index.last_point(STREAM) is not None
 
 
+def test_a_successor_under_the_dead_writers_lease_id_takes_over_at_once_and_the_dead_one_cannot_write(
+    vault: Vault,
+) -> None:
+    """A replacement on the same instance opens under the lease id its dead predecessor held
+    (docs/ARCHITECTURE.md §3.7): no wait for the lease to run out, the batch the predecessor
+    committed stays once, and a late write of the predecessor's fails on the ETag."""
+    shared = "4f8a6c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"
+    dying = StreamWriter.open(
+        vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+    )
+    dying.append([Batch(msgs(10, tag="committed"), "batch-1")])  # then it stops: no release
+    with pytest.raises(StreamLeased):
+        vault.writer(STREAM)  # any other lease id waits the lease out, as before
+    with StreamWriter.open(
+        vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+    ) as successor:  # at once
+        [again, after] = successor.append(
+            [Batch(msgs(10, tag="committed"), "batch-1"), Batch(msgs(5, tag="after"), "batch-2")]
+        )
+        with pytest.raises(LeaseLost):
+            dying.append([Batch(msgs(5, tag="late"), "batch-3")])
+    abandon(dying)
+    assert again.duplicate and not after.duplicate
+    assert tags(vault) == [b"committed"] * 10 + [b"after"] * 5
+
+
 # -- what readers refuse -------------------------------------------------------------------------
 def test_a_flipped_byte_is_detected_and_skipping_reads_the_rest(vault: Vault) -> None:
     with vault.writer(STREAM) as w:

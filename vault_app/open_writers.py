@@ -4,7 +4,10 @@ and the reaper that closes idle ones.
 A busy stream pays for its lease and its recovery once, not per invocation. A staging queue is
 written by one instance at a time, its **owner** (docs/ARCHITECTURE.md §3.7): the instance
 that holds the queue's owner lease, an empty page blob ``_owners/<account>/<queue>`` in the
-claim-check container. On shutdown (:meth:`OpenWriters.close_all`, when its
+claim-check container. Its leases, the queues' and the streams', are taken under the lease id of
+this process's *instance* (vault_app.instance), each paired with an instance-wide file lock:
+a live process of the instance excludes the others, and a replacement for one that died takes
+its leases over at once. On shutdown (:meth:`OpenWriters.close_all`, when its
 :class:`vault_app.runtime.Runtime` closes: the local host's workers close it when told to
 terminate, and ``function_app.py`` registers the close with ``atexit`` as the backstop of a
 normal interpreter exit) every writer brings the catalog up to date and releases its lease, and
@@ -17,11 +20,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 
+from vault_app.drained import DrainedFile
+from vault_app.instance import HeldLock, Instance
 from vault_app.services import Services, StagingQueue
-from vault_core.errors import LeaseLost, VaultError
+from vault_core.errors import LeaseLost, StreamLeased, VaultError
 from vault_core.pagelog import HeldLease
 from vault_core.writer import AppendResult, Batch, StreamWriter
 
@@ -43,13 +47,27 @@ blob starts with ``_`` (stream names begin with a letter or digit)."""
 
 @dataclass
 class _Owned:
-    """A staging queue this process owns: its lease, when it was last used and renewed, and how
-    many invocations of it are running (a busy queue is never released)."""
+    """A staging queue this process owns: its lease, when it was last used and renewed, how
+    many invocations of it are running (a busy queue is never released), and the instance-wide
+    lock that keeps the instance's other processes from taking the same lease."""
 
     lease: HeldLease
     used: float
     renewed: float
     running: int = 0
+    lock: HeldLock | None = None
+
+    def release(self, key: str) -> None:
+        """Give the queue up: the lease first, then the lock (released the other way round,
+        a sibling could take the lease under the same id just before this release drops it)."""
+        try:
+            self.lease.release()
+            log.info("staging queue %s released", key)
+        except VaultError as exc:  # expired or taken: nothing to release
+            log.info("ownership of staging queue %s not released: %s", key, exc)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
 
 class OpenWriters:
@@ -59,44 +77,91 @@ class OpenWriters:
     an append; one that lost its lease meanwhile is reopened. Invocations of one queue run one at
     a time (host.json), and a stream lives on one queue, so a writer is never shared at once;
     the lock covers the reaper.
+
+    Every lease is taken under the lease id of ``instance`` (default: from the settings' platform
+    instance id), so taking a lease it already holds (a dead sibling's, or its own after a
+    renewal failed during a storage stall) succeeds instead of waiting it out.
     """
 
-    def __init__(self, idle_seconds: float = WRITER_IDLE_SECONDS) -> None:
+    def __init__(self, idle_seconds: float = WRITER_IDLE_SECONDS, instance: Instance | None = None) -> None:
         self.idle_seconds = idle_seconds
         self._open: dict[str, tuple[StreamWriter, float]] = {}
+        self._streams: dict[str, HeldLock] = {}
+        """The instance-wide lock of every stream whose writer is open here, or closing."""
         self._owned: dict[str, _Owned] = {}
-        self.owner_id = str(uuid.uuid4())
-        """The lease id of every owner lease taken here: taking a lease it already holds (say,
-        after a renewal failed during a storage stall) succeeds instead of locking it out."""
+        self._instance = instance
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
 
+    def instance(self, services: Services) -> Instance:
+        """The instance whose lease id this process's leases carry."""
+        with self._lock:
+            if self._instance is None:
+                self._instance = Instance.from_env(services.settings.env)
+            return self._instance
+
     def append(self, services: Services, stream: str, batches: list[Batch]) -> list[AppendResult]:
+        instance = self.instance(services)
         with self._lock:
             writer = self._take(stream)
-        if writer is None:
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
+            if writer is None:
+                self._lock_stream(instance, stream)
         try:
-            results = writer.append(batches)
-        except LeaseLost:
-            writer.close()
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
-            results = writer.append(batches)
+            if writer is None:
+                writer = self._open_writer(services, instance, stream)
+            try:
+                results = writer.append(batches)
+            except LeaseLost:
+                writer.close()
+                writer = None  # closed: nothing left for the handler below to close
+                writer = self._open_writer(services, instance, stream)
+                results = writer.append(batches)
         except BaseException:
-            writer.close()
+            try:
+                if writer is not None:
+                    writer.close()
+            finally:
+                self._unlock_stream(stream)
             raise
         with self._lock:
             self._open[stream] = (writer, time.monotonic())
             self._start_reaper()
         return results
 
+    def _lock_stream(self, instance: Instance, stream: str) -> None:
+        """Take the stream's instance-wide lock before its writer opens (called under _lock)."""
+        if stream in self._streams:  # its writer is closing: as if leased, hand the batch back
+            raise StreamLeased(f"the writer of stream {stream!r} is closing")
+        held = instance.try_lock("stream/" + stream)
+        if held is None:
+            raise StreamLeased(f"stream {stream!r} is open in another process of this instance")
+        self._streams[stream] = held
+
+    def _unlock_stream(self, stream: str) -> None:
+        with self._lock:
+            held = self._streams.pop(stream, None)
+        if held is not None:
+            held.release()
+
+    @staticmethod
+    def _open_writer(services: Services, instance: Instance, stream: str) -> StreamWriter:
+        vault = services.vault
+        return StreamWriter.open(
+            vault.blob(stream),
+            vault.index,
+            clock=vault.clock,
+            lease_seconds=WRITER_LEASE_SECONDS,
+            lease_id=instance.lease_id,
+        )
+
     # -- owning staging queues -------------------------------------------------------------
     def own(self, services: Services, queue: StagingQueue) -> bool:
         """Is this process the queue's owner (the one instance that writes its batches)?
 
-        True if it owns the queue already, or took its free owner lease now; then the caller
-        must call :meth:`done` when its invocation ends. False if another instance holds it.
-        Raises StorageUnavailable if storage cannot say.
+        True if it owns the queue already, or took its owner lease now (free, or held under this
+        instance's lease id by a process that is gone); then the caller must call :meth:`done`
+        when its invocation ends. False if another instance, or another live process of this
+        one, holds it. Raises StorageUnavailable if storage cannot say.
         """
         key = _key(queue)
         with self._lock:
@@ -104,18 +169,37 @@ class OpenWriters:
             if owned is not None:
                 owned.running += 1
                 return True
-        lease = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key).acquire(
-            WRITER_LEASE_SECONDS, self.owner_id
-        )
+        instance = self.instance(services)
+        held = instance.try_lock(OWNER_BLOB_PREFIX + key)
+        if held is None:
+            return False
+        try:
+            lease = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key).acquire(
+                WRITER_LEASE_SECONDS, instance.lease_id
+            )
+        except BaseException:
+            held.release()
+            raise
         if lease is None:
+            held.release()
             return False
         now = time.monotonic()
         with self._lock:
-            owned = self._owned.setdefault(key, _Owned(lease, now, now))
+            owned = self._owned.setdefault(key, _Owned(lease, now, now, lock=held))
             owned.running += 1
             self._start_reaper()
+        if owned.lock is not held:  # taken meanwhile by another invocation here
+            held.release()
         log.info("this instance now owns staging queue %s", key)
+        # A process of this instance that owned the queue and died: what it had drained.
+        returned = self.drained(services, queue).return_to(queue.staging)
+        if returned:
+            log.info("%d messages a dead process had drained from %s are visible again", returned, key)
         return True
+
+    def drained(self, services: Services, queue: StagingQueue) -> DrainedFile:
+        """Where the owner of ``queue`` writes down the messages it holds (vault_app.drained)."""
+        return DrainedFile(self.instance(services).path(OWNER_BLOB_PREFIX + _key(queue), ".drained"))
 
     def done(self, queue: StagingQueue) -> None:
         """An invocation of an owned queue ended: the queue's idle time starts now."""
@@ -137,7 +221,7 @@ class OpenWriters:
             # Released under the lock: an invocation starting meanwhile must not take the lease
             # again (same lease id) just before this release drops it.
             for key in idle:
-                _release_owner(key, self._owned.pop(key).lease)
+                self._owned.pop(key).release(key)
             due = [(k, o) for k, o in self._owned.items() if now - o.renewed >= WRITER_LEASE_SECONDS / 3]
         for key, owned in due:
             try:
@@ -150,6 +234,8 @@ class OpenWriters:
                 with self._lock:
                     if self._owned.get(key) is owned:
                         del self._owned[key]
+                        if owned.lock is not None:
+                            owned.lock.release()
 
     def _take(self, stream: str) -> StreamWriter | None:
         entry = self._open.pop(stream, None)
@@ -172,15 +258,16 @@ class OpenWriters:
             self._owned.clear()
         self._close(writers)
         for key, o in owned:
-            _release_owner(key, o.lease)
+            o.release(key)
 
-    @staticmethod
-    def _close(writers: list[StreamWriter]) -> None:
+    def _close(self, writers: list[StreamWriter]) -> None:
         for w in writers:
             try:
                 w.close()
             except VaultError as exc:
                 log.warning("closing the writer of %s: %s", w.stream, exc)
+            finally:  # after the lease's release: a sibling may take the stream now
+                self._unlock_stream(w.stream)
 
     def _start_reaper(self) -> None:
         if self._reaper is None or not self._reaper.is_alive():
@@ -202,10 +289,3 @@ class OpenWriters:
 def _key(queue: StagingQueue) -> str:
     return f"{queue.account}/{queue.name}"
 
-
-def _release_owner(key: str, lease: HeldLease) -> None:
-    try:
-        lease.release()
-        log.info("staging queue %s released", key)
-    except VaultError as exc:  # expired or taken: nothing to release
-        log.info("ownership of staging queue %s not released: %s", key, exc)

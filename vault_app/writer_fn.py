@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 from vault_app import envelope, telemetry
 from vault_app.claimcheck import AlreadyCommitted, ClaimChecks
+from vault_app.drained import DrainedFile
 from vault_app.envelope import Envelope, EnvelopeError
 from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
@@ -126,7 +127,7 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
     telemetry.current().link(first.trace)
     plan = _Plan()
     _add(plan, _Work(first))
-    with _Renewer(queue) as renewer:
+    with _Renewer(queue, runtime.writers.drained(services, queue)) as renewer:
         _drain(claims, runtime, queue, plan, renewer)
         runtime.fault("after-drain")
         for stream, work in plan.by_stream.items():
@@ -349,11 +350,13 @@ class _Renewer:
 
     Their visibility is short (DRAIN_VISIBILITY) and renewed every third of it, as the
     Functions host does for the trigger message: if this process dies, they are visible to
-    another writer within DRAIN_VISIBILITY, not after a long fixed timeout.
+    another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
+    replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
 
-    def __init__(self, queue: StagingQueue) -> None:
+    def __init__(self, queue: StagingQueue, written: DrainedFile) -> None:
         self.queue = queue
+        self.written = written
         self._held: dict[str, QueuedMessage] = {}
         self._lock = threading.Lock()
         self._round = threading.Lock()
@@ -369,15 +372,19 @@ class _Renewer:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        with self._lock:
+            self.written.record(())
 
     def hold(self, messages: list[QueuedMessage]) -> None:
         with self._lock:
             self._held.update((m.id, m) for m in messages)
+            self.written.record(self._held.values())
 
     def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
+            self.written.record(self._held.values())
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_VISIBILITY / 3):
@@ -389,3 +396,5 @@ class _Renewer:
                         self.queue.staging.hide(m, DRAIN_VISIBILITY)
                     except VaultError as exc:
                         log.info("renewing drained message %s failed: %s", m.id, exc)
+                with self._lock:  # the new receipts
+                    self.written.record(self._held.values())

@@ -115,12 +115,12 @@ class MemoryPageBlob:
                     metadata=CommitState().to_metadata(), modified_ms=self._container.clock.now_ms()
                 )
 
-    def acquire_lease(self, seconds: int) -> HeldLease:
+    def acquire_lease(self, seconds: int, lease_id: str | None = None) -> HeldLease:
         with self._container.lock:
             b = self._stored()
-            if self._held(b):
+            if self._held(b) and (lease_id is None or b.lease_id != lease_id):
                 raise StreamLeased(f"stream {self.stream!r} is leased by another writer")
-            b.lease_id, b.lease_seconds = str(uuid.uuid4()), seconds
+            b.lease_id, b.lease_seconds = lease_id or str(uuid.uuid4()), seconds
             b.lease_until = self._container.clock.monotonic() + seconds
             return MemoryLease(self, b.lease_id)
 

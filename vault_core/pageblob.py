@@ -124,11 +124,13 @@ class StreamBlob:
             except ResourceExistsError:
                 pass
 
-    def acquire_lease(self, seconds: int) -> Lease:
-        """The stream's lease (raises StreamLeased if another writer holds it)."""
+    def acquire_lease(self, seconds: int, lease_id: str | None = None) -> Lease:
+        """The stream's lease (raises StreamLeased if another writer holds it); see PageLog."""
         with translate_errors(self.stream):
             try:
-                return Lease(self.client.acquire_lease(lease_duration=seconds), self.stream)
+                return Lease(
+                    self.client.acquire_lease(lease_duration=seconds, lease_id=lease_id), self.stream
+                )
             except ResourceNotFoundError as exc:
                 raise StreamNotFound(f"stream {self.stream!r} does not exist") from exc
 

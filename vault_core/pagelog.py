@@ -157,8 +157,10 @@ class PageLog(ReadableLog, Protocol):
         """Create an empty page blob with an empty commit record; a no-op if it exists."""
         ...
 
-    def acquire_lease(self, seconds: int) -> HeldLease:
-        """The stream's lease (raises StreamLeased if another writer holds it)."""
+    def acquire_lease(self, seconds: int, lease_id: str | None = None) -> HeldLease:
+        """The stream's lease (raises StreamLeased if another writer holds it), under
+        ``lease_id`` if given (else a new one): taking a lease this id already holds succeeds
+        (and renews it), so a writer that died holding it can be succeeded at once."""
         ...
 
     def break_lease(self) -> None:

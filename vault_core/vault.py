@@ -10,10 +10,10 @@ from vault_core.clock import Clock, SystemClock
 from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pagelog import CommitState, PageLog, PageLogs
+from vault_core.pagelog import MAX_PAGE_WRITE, CommitState, PageLog, PageLogs
 from vault_core.reader import StreamReader
 from vault_core.rows import Table
-from vault_core.writer import DEFAULT_LEASE_SECONDS, StreamWriter
+from vault_core.writer import DEFAULT_LEASE_SECONDS, INDEX_SPACING, StreamWriter
 
 
 class Storage(Protocol):
@@ -73,11 +73,21 @@ class Vault:
         )
 
     def writer(
-        self, stream: str, *, lease_seconds: int = DEFAULT_LEASE_SECONDS, **options: int
+        self,
+        stream: str,
+        *,
+        lease_seconds: int = DEFAULT_LEASE_SECONDS,
+        index_spacing: int = INDEX_SPACING,
+        max_write: int = MAX_PAGE_WRITE,
     ) -> StreamWriter:
         """Open the single writer of ``stream`` (raises StreamLeased if another holds it)."""
         return StreamWriter.open(
-            self.blob(stream), self.index, clock=self.clock, lease_seconds=lease_seconds, **options
+            self.blob(stream),
+            self.index,
+            clock=self.clock,
+            lease_seconds=lease_seconds,
+            index_spacing=index_spacing,
+            max_write=max_write,
         )
 
     def streams(self) -> list[CatalogEntry]:

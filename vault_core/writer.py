@@ -146,14 +146,18 @@ class StreamWriter:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         index_spacing: int = INDEX_SPACING,
         max_write: int = MAX_PAGE_WRITE,
+        lease_id: str | None = None,
     ) -> StreamWriter:
         """Create the stream if needed, take its lease and recover from the commit record.
 
         Raises :class:`~vault_core.errors.StreamLeased` if another writer holds the lease.
+        ``lease_id``: the lease's id, when the caller succeeds writers that may have died
+        holding it (it must make sure no live writer shares the id: the ETag checks of every
+        write still keep a second one from writing, but it would fail rather than wait).
         """
         clock = clock or SystemClock()
         blob.create_if_missing()
-        lease = blob.acquire_lease(lease_seconds)
+        lease = blob.acquire_lease(lease_seconds, lease_id)
         writer = cls(
             blob,
             index,

@@ -217,7 +217,15 @@ def main() -> None:
     )
     h.add_argument("--host-json", type=Path, help="use this host.json instead of the app's (tests)")
     h.add_argument(
-        "--fault", choices=["after-drain", "after-commit"], help="test seam: stop at this point to be killed"
+        "--fault",
+        choices=["after-drain", "after-commit"],
+        help="test seam: the first workers stop at this point to be killed (not their replacements)",
+    )
+    h.add_argument(
+        "--instance-per-process",
+        action="store_true",
+        help="benchmark baseline: no instance id for the workers, so a replacement waits out the "
+        "leases of a worker that died (docs/ARCHITECTURE.md §3.7)",
     )
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
@@ -242,6 +250,7 @@ def main() -> None:
             args.host_json,
             drain_grace=DRAIN_GRACE if args.drain_grace is None else args.drain_grace,
             body_grace=BODY_GRACE_SECONDS if args.body_grace is None else args.body_grace,
+            instance_per_process=args.instance_per_process,
         )
     else:
         demo(args)

@@ -30,10 +30,12 @@ import json
 import logging
 import os
 import secrets
+import shutil
 import signal
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -50,6 +52,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from vault_app.http import RETRY_AFTER_SECONDS
+from vault_app.instance import INSTANCE_ID_SETTING, instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
 from vault_core.retry import Backoff
 from vault_local.http_limits import (
@@ -505,11 +508,23 @@ def run(
     host_json_file: Path | None = None,
     drain_grace: float = DRAIN_GRACE,
     body_grace: float = BODY_GRACE_SECONDS,
+    instance_per_process: bool = False,
 ) -> None:
-    """Entry point of ``python -m vault_local host``: environment first, then import the app."""
+    """Entry point of ``python -m vault_local host``: environment first, then import the app.
+
+    ``instance_per_process``: the workers get no instance id, so each takes its leases under an
+    id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``)."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
+    # An instance id, as Azure gives each instance one, inherited by the workers: a replacement
+    # takes over the leases of a worker that died at once (vault_app.instance). One per run:
+    # several hosts on one machine are several instances.
+    if instance_per_process:
+        os.environ.pop(INSTANCE_ID_SETTING, None)
+    made_instance = not instance_per_process and instance_id(os.environ) is None
+    if made_instance:
+        os.environ[INSTANCE_ID_SETTING] = uuid.uuid4().hex
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     logging.getLogger("azure").setLevel(logging.WARNING)
     try:
@@ -551,3 +566,5 @@ def run(
         sys.exit(f"vault_local host: {exc}")
     finally:
         workers.close()  # serve() has closed them already, unless the start failed
+        if made_instance:  # its lock files: no process of this instance is left to use them
+            shutil.rmtree(lock_directory(os.environ[INSTANCE_ID_SETTING]), ignore_errors=True)

@@ -5,14 +5,17 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from urllib.parse import quote
 
+from vault_app.instance import INSTANCE_ID_SETTING, lock_directory
 from vault_local.azurite import ROOT, free_port
 
 LOCAL_KEY_NAME = "local"
@@ -69,6 +72,8 @@ class HostProcess:
         self.key = key or new_key()
         """The function key with admin on every stream (unless ``settings`` change the policy)."""
         self.env = {**local_env(connection_string, self.key), **(settings or {})}
+        self.instance = self.env.setdefault(INSTANCE_ID_SETTING, uuid.uuid4().hex)
+        """Its instance id, chosen here so that its lock files can be removed even after a kill."""
         self.args = args
         self.echo = echo
         self.lines: list[str] = []
@@ -140,3 +145,4 @@ class HostProcess:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
         self.proc = None
+        shutil.rmtree(lock_directory(self.instance), ignore_errors=True)
