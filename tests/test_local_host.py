@@ -28,6 +28,7 @@ from vault_app.instance import Instance, lock_directory
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.services import Services
 from vault_app.staging import Stager
+from vault_core.blobs import BlobContainer
 from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
@@ -236,7 +237,9 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_its_replac
     for stream, value in ((first, b"x"), (second, b"y")):
         Stager(services).stage(stream, f"batch-{value.decode()}", [NewMessage(value, "")])
     queue = services.queue_for(first)
-    leased = [services.claimcheck.client.get_blob_client(f"{OWNER_BLOB_PREFIX}0/{queue.name}")]
+    leased = [
+        cast(BlobContainer, services.claimcheck).client.get_blob_client(f"{OWNER_BLOB_PREFIX}0/{queue.name}")
+    ]
     leased += [cast(StreamBlob, services.vault.blob(s)).client for s in (first, second)]
     host = isolated_host(
         azurite, tmp_path, "--fault", "after-commit", prefix=prefix, settings=settings

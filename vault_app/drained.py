@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from vault_core.errors import VaultError
-from vault_core.queues import Queue, QueuedMessage
+from vault_core.queueing import MessageQueue, QueuedMessage
 
 log = logging.getLogger("vault_app.writer")
 
@@ -60,7 +60,7 @@ class DrainedFile:
             return []
         return [QueuedMessage(str(m["id"]), "", str(m["receipt"])) for m in held]
 
-    def return_to(self, queue: Queue) -> int:
+    def return_to(self, queue: MessageQueue) -> int:
         """Make what a dead holder left visible again at once; how many the queue took back."""
         returned = 0
         for m in self.take():

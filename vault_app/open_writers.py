@@ -288,4 +288,3 @@ class OpenWriters:
 
 def _key(queue: StagingQueue) -> str:
     return f"{queue.account}/{queue.name}"
-
