@@ -103,12 +103,18 @@ def test_every_queue_cooling_is_a_busy_tier_with_the_time_until_the_first_is_bac
 
     with pytest.raises(TierBusy) as busy:
         send_steered(steering, "s", refuse, retry_alone=refuse)
-    assert tried == preference("s", 4)[:TRIES_PER_BATCH]
+    order = preference("s", 4)
+    assert tried == order[:TRIES_PER_BATCH]
     assert busy.value.retry_after == 1
     with pytest.raises(TierBusy):
         send_steered(steering, "s", refuse, retry_alone=refuse)
-    assert len(tried) == 4  # the one queue not yet refusing; the rest cool down untouched
-    assert steering.candidates("s") == []
+    assert tried[3:] == [order[3]]  # the one queue not yet refusing; the rest cool down untouched
+    clock.now += 0.1
+    with pytest.raises(TierBusy):  # all cooling: one probe of the queue due back first
+        send_steered(steering, "s", refuse, retry_alone=refuse)
+    assert tried[4:] == [order[0]]
+    assert send_steered(steering, "s", lambda q: None, retry_alone=refuse) == order[1]  # it took it
+    assert steering.unhealthy() == [q for q in range(4) if q != order[1]]
 
 
 def test_a_tier_of_one_queue_retries_there() -> None:

@@ -15,8 +15,9 @@ is **healthy**:
   account over its own target refuses on every queue), until those queues recover.
 
 Health is what this process observed; every instance keeps its own, from its own traffic, and
-needs no coordination. When every queue is unhealthy the tier is over capacity: the POST is
-answered 503 with a ``Retry-After`` of the time until the first queue is due back.
+needs no coordination. When every queue is unhealthy the tier is over capacity: a POST tries
+only the queue due back first, and if that refuses too it is answered 503 with a
+``Retry-After`` of the time until the first queue is due back.
 """
 
 from __future__ import annotations
@@ -81,17 +82,20 @@ class Steering:
 
     def candidates(self, stream: str) -> list[int]:
         """Up to :data:`TRIES_PER_BATCH` queues to try in turn: the healthy ones in the stream's
-        order of preference; none when every queue is cooling down (see :meth:`retry_after`)."""
+        order of preference. When every queue is cooling down, the one due back first, alone:
+        one probe per batch, so that a tier that recovered is used again at once rather than
+        after the cool-downs (which an outage may have stretched to their longest)."""
         now = self.clock()
+        order = preference(stream, len(self.accounts))
         with self._lock:
             sick_accounts = self._sick_accounts(now)
             healthy = [
-                i
-                for i in preference(stream, len(self.accounts))
-                if self._health[i].until <= now and self.accounts[i] not in sick_accounts
+                i for i in order if self._health[i].until <= now and self.accounts[i] not in sick_accounts
             ]
             if not healthy:  # every account is sick: its healthy queues still get a try
-                healthy = [i for i in preference(stream, len(self.accounts)) if self._health[i].until <= now]
+                healthy = [i for i in order if self._health[i].until <= now]
+            if not healthy:
+                healthy = [min(order, key=lambda i: self._health[i].until)]
         return healthy[:TRIES_PER_BATCH]
 
     def _sick_accounts(self, now: float) -> set[int]:
