@@ -21,7 +21,15 @@ from azure.storage.queue import QueueServiceClient
 from vault_core.errors import StorageUnavailable
 from vault_core.translation import error_code, translate_errors
 from vault_local.azurite import Azurite
-from vault_local.throttle import Charge, Limiter, Targets, ThrottlingFront, TokenBucket, charges
+from vault_local.throttle import (
+    Charge,
+    Limiter,
+    Targets,
+    ThrottleProcess,
+    ThrottlingFront,
+    TokenBucket,
+    charges,
+)
 
 
 class Clock:
@@ -284,3 +292,24 @@ def test_a_refused_request_takes_no_tokens() -> None:
     assert [limiter.admit(hot) is None for _ in range(4)] == [True, True, False, False]
     other = [Charge("account_requests", "a"), Charge("queue_messages", "a/r")]
     assert all(limiter.admit(other) is None for _ in range(2))  # the refusals took no account tokens
+
+
+def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: Azurite) -> None:
+    upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
+    front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1e9"}).start()  # one token per bucket
+    try:
+        queue = QueueServiceClient.from_connection_string(front.connection_string(), retry_total=0)
+        client = queue.get_queue_client(name())
+        client.create_queue()
+        with pytest.raises(HttpResponseError) as refused:
+            client.send_message("x")
+        assert (refused.value.status_code, error_code(refused.value)) == (503, "ServerBusy")
+        stats = front.stats()
+        assert stats["account_requests"]["devstoreaccount1"] == {"admitted": 1, "refused": 1}
+        assert stats["queue_messages"][f"devstoreaccount1/{client.queue_name}"] == {
+            "admitted": 1,
+            "refused": 0,
+        }
+    finally:
+        front.stop()
+    assert front.proc is None
