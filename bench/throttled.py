@@ -295,7 +295,7 @@ class Config:
             "refused": diff(refusals, before[2]),
         }
 
-    def read_back(self, vault: Vault, azurite: Azurite, timeout: float = 420.0) -> dict[str, int]:
+    def read_back(self, vault: Vault, azurite: Azurite, timeout: float = 240.0) -> dict[str, int]:
         """Wait for the writer to commit every accepted POST (it drains at the queues' rate, so a
         backlog built over capacity takes a while), then read every stream. A POST not in its
         stream while its queue still holds messages is ``still_queued``, not lost."""

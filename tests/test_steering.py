@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ import pytest
 from tests.conftest import isolated_host, key_header, wait_until
 from vault_app.config import load_settings
 from vault_app.envelope import decode
-from vault_app.services import Services
+from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
 from vault_app.steering import (
     FIRST_COOL_DOWN,
@@ -30,7 +31,9 @@ from vault_app.steering import (
     preference,
     send_steered,
 )
+from vault_app.writer_fn import _Renewer
 from vault_core.errors import StorageUnavailable, StreamNotFound
+from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
@@ -244,3 +247,23 @@ def _committed(vault: Vault, stream: str, count: int) -> Callable[[], bool]:
             return False
 
     return check
+
+
+class _RefusingQueue:
+    """A staging queue at its target: every visibility renewal is refused."""
+
+    def __init__(self) -> None:
+        self.renewals = 0
+
+    def hide(self, message: QueuedMessage, seconds: int) -> None:
+        self.renewals += 1
+        raise StorageUnavailable("503 ServerBusy")
+
+
+def test_the_writer_stops_a_round_of_renewals_at_the_first_refusal() -> None:
+    refusing = _RefusingQueue()
+    queue = StagingQueue(0, "q", cast(Queue, refusing), cast(Queue, refusing))
+    renewer = _Renewer(queue)
+    renewer.hold([QueuedMessage(str(i), "{}", "r") for i in range(32)])
+    renewer.renew()
+    assert refusing.renewals == 1  # not 32 requests to a queue that is already over its target
