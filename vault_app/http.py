@@ -107,7 +107,7 @@ def to_http_error(exc: BaseException) -> HttpError:
             503,
             "unavailable",
             f"storage is unavailable, retry later: {exc}",
-            {"Retry-After": str(RETRY_AFTER_SECONDS)},
+            {"Retry-After": str(getattr(exc, "retry_after", None) or RETRY_AFTER_SECONDS)},
         )
     if isinstance(exc, VaultError):
         return HttpError(500, "storage_error", str(exc))

@@ -15,6 +15,7 @@ from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings
+from vault_app.steering import Steering
 from vault_core.azure import StorageAccount
 from vault_core.blobstore import BlobStore
 from vault_core.checkpoints import CheckpointStore
@@ -133,6 +134,11 @@ class Services:
         so leases are rarely contended and coalescing finds neighbours to merge.
         """
         return self.queues[zlib.crc32(stream.encode()) % len(self.queues)]
+
+    @cached_property
+    def steering(self) -> Steering:
+        """The staging queues' health as this process saw it, and the queue a batch goes to."""
+        return Steering([q.account for q in self.queues])
 
     def queue(self, account: int, name: str) -> StagingQueue:
         return next(q for q in self.queues if q.account == account and q.name == name)

@@ -15,7 +15,8 @@ from collections.abc import Callable
 
 from vault_app import telemetry
 from vault_app.batches import STAGED, BatchStatus, digest
-from vault_app.services import Services
+from vault_app.services import Services, StagingQueue
+from vault_app.steering import send_steered
 from vault_app.telemetry import event
 from vault_core.errors import VaultError
 from vault_core.recordformat import NewMessage
@@ -49,9 +50,8 @@ class Stager:
             span.set(earlier=earlier.status)  # staged before: answered as then, not staged again
             return earlier
         text, claimed = self.services.claims.queue_text(batch_id, stream, now, messages, span.traceparent)
-        queue = self.services.queue_for(stream)
+        queue = self._send(stream, text)
         span.set(messages=len(messages), queue=queue.name, account=queue.account, claim_check=claimed)
-        with_retries(lambda: queue.staging.send(text))
         try:
             table.mark_staged(stream, batch_id)
         except VaultError as exc:  # staged all the same: the row says "staging" until it commits
@@ -69,3 +69,14 @@ class Stager:
             duration_ms=round((time.monotonic() - started) * 1000, 1),
         )
         return BatchStatus(batch_id, stream, STAGED, len(messages))
+
+    def _send(self, stream: str, text: str) -> StagingQueue:
+        """Put the envelope on the stream's first healthy queue (vault_app.steering)."""
+        queues = self.services.queues
+        index = send_steered(
+            self.services.steering,
+            stream,
+            lambda i: queues[i].staging.send(text, retry=False),
+            retry_alone=lambda i: with_retries(lambda: queues[i].staging.send(text)),
+        )
+        return queues[index]

@@ -388,13 +388,25 @@ class _Renewer:
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_VISIBILITY / 3):
-            with self._round:
-                with self._lock:
-                    held = list(self._held.values())
+            self.renew()
+
+    def renew(self) -> None:
+        """One round: every held message invisible for DRAIN_VISIBILITY from now.
+
+        The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
+        refuses the rest too, and a round of retried renewals, one request per message, would
+        take the requests its deletes and the producers need: a message left unrenewed only
+        becomes visible again, a second delivery its batch id makes harmless."""
+        with self._round:
+            with self._lock:
+                held = list(self._held.values())
+            try:
                 for m in held:
                     try:
                         self.queue.staging.hide(m, DRAIN_VISIBILITY)
                     except VaultError as exc:
-                        log.info("renewing drained message %s failed: %s", m.id, exc)
+                        log.info("renewing drained messages of %s stopped: %s", self.queue.name, exc)
+                        return
+            finally:
                 with self._lock:  # the new receipts
                     self.written.record(self._held.values())

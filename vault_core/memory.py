@@ -329,7 +329,7 @@ class MemoryQueue:
     def create_if_missing(self) -> None:
         self._created = True
 
-    def send(self, text: str, *, visible_in: int = 0) -> None:
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
         with self._lock:
             if not self._created:
                 raise StorageUnavailable(f"queue {self.name!r} does not exist")

@@ -35,8 +35,9 @@ class MessageQueue(Protocol):
         """Create the queue; idempotent."""
         ...
 
-    def send(self, text: str, *, visible_in: int = 0) -> None:
-        """Add a message, visible after ``visible_in`` seconds; it never expires. Not idempotent:
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
+        """Add a message, visible after ``visible_in`` seconds; it never expires; without
+        ``retry``, one attempt only (a caller with another queue to try). Not idempotent:
         sending twice stores two messages. A queue that does not exist is infrastructure missing:
         :class:`~vault_core.errors.StorageUnavailable`."""
         ...

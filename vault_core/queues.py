@@ -31,14 +31,18 @@ class Queue:
     def create_if_missing(self) -> None:
         create_if_missing(self.client.create_queue)
 
-    def send(self, text: str, *, visible_in: int = 0) -> None:
-        """Add a message, visible after ``visible_in`` seconds; it never expires.
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
+        """Add a message, visible after ``visible_in`` seconds; it never expires. Without
+        ``retry``, one attempt only (a caller with another queue to try).
 
         A queue that does not exist is infrastructure missing: :class:`StorageUnavailable`.
         """
+        options: dict[str, Any] = {} if retry else {"retry_total": 0}
         with translate_errors():
             try:
-                self.client.send_message(text, visibility_timeout=visible_in or None, time_to_live=-1)
+                self.client.send_message(
+                    text, visibility_timeout=visible_in or None, time_to_live=-1, **options
+                )
             except ResourceNotFoundError as exc:
                 raise StorageUnavailable(f"queue {self.name!r} does not exist") from exc
 

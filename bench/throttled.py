@@ -1,0 +1,632 @@
+"""The staging tier at Azure's scalability targets, scaled down, through the throttling front (issue 24).
+
+    ./dev bench throttled [--factor 200] [--seconds 8] [--quick]     (python -m bench.throttled)
+
+One Azurite with three accounts behind one throttling front (``vault_local.throttle``, a process
+of its own): ``devstoreaccount1`` is the vault account (tables, stream blobs), ``devstoreaccount2``
+and ``devstoreaccount3`` the staging accounts. Every target is Azure's divided by ``--factor``
+(per queue 2,000 / factor requests/s, per account 20,000 / factor). For each configuration of
+1, 2, 4 and 8 queues in all, over 1 and 2 staging accounts (the queues split evenly), a host of
+its own (1 language worker) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
+
+* **open loop**, offered at 0.5, 1, 2 and 3 × the configuration's capacity for ``--seconds``
+  each: every answer is counted by status (202, 503, 500, other, timeouts), and every 503 must
+  carry ``Retry-After``;
+* **vault_client producers** at 3 × capacity (4 queues over 1 account, 8 over 2): producers
+  with the client's retry policy (which honours ``Retry-After``) send each batch until it is
+  accepted; goodput is the messages accepted per second;
+* **read back**: every stream is read from the vault once the writer has drained; each
+  accepted POST must be there exactly once and no refused one at all.
+
+Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
+staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
+one delete, plus a share of the writer's receives). The figures compare what was accepted with
+it; the front's own counts (requests admitted per target) show what bound.
+
+Results: ``bench/results/throttled.json``. Besides ``command``, ``recorded`` and the flat
+``figures`` that BENCHMARKS.md shows, it holds, for the capacity model to check against:
+
+``settings``
+    ``factor``; ``targets`` (Azure's numbers, unscaled: ``account_requests``, ``queue_messages``,
+    ``table_partition_entities``, ``blob_requests``, ``blob_bytes``); ``messages_per_post``,
+    ``message_bytes``, ``streams``, ``seconds_per_load``, ``requests_per_batch``.
+``runs``
+    one object per configuration and load: ``queues``, ``accounts``, ``queues_per_account``,
+    ``load`` (× capacity; ``"client"`` for the vault_client run), ``capacity_posts_per_s``,
+    ``offered_posts_per_s``, ``accepted_posts_per_s``, ``accepted_msgs_per_s`` (every POST offered
+    in the window counted, whenever its answer came), ``accepted_over_capacity``,
+    ``accepted_over_offered_up_to_capacity`` (accepted ÷ min(offered, capacity): the issue's
+    "≥ 0.9 up to capacity"), ``statuses`` (``{"202": n, "503": n, ...}``, ``"timeout"`` for
+    a POST with no answer in 30 s), ``missing_retry_after``, ``staging_requests_per_s``
+    (admitted by the front on the staging accounts), ``staging_requests_per_batch``,
+    ``vault_requests_per_post`` (on the vault account), ``refused`` (``{target: n}``: which
+    target the front refused requests on).
+``readback``
+    per configuration: ``accepted`` POSTs, ``lost`` (accepted, not in the stream), ``duplicated``
+    (in the stream more than once), ``still_queued`` (messages left in the queues when the
+    read-back gave up waiting) with ``not_yet_committed`` (accepted POSTs not in a stream
+    then: late, not lost), ``refused_but_staged`` (answered 503, yet in a stream: the send
+    reached the queue but its reply came too late; a retry with the same key would dedup).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+import psutil
+from azure.storage.queue import QueueServiceClient
+
+from bench.common import RESULTS, cpu_seconds, report
+from vault_client.api import ApiClient
+from vault_client.retry import RetryPolicy
+from vault_core.azure import AZURITE_CONNECTION_STRING, StorageAccount
+from vault_core.errors import StreamNotFound
+from vault_core.vault import Vault
+from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
+from vault_local.throttle import Targets, ThrottleProcess
+
+VAULT_ACCOUNT = "devstoreaccount1"
+STAGING_ACCOUNTS = ("devstoreaccount2", "devstoreaccount3")
+CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2))
+"""(queues in all, staging accounts)."""
+LOADS = (0.5, 1.0, 2.0, 3.0)
+MESSAGES_PER_POST = 20
+MESSAGE_BYTES = 100
+STREAMS = 32
+REQUESTS_PER_BATCH = 2.0
+"""Staging requests one batch costs its queue: the producer's send and the writer's delete
+(the writer's receives, 32 messages each, add about 1/32 more, and an idle queue's polls)."""
+POST_TIMEOUT = 30.0
+
+
+def dev_key() -> str:
+    """Azurite's well-known development key, from the one place the code keeps it."""
+    return AZURITE_CONNECTION_STRING.split("AccountKey=", 1)[1].split(";", 1)[0]
+
+
+def capacity_posts(targets: Targets, queues: int, accounts: int) -> float:
+    requests = min(queues * targets.rate("queue_messages"), accounts * targets.rate("account_requests"))
+    return requests / REQUESTS_PER_BATCH
+
+
+def body(post: int) -> bytes:
+    """A POST's messages; each value names its POST, so the read-back can count them."""
+    pad = "x" * (MESSAGE_BYTES - 12)
+    return json.dumps(
+        {"messages": [{"key": f"k{i}", "value": f"{post:08d}:{i:02d}:{pad}"} for i in range(20)]}
+    ).encode()
+
+
+def admitted(stats: dict[str, dict[str, dict[str, int]]], target: str, prefixes: tuple[str, ...]) -> int:
+    return sum(c["admitted"] for p, c in stats.get(target, {}).items() if p.startswith(prefixes))
+
+
+def refused(stats: dict[str, dict[str, dict[str, int]]]) -> dict[str, int]:
+    return {t: sum(c["refused"] for c in parts.values()) for t, parts in stats.items()}
+
+
+def diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
+class Config:
+    """One host on ``queues`` queues over ``accounts`` staging accounts, and what it accepted."""
+
+    def __init__(
+        self,
+        azurite: Azurite,
+        front: ThrottleProcess,
+        vault_front: ThrottleProcess,
+        targets: Targets,
+        queues: int,
+        accounts: int,
+    ) -> None:
+        self.front = front
+        self.vault_front = vault_front
+        self.targets = targets
+        self.queues = queues
+        self.accounts = accounts
+        self.capacity = capacity_posts(targets, queues, accounts)
+        prefix = self.prefix = f"tq{uuid.uuid4().hex[:6]}"
+        settings = {
+            "VaultStorage": vault_front.connection_string(VAULT_ACCOUNT),
+            "AzureWebJobsStorage": azurite.connection_string,
+            "VAULT_STAGING_ACCOUNTS": str(accounts),
+            "VAULT_STAGING_QUEUES": str(queues // accounts),
+            "VAULT_QUEUE_PREFIX": prefix,
+            "FUNCTIONS_WORKER_PROCESS_COUNT": "2",
+        }
+        for i in range(accounts):
+            settings[f"VaultStaging{i}"] = front.connection_string(STAGING_ACCOUNTS[i])
+        self.host = HostProcess(azurite.connection_string, settings=settings)
+        self.streams = [f"th-{prefix}-{i}" for i in range(STREAMS)]
+        self.accepted: dict[int, str] = {}  # post -> stream
+        self.refused: set[int] = set()
+        self._next = 0
+        self._lock = threading.Lock()
+
+    def new_post(self) -> tuple[int, str]:
+        with self._lock:
+            post = self._next
+            self._next += 1
+        return post, self.streams[post % STREAMS]
+
+    def snapshot(self) -> tuple[int, int, dict[str, int]]:
+        stats = self.front.stats()
+        staging = admitted(stats, "account_requests", STAGING_ACCOUNTS)
+        vault = admitted(self.vault_front.stats(), "account_requests", (VAULT_ACCOUNT,))
+        return staging, vault, refused(stats)
+
+    def open_loop(self, load: float, seconds: float) -> dict[str, Any]:
+        """POSTs offered at ``load`` × capacity for ``seconds``, whatever the answers."""
+        rate = load * self.capacity
+        total = max(1, round(rate * seconds))
+        statuses: Counter[str] = Counter()
+        missing_retry_after = 0
+        accepted_in_window = 0
+        before = self.snapshot()
+        client = httpx.Client(
+            base_url=self.host.url,
+            headers={"x-functions-key": self.host.key, "Content-Type": "application/json"},
+            timeout=POST_TIMEOUT,
+            limits=httpx.Limits(max_connections=64, max_keepalive_connections=64),
+        )
+
+        def one(_: int) -> None:
+            nonlocal missing_retry_after, accepted_in_window
+            post, stream = self.new_post()
+            try:
+                r = client.post(f"/streams/{stream}/messages", content=body(post))
+            except httpx.TimeoutException:
+                with self._lock:
+                    statuses["timeout"] += 1
+                return
+            with self._lock:
+                statuses[str(r.status_code)] += 1
+                if r.status_code == 202:
+                    self.accepted[post] = stream
+                    accepted_in_window += 1
+                else:
+                    self.refused.add(post)
+                    if r.status_code == 503 and not r.headers.get("Retry-After"):
+                        missing_retry_after += 1
+
+        start = time.monotonic()
+        with ThreadPoolExecutor(64) as pool:
+            for i in range(total):
+                delay = start + i / rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(one, i)
+        client.close()
+        window = total / rate  # every POST offered in it is counted, whenever its answer came
+        return self._run(load, before, statuses, missing_retry_after, rate, accepted_in_window, window)
+
+    def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
+        """vault_client producers offering ``load`` × capacity, each batch retried until accepted."""
+        rate_each = load * self.capacity / producers
+        statuses: Counter[str] = Counter()
+        accepted_at: list[float] = []
+        before = self.snapshot()
+        counting = httpx.HTTPTransport()
+
+        class Counting(httpx.BaseTransport):
+            def handle_request(self, request: httpx.Request) -> httpx.Response:
+                try:
+                    response = counting.handle_request(request)
+                except httpx.TimeoutException:
+                    statuses["timeout"] += 1
+                    raise
+                statuses[str(response.status_code)] += 1
+                return response
+
+        api = ApiClient(
+            self.host.url,
+            self.host.key,
+            timeout=POST_TIMEOUT,
+            retry=RetryPolicy(attempts=1000, deadline=None, max_retry_after=10),
+            transport=Counting(),
+            max_connections=producers,
+        )
+        start = time.monotonic()
+        stop = start + seconds
+
+        def producer(n: int) -> None:
+            due = start + n / (rate_each * producers)
+            while due < stop:
+                time.sleep(max(0.0, due - time.monotonic()))
+                post, stream = self.new_post()
+                api.produce(stream, body(post), idempotency_key=f"p{post}")
+                with self._lock:
+                    self.accepted[post] = stream
+                    accepted_at.append(time.monotonic())
+                due = max(due + 1 / rate_each, time.monotonic())
+
+        with ThreadPoolExecutor(producers) as pool:
+            list(pool.map(producer, range(producers)))
+        elapsed = time.monotonic() - start
+        api.close()
+        in_window = sum(1 for t in accepted_at if t <= stop)
+        run = self._run("client", before, statuses, 0, load * self.capacity, in_window, seconds)
+        run["producers"] = producers
+        run["elapsed_with_last_retries_s"] = elapsed
+        return run
+
+    def _run(
+        self,
+        load: float | str,
+        before: tuple[int, int, dict[str, int]],
+        statuses: Counter[str],
+        missing_retry_after: int,
+        offered: float,
+        accepted: int,
+        seconds: float,
+    ) -> dict[str, Any]:
+        staging, vault, refusals = self.snapshot()
+        staging_requests = staging - before[0]
+        return {
+            "queues": self.queues,
+            "accounts": self.accounts,
+            "queues_per_account": self.queues // self.accounts,
+            "load": load,
+            "capacity_posts_per_s": self.capacity,
+            "offered_posts_per_s": offered,
+            "accepted_posts_per_s": accepted / seconds,
+            "accepted_msgs_per_s": accepted * MESSAGES_PER_POST / seconds,
+            "accepted_over_capacity": accepted / seconds / self.capacity,
+            "accepted_over_offered_up_to_capacity": accepted / seconds / min(offered, self.capacity),
+            "statuses": dict(sorted(statuses.items())),
+            "missing_retry_after": missing_retry_after,
+            "staging_requests_per_s": staging_requests / seconds,
+            "staging_requests_per_batch": staging_requests / accepted if accepted else None,
+            "vault_requests_per_post": (vault - before[1]) / sum(statuses.values()) if statuses else None,
+            "refused": diff(refusals, before[2]),
+        }
+
+    def read_back(self, vault: Vault, azurite: Azurite, timeout: float = 240.0) -> dict[str, int]:
+        """Wait for the writer to commit every accepted POST (it drains at the queues' rate, so a
+        backlog built over capacity takes a while), then read every stream. A POST not in its
+        stream while its queue still holds messages is ``still_queued``, not lost."""
+        expected = Counter(self.accepted.values())
+        deadline = time.monotonic() + timeout
+
+        def committed(stream: str) -> int:
+            try:
+                return vault.reader.state(stream).count
+            except StreamNotFound:
+                return 0
+
+        while time.monotonic() < deadline:
+            if all(committed(s) >= expected[s] * MESSAGES_PER_POST for s in self.streams):
+                break
+            time.sleep(2.0)
+        seen: Counter[int] = Counter()
+        for stream in self.streams:
+            try:
+                for m in vault.reader.scan(stream):
+                    post, index = m.value.decode().split(":")[:2]
+                    if index == "00":
+                        seen[int(post)] += 1
+            except StreamNotFound:
+                pass
+        missing = sum(1 for p in self.accepted if seen[p] == 0)
+        queued = self.queued(azurite)
+        return {
+            "accepted": len(self.accepted),
+            "lost": missing if queued == 0 else 0,
+            "still_queued": queued,
+            "not_yet_committed": missing if queued else 0,
+            "duplicated": sum(1 for p in self.accepted if seen[p] > 1),
+            "refused_but_staged": sum(1 for p in seen if p not in self.accepted),
+        }
+
+    def queued(self, azurite: Azurite) -> int:
+        """Messages still in this configuration's staging queues (straight from Azurite)."""
+        total = 0
+        for account in STAGING_ACCOUNTS[: self.accounts]:
+            text = azurite.connection_string.replace(VAULT_ACCOUNT, account)
+            service = QueueServiceClient.from_connection_string(text)
+            for q in range(self.queues // self.accounts):
+                props = service.get_queue_client(f"{self.prefix}-{q}").get_queue_properties()
+                total += props.approximate_message_count or 0
+        return total
+
+
+HOTSPOTS = (
+    # name, POSTs/s, streams, messages per POST, message bytes, tailing consumers
+    ("hot stream, 1-message POSTs", 10.0, 1, 1, 100, 0),
+    ("many small streams, 1-message POSTs", 10.0, 500, 1, 100, 0),
+    ("claim-check batches of 1,000 x 1 KiB", 1.0, 4, 1000, 1024, 0),
+    ("40 consumers tailing one stream, 2 POSTs/s of 10", 2.0, 1, 10, 100, 40),
+)
+
+
+def hotspot(
+    config: Config, front: ThrottleProcess, scenario: tuple[Any, ...], seconds: float
+) -> dict[str, Any]:
+    """Run one workload well below every target on a front at Azure's own targets (factor 1),
+    and count the requests per partition: the partition with the highest share of its target
+    binds first, at ``binds_at`` times this workload."""
+    name, rate, streams, per_post, size, consumers = scenario
+    names = [f"hs-{uuid.uuid4().hex[:6]}-{i}" for i in range(streams)]
+    value = "v" * size
+    payload = json.dumps({"messages": [{"key": f"k{i}", "value": value} for i in range(per_post)]}).encode()
+    headers = {"x-functions-key": config.host.key, "Content-Type": "application/json"}
+    stop = threading.Event()
+    with httpx.Client(base_url=config.host.url, headers=headers, timeout=POST_TIMEOUT) as client:
+        client.post(f"/streams/{names[0]}/messages", params={"wait": 30}, content=payload)  # opened
+
+        def tail() -> None:
+            with httpx.Client(base_url=config.host.url, headers=headers, timeout=POST_TIMEOUT) as reader:
+                offset = reader.get(f"/streams/{names[0]}/messages").headers["x-committed"]
+                while not stop.is_set():
+                    r = reader.get(f"/streams/{names[0]}/messages", params={"from": offset, "wait": 5})
+                    offset = r.headers.get("x-next-offset", offset)
+
+        tails = [threading.Thread(target=tail, daemon=True) for _ in range(consumers)]
+        for t in tails:
+            t.start()
+        time.sleep(1.0 if consumers else 0.0)
+        before = front.stats()
+        start = time.monotonic()
+        with ThreadPoolExecutor(16) as pool:
+            for i in range(round(rate * seconds)):
+                time.sleep(max(0.0, start + i / rate - time.monotonic()))
+                pool.submit(client.post, f"/streams/{names[i % streams]}/messages", content=payload)
+        elapsed = time.monotonic() - start
+        time.sleep(2.0)  # the writer's share of the last POSTs
+        after = front.stats()
+        stop.set()
+    elapsed += 2.0
+    shares = []
+    for target, partitions in after.items():
+        for partition, counts in partitions.items():
+            done = counts["admitted"] - before.get(target, {}).get(partition, {"admitted": 0})["admitted"]
+            if done > 0:
+                per_s = done / elapsed
+                shares.append((per_s / Targets(factor=1).rate(target), target, partition, per_s))
+    shares.sort(reverse=True)
+    return {
+        "scenario": name,
+        "posts_per_s": rate,
+        "streams": streams,
+        "messages_per_post": per_post,
+        "message_bytes": size,
+        "consumers": consumers,
+        "busiest": [
+            {
+                "target": t,
+                "partition": _kind(p, names, config),
+                "per_s": round(r, 2),
+                "share_of_target": round(x, 5),
+            }
+            for x, t, p, r in shares[:5]
+        ],
+        "binds_at": 1 / shares[0][0] if shares else None,
+    }
+
+
+def _kind(partition: str, streams: list[str], config: Config) -> str:
+    """A partition named by its kind: the stream names of a run are replaced by ``<stream>``."""
+    for s in streams:
+        partition = partition.replace(s, "<stream>")
+    return partition.replace(config.prefix, "<prefix>")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--factor", type=float, default=800.0, help="Azure's targets divided by this")
+    parser.add_argument("--seconds", type=float, default=10.0, help="seconds of offered load per point")
+    parser.add_argument("--quick", action="store_true", help="1 and 8 queues over 1 account only")
+    parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
+    parser.add_argument(
+        "--summarize",
+        action="store_true",
+        help="recompute the figures of bench/results/throttled.json from its runs",
+    )
+    args = parser.parse_args()
+    if args.summarize:
+        resummarize()
+        return
+    t0 = time.monotonic()
+    key = dev_key()
+    os.environ["AZURITE_ACCOUNTS"] = ";".join(f"{a}:{key}" for a in (VAULT_ACCOUNT, *STAGING_ACCOUNTS))
+    targets = Targets(factor=args.factor)
+    azurite = Azurite(in_memory=True).start()
+    upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
+    front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(args.factor)}).start()
+    # The vault account at Azure's own targets: counted, never binding here, so that the
+    # staging tier is what the sweep measures (the hot spots below say where the vault binds).
+    vault_front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1"}).start()
+    vault = Vault(StorageAccount(connection_string=azurite.connection_string), container="streams")
+    runs: list[dict[str, Any]] = []
+    readback: list[dict[str, Any]] = []
+    hotspots: list[dict[str, Any]] = []
+    cpu: Counter[str] = Counter()
+    configs = () if args.hotspots_only else ((1, 1), (8, 1)) if args.quick else CONFIGS
+    try:
+        for queues, accounts in configs:
+            config = Config(azurite, front, vault_front, targets, queues, accounts)
+            config.host.start()
+            before = processes_cpu(config, azurite, front, vault_front)
+            try:
+                for load in LOADS:
+                    runs.append(config.open_loop(load, args.seconds))
+                    print(json.dumps(runs[-1]), flush=True)
+                    time.sleep(2.0)  # cool-downs end, buckets refill: the next load starts fresh
+                if (queues, accounts) in ((4, 1), (8, 2)):
+                    runs.append(config.client_producers(3.0, args.seconds * 1.5))
+                    print(json.dumps(runs[-1]), flush=True)
+                cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
+                checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
+                readback.append(checked)
+                print(json.dumps(checked), flush=True)
+            finally:
+                config.host.stop()
+        # Hot spots: staging and vault both at Azure's own targets, counted by partition.
+        config = Config(azurite, vault_front, vault_front, targets, 4, 1)
+        config.host.start()
+        try:
+            for scenario in HOTSPOTS:
+                hotspots.append(hotspot(config, vault_front, scenario, args.seconds))
+                print(json.dumps(hotspots[-1]), flush=True)
+        finally:
+            config.host.stop()
+        figures = summarize(targets, runs, readback, cpu, time.monotonic() - t0)
+        figures.update(hotspot_figures(hotspots))
+        command = "./dev bench throttled" + (" --quick" if args.quick else "")
+        report("throttled", command, figures)
+        path = RESULTS / "throttled.json"
+        doc = json.loads(path.read_text())
+        doc["settings"] = {
+            "factor": args.factor,
+            "targets": {
+                k: v
+                for k, v in asdict(Targets()).items()
+                if k not in ("factor", "burst_seconds", "timeout_every")
+            },
+            "messages_per_post": MESSAGES_PER_POST,
+            "message_bytes": MESSAGE_BYTES,
+            "streams": STREAMS,
+            "seconds_per_load": args.seconds,
+            "requests_per_batch": REQUESTS_PER_BATCH,
+        }
+        doc["runs"] = runs
+        doc["readback"] = readback
+        doc["hotspots"] = hotspots
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+    finally:
+        front.stop()
+        vault_front.stop()
+        azurite.cleanup()
+
+
+def resummarize() -> None:
+    """The figures again from the runs kept in bench/results/throttled.json (same runs, same
+    provenance): for a change in what is summarized, without running the load again."""
+    path = RESULTS / "throttled.json"
+    doc = json.loads(path.read_text())
+    old = doc["figures"]
+    cpu = Counter(
+        {"host": old["host CPU s (with its workers)"] * 1000, "azurite": old["Azurite CPU s"] * 1000}
+    )
+    cpu["fronts"] = old["throttling fronts CPU s"] * 1000
+    targets = Targets(factor=doc["settings"]["factor"])
+    figures = summarize(targets, doc["runs"], doc["readback"], cpu, old["benchmark seconds"])
+    figures.update(hotspot_figures(doc["hotspots"]))
+    doc["figures"] = figures
+    path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
+    figures: dict[str, Any] = {}
+    for h in hotspots:
+        top = h["busiest"][0]
+        figures[f"hot spot: {h['scenario']}: binds first"] = f"{top['target']} {top['partition']}"
+        figures[f"hot spot: {h['scenario']}: at × this load"] = h["binds_at"]
+    return figures
+
+
+def processes_cpu(config: Config, azurite: Azurite, *fronts: ThrottleProcess) -> dict[str, int]:
+    """CPU so far, in ms: the host with its workers, Azurite, the fronts."""
+    assert config.host.proc is not None and azurite.process is not None
+    host = psutil.Process(config.host.proc.pid)
+    host_cpu = sum(p.cpu_times().user + p.cpu_times().system for p in [host, *host.children(recursive=True)])
+    fronts_cpu = sum(cpu_seconds(f.proc.pid) for f in fronts if f.proc is not None)
+    return {
+        "host": round(host_cpu * 1000),
+        "azurite": round(cpu_seconds(azurite.process.pid) * 1000),
+        "fronts": round(fronts_cpu * 1000),
+    }
+
+
+def summarize(
+    targets: Targets,
+    runs: list[dict[str, Any]],
+    readback: list[dict[str, Any]],
+    cpu: Counter[str],
+    seconds: float,
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "scale factor (Azure's targets ÷)": targets.factor,
+        "queue target, scaled (requests/s)": targets.rate("queue_messages"),
+        "staging account target, scaled (requests/s)": targets.rate("account_requests"),
+    }
+    open_runs = [r for r in runs if r["load"] != "client"]
+    for r in open_runs:
+        figures[
+            f"{r['queues']} q / {r['accounts']} acct, {r['load']:g}x: accepted ÷ min(offered, capacity)"
+        ] = r["accepted_over_offered_up_to_capacity"]
+    total = Counter[str]()
+    for r in runs:
+        total.update(r["statuses"])
+    figures["POSTs answered 202"] = total["202"]
+    figures["POSTs answered 503"] = total["503"]
+    figures["503 without Retry-After"] = sum(r["missing_retry_after"] for r in open_runs)
+    figures["POSTs answered 500"] = total["500"]
+    figures["POSTs answered otherwise"] = sum(
+        v for k, v in total.items() if k not in ("202", "503", "500", "timeout")
+    )
+    figures["POST timeouts (30 s)"] = total["timeout"]
+    for r in runs:
+        if r["load"] == "client":
+            figures[f"{r['queues']} q / {r['accounts']} acct, vault_client at 3x: goodput ÷ capacity"] = r[
+                "accepted_over_capacity"
+            ]
+    by_load = {(r["queues"], r["accounts"], r["load"]): r for r in open_runs}
+    for many in ((8, 1), (8, 2)):
+        one, more = by_load.get((1, 1, 1.0)), by_load.get((*many, 1.0))
+        if one and more:  # offered = capacity: what each accepts when it is full, not more
+            figures[f"{many[0]} q / {many[1]} acct ÷ 1 q, accepted at 1x (≥ 6.4)"] = (
+                more["accepted_posts_per_s"] / one["accepted_posts_per_s"]
+            )
+        one, more = by_load.get((1, 1, 3.0)), by_load.get((*many, 3.0))
+        if one and more:  # over capacity: the staging requests each tier admitted
+            figures[f"{many[0]} q / {many[1]} acct ÷ 1 q, staging requests admitted at 3x"] = (
+                more["staging_requests_per_s"] / one["staging_requests_per_s"]
+            )
+            figures[f"{many[0]} q / {many[1]} acct ÷ 1 q, accepted at 3x"] = (
+                more["accepted_posts_per_s"] / one["accepted_posts_per_s"]
+            )
+    per_batch = [
+        r["staging_requests_per_batch"]
+        for r in open_runs
+        if r["load"] == 0.5 and r["staging_requests_per_batch"]
+    ]
+    if per_batch:
+        figures["staging requests per accepted batch at 0.5x (median)"] = statistics.median(per_batch)
+    per_post = [
+        r["vault_requests_per_post"] for r in open_runs if r["load"] == 0.5 and r["vault_requests_per_post"]
+    ]
+    if per_post:
+        figures["vault account requests per POST at 0.5x (median)"] = statistics.median(per_post)
+    figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
+    figures["lost"] = sum(c["lost"] for c in readback)
+    figures["duplicated"] = sum(c["duplicated"] for c in readback)
+    figures["accepted POSTs still queued at the end (not lost)"] = sum(
+        c["not_yet_committed"] for c in readback
+    )
+    figures["refused POSTs found in a stream (503 after the send; a retry would dedup)"] = sum(
+        c["refused_but_staged"] for c in readback
+    )
+    figures["host CPU s (with its workers)"] = cpu["host"] / 1000
+    figures["Azurite CPU s"] = cpu["azurite"] / 1000
+    figures["throttling fronts CPU s"] = cpu["fronts"] / 1000
+    figures["benchmark seconds"] = seconds
+    return figures
+
+
+if __name__ == "__main__":
+    main()
