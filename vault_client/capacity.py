@@ -532,14 +532,19 @@ def plan(w: Workload, targets: Targets, headroom: float = 0.8, memory_mb: int = 
             if all(x.utilisation <= headroom or alone[x.resource] > headroom for x in found):
                 best = s
                 break
-    chosen = best or LARGEST_STAGING
-    cpu = cpu_seconds(w)
+    return evaluate(w, best or LARGEST_STAGING, targets, headroom, memory_mb)
+
+
+def evaluate(
+    w: Workload, staging: Staging, targets: Targets, headroom: float = 0.8, memory_mb: int = 2048
+) -> Plan:
+    """The loads and the capacity of a given staging tier."""
     return Plan(
         w,
-        chosen,
-        loads(w, chosen, targets, memory_mb),
-        capacity(w, chosen, targets, memory_mb),
-        cpu,
+        staging,
+        loads(w, staging, targets, memory_mb),
+        capacity(w, staging, targets, memory_mb),
+        cpu_seconds(w),
         headroom,
         targets,
         memory_mb,
