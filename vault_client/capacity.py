@@ -84,8 +84,8 @@ BATCH_ID_CHARS = 44
 TRACEPARENT_CHARS = 55
 """A W3C traceparent, carried in the envelope when telemetry is on (it is, as deployed)."""
 TIMESTAMP_DIGITS = 13
-CLAIM_NAME_EXTRA = 43
-"""A claim-check blob name is ``<stream>/<batch id>/<32 hex>.records``: the stream, the id, and 43."""
+CLAIM_NAME_EXTRA = 42
+"""A claim-check blob name is ``<stream>/<batch id>/<32 hex>.records``: the stream, the id, and 42."""
 
 # -- estimates, measured on this project's benchmarks (docs/CAPACITY.md "Where the CPU figures
 # come from"); one vCPU of a Flex instance is taken to be as fast as a core of that machine. ------

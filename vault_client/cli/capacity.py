@@ -43,6 +43,10 @@ def _amount(unit: str, x: float) -> str:
     return f"{_number(x)} {unit}"
 
 
+def _count(n: float, word: str) -> str:
+    return f"{_number(n)} {word}" + ("" if n == 1 else "s")
+
+
 def _money(x: float) -> str:
     return f"${x:,.0f}"
 
@@ -224,12 +228,12 @@ def text(p: Plan, doc: dict[str, Any]) -> str:
     envelope = "claim-check blobs" if claim_checked(w) else "inline envelopes"
     out = [
         f"workload: {_number(w.messages_per_second)} msgs/s of {_number(w.message_bytes)} B "
-        f"(keys {w.key_bytes} B), {_number(w.batch_messages)} per POST, {_number(w.streams)} streams "
+        f"(keys {w.key_bytes} B), {_number(w.batch_messages)} per POST, {_count(w.streams, 'stream')} "
         f"({hot}), read {w.consumers}x",
         f"  {_number(w.posts_per_second)} POSTs/s as {envelope} (envelope {_number(envelope_chars(w))} "
         f"characters), {w.log_bytes_per_second / MiB:,.1f} MiB/s of log",
-        f"staging: {p.staging.accounts} account(s) x {p.staging.queues_per_account} queue(s)"
-        + (f"; targets x {p.targets.scale:g}" if p.targets.scale != 1 else ""),
+        f"staging: {_count(p.staging.accounts, 'account')} x {_count(p.staging.queues_per_account, 'queue')}"
+        + (f"; Azure's targets x {p.targets.scale:g}" if p.targets.scale != 1 else ""),
         "",
         f"{'resource':<38}{'load':>20}{'target':>20}{'use':>7}",
     ]
@@ -263,8 +267,9 @@ def text(p: Plan, doc: dict[str, Any]) -> str:
     ]
     for eh in doc["event_hubs"]:
         units = "throughput units" if eh["tier"] == "Standard" else "processing units"
+        namespaces = _count(eh["namespaces"], "namespace")
+        total = _money(eh["total"])
         out.append(
-            f"  {eh['tier']:<9}{_number(eh['units']):>7} {units} in {_number(eh['namespaces'])} namespace(s)"
-            f"{_money(eh['total']):>22} a month"
+            f"  {eh['tier']:<9}{_number(eh['units']):>7} {units} in {namespaces:<14}{total:>22} a month"
         )
     return "\n".join(out)
