@@ -127,6 +127,17 @@ def test_staging_capacity_grows_with_queues_and_accounts_until_the_account_binds
     assert two_accounts > sixteen  # one account of 16 queues is past its own target
 
 
+def test_steered_staging_fills_every_queue_even_for_one_stream() -> None:
+    w = Workload(1000, 100, 10)
+    t = Targets().scaled(0.05)
+
+    def staged(s: Staging) -> float:
+        return model.capacity(w, s, t, counted=lambda x: x.staging and x.unit != "vCPU").messages_per_second
+
+    assert staged(Staging(1, 8)) == pytest.approx(staged(Staging(1, 1)))  # one stream, one home queue
+    assert staged(Staging(1, 8, steered=True)) / staged(Staging(1, 1)) == pytest.approx(8, rel=0.15)
+
+
 def test_the_plan_leaves_a_hot_stream_it_cannot_spread_over_the_headroom() -> None:
     hot = Workload(60_000, 1024, 1000, streams=20, hot_share=0.9)
     p = model.plan(hot, Targets())

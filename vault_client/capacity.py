@@ -218,6 +218,9 @@ class Staging:
 
     accounts: int = 1
     queues_per_account: int = 4
+    steered: bool = False
+    """A throttled queue's batches go to other queues (staging steered by queue health): past
+    its stream placement the tier fills evenly, so at capacity every queue carries as much."""
 
     @property
     def queues(self) -> int:
@@ -357,10 +360,15 @@ def staging_loads(w: Workload, staging: Staging, targets: Targets, memory_mb: in
     """The loads a bigger staging tier spreads: its queues, its accounts, and the queues' writers."""
     batches = w.posts_per_second
     hot_queue, other_queue = _queue_shares(w, staging.queues)
-    hot_ops = queue_operations(batches * hot_queue)
-    other_ops = queue_operations(batches * other_queue)
     # The account holding the hot stream's queue holds other queues too.
     others_in_account = min(staging.queues_per_account - 1, max(w.streams - 1, 0))
+    if staging.steered:
+        per_queue = queue_operations(batches / staging.queues)
+        hot_ops = other_ops = per_queue
+        others_in_account = staging.queues_per_account - 1
+    else:
+        hot_ops = queue_operations(batches * hot_queue)
+        other_ops = queue_operations(batches * other_queue)
     envelope = claim_envelope_chars(w) if claim_checked(w) else envelope_chars(w)
     one_vcpu = min(1.0, FLEX_VCPUS[memory_mb])  # a queue's writer is one Python process
     t = targets
