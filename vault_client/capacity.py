@@ -328,13 +328,16 @@ class Load:
 
 def _queue_shares(w: Workload, queues: int) -> tuple[float, float]:
     """(the hot stream's queue, the busiest other queue): their shares of all batches, with the
-    other streams spread as evenly as a hash can spread them (the hot queue takes its part)."""
+    streams spread as evenly as they can be (a hash of real names does worse): the hot stream
+    keeps its queue to itself while the others fit elsewhere as lightly loaded."""
     others = w.streams - 1
     if queues == 1:
         return 1.0, 0.0
+    elsewhere = math.ceil(others / (queues - 1)) * w.other_share
+    if elsewhere <= w.hot:
+        return w.hot, elsewhere
     on_hot = others // queues
-    busiest_other = math.ceil((others - on_hot) / (queues - 1))
-    return w.hot + on_hot * w.other_share, busiest_other * w.other_share
+    return w.hot + on_hot * w.other_share, math.ceil((others - on_hot) / (queues - 1)) * w.other_share
 
 
 def cpu_seconds(w: Workload) -> float:
@@ -525,8 +528,8 @@ def plan(w: Workload, targets: Targets, headroom: float = 0.8, memory_mb: int = 
     queue and account within ``headroom`` of its target, where any tier can; then the loads."""
     if not 0 < headroom <= 1:
         raise ValueError("headroom is a fraction of the targets: above 0, at most 1")
-    # What the hot stream asks of its queue and its queue's writer even alone on a queue: a
-    # target it passes cannot be met by any tier, so the search leaves it out.
+    # What the hot stream asks of its queue and its queue's writer even alone on a queue: no tier
+    # takes those below that, so the search asks no less of them.
     alone = {x.resource: x.utilisation for x in staging_loads(w, LARGEST_STAGING, targets, memory_mb)}
     best: Staging | None = None
     for accounts in range(1, MAX_STAGING_ACCOUNTS + 1):
@@ -537,7 +540,7 @@ def plan(w: Workload, targets: Targets, headroom: float = 0.8, memory_mb: int = 
             if best is not None and s.queues >= best.queues:
                 break
             found = staging_loads(w, s, targets, memory_mb)
-            if all(x.utilisation <= headroom or alone[x.resource] > headroom for x in found):
+            if all(x.utilisation <= max(headroom, alone[x.resource] * (1 + 1e-9)) for x in found):
                 best = s
                 break
     return evaluate(w, best or LARGEST_STAGING, targets, headroom, memory_mb)
