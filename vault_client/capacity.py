@@ -87,26 +87,31 @@ TIMESTAMP_DIGITS = 13
 CLAIM_NAME_EXTRA = 42
 """A claim-check blob name is ``<stream>/<batch id>/<32 hex>.records``: the stream, the id, and 42."""
 
-# -- estimates, measured on this project's benchmarks (docs/CAPACITY.md "Where the CPU figures
-# come from"); one vCPU of a Flex instance is taken to be as fast as a core of that machine. ------
+# -- CPU, measured by ./dev bench capacity_cpu (the app's staging and writer code on Azurite,
+# BENCHMARKS.md) and ./dev bench parse; one vCPU of a Flex instance is taken to be as fast as a
+# core of the machine that measured them (docs/CAPACITY.md §3). -----------------------------------
 WRITER_CYCLE_SECONDS = 0.2
 """How long one writer invocation takes at load (drain, append, delete): a stream's batches
 arriving within it share a commit. ./dev bench ingest: POST to visible p50 233 ms."""
-CPU_SECONDS_PER_POST = 0.0146
-"""Function App CPU per POST whatever its size (HTTP, three storage calls, the writer's receive,
-delete and commit share): ./dev bench scaleout and ingest, solved together."""
-CPU_SECONDS_PER_MESSAGE = 11e-6
-CPU_SECONDS_PER_KIB = 29e-6
-"""Function App CPU per message and per KiB of values, parsing to commit."""
-WRITER_CPU_SECONDS_PER_BATCH = 0.0025
-"""The writer's part of CPU_SECONDS_PER_POST: its delete, its share of receives and of the
-commit's requests (an estimate: about one storage call of the Python SDK)."""
-WRITER_CPU_SECONDS_PER_MESSAGE = 7.8e-6
-WRITER_CPU_SECONDS_PER_KIB = 10.2e-6
-"""The writer's CPU per message and per KiB: envelope decode, record encode and checksum
-(measured in-process on the in-memory twins: 8.8 µs a 100 B message, 18 µs a 1 KiB one). One
-queue's writer is one Python process on the queue's owner instance (docs/ARCHITECTURE.md
-§3.7), so it has one vCPU at most."""
+STAGING_CPU_SECONDS_PER_POST = 0.012
+STAGING_CPU_SECONDS_PER_MESSAGE = 5e-6
+STAGING_CPU_SECONDS_PER_KIB = 4.5e-6
+"""``Stager.stage``: the status row's insert and update and the queue message (3.4-4.2 SDK
+calls' worth), the digest, the envelope or the claim-check blob."""
+PARSE_CPU_SECONDS_PER_MESSAGE = 0.4e-6
+PARSE_CPU_SECONDS_PER_KIB = 0.64e-6
+"""Parsing a JSON POST body (./dev bench parse)."""
+HTTP_CPU_SECONDS_PER_REQUEST = 0.002
+"""The rest of an HTTP invocation in the Python worker (dispatch, the credential's check, the
+answer): an estimate, not measured."""
+WRITER_CPU_SECONDS_PER_BATCH = 0.0053
+WRITER_CPU_SECONDS_PER_MESSAGE = 8e-6
+WRITER_CPU_SECONDS_PER_KIB = 10e-6
+"""``writer_fn.write_staged``: per batch its delete and its share of the receives and the
+commit's requests (1.6 to 2.1 SDK calls' worth); per message and KiB, decoding the envelope or the
+claim-check records and encoding and checksumming the log (18 µs a 1 KiB message, as the
+in-memory writer measures too). One queue's writer is one Python process on the queue's owner
+instance (docs/ARCHITECTURE.md §3.7), so it has one vCPU at most."""
 CPU_TARGET_UTILISATION = 0.7
 """Instances are counted for 70 % busy CPU, the margin an autoscaler keeps."""
 
@@ -341,9 +346,14 @@ def _queue_shares(w: Workload, queues: int) -> tuple[float, float]:
 
 
 def cpu_seconds(w: Workload) -> float:
-    """Function App CPU-seconds per second, HTTP and writer together."""
-    per_message = CPU_SECONDS_PER_MESSAGE + CPU_SECONDS_PER_KIB * w.message_bytes / KiB
-    return w.posts_per_second * CPU_SECONDS_PER_POST + w.messages_per_second * per_message
+    """Function App CPU-seconds per second: HTTP, parsing, staging and writing."""
+    per_post = HTTP_CPU_SECONDS_PER_REQUEST + STAGING_CPU_SECONDS_PER_POST
+    per_message = PARSE_CPU_SECONDS_PER_MESSAGE + STAGING_CPU_SECONDS_PER_MESSAGE
+    per_kib = PARSE_CPU_SECONDS_PER_KIB + STAGING_CPU_SECONDS_PER_KIB
+    http = w.posts_per_second * per_post + w.messages_per_second * (
+        per_message + per_kib * w.message_bytes / KiB
+    )
+    return http + writer_cpu_seconds(w.posts_per_second, w)
 
 
 def writer_cpu_seconds(batches_per_second: float, w: Workload) -> float:

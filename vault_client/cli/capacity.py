@@ -266,7 +266,9 @@ def text(p: Plan, doc: dict[str, Any]) -> str:
         "event hubs for the same messages and readers (retention 7 days Standard, 90 Premium):",
     ]
     for eh in doc["event_hubs"]:
-        units = "throughput units" if eh["tier"] == "Standard" else "processing units"
+        units = ("throughput unit" if eh["tier"] == "Standard" else "processing unit") + (
+            "" if eh["units"] == 1 else "s"
+        )
         namespaces = _count(eh["namespaces"], "namespace")
         total = _money(eh["total"])
         out.append(
