@@ -288,3 +288,8 @@ def test_the_model_predicts_the_throttled_benchmark_within_15_percent() -> None:
                 f"(predicted {predicted.messages_per_second:,.0f} msgs/s, {predicted.binding.resource})"
             )
     assert not misses, "\n".join(misses)
+
+
+def test_the_command_has_help() -> None:
+    code, out, _ = run("--help")
+    assert code == 0 and "--messages-per-second" in out and "--hot-stream-share" in out and "--json" in out

@@ -324,7 +324,8 @@ class Load:
     target: float
     unit: str
     staging: bool = False
-    """True for queues and staging accounts: more of them lower this load."""
+    """True for the staging queues and accounts and the queues' writers: a larger staging tier
+    spreads this load (down to what the hot stream alone puts on it)."""
 
     @property
     def utilisation(self) -> float:
