@@ -238,6 +238,9 @@ def test_the_text_names_the_first_limit_and_the_costs() -> None:
         (["--messages-per-second", "10", "--streams", "4", "--hot-stream-share", "1.5"], "at most 1"),
         (["--messages-per-second", "10", "--hot-stream-share", "0.5"], "with one stream"),
         (["--messages-per-second", "10", "--instance-memory", "1024"], "--instance-memory"),
+        (["--messages-per-second", "10", "--message-bytes", "2000000"], "at most 1,048,576 bytes"),
+        (["--messages-per-second", "10", "--batch-messages", "20000"], "at most 10,000 messages"),
+        (["--messages-per-second", "10", "--message-bytes", "4096", "--batch-messages", "5000"], "16 MiB"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:

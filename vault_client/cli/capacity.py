@@ -26,6 +26,7 @@ from vault_client.capacity import (
     plan,
     stream_fills_in_seconds,
 )
+from vault_core import limits
 
 MiB = 1024 * 1024
 DAY = 86_400
@@ -126,6 +127,7 @@ def capacity(
     """
     if streams == 1 and hot_stream_share not in (None, 1.0):
         raise click.BadParameter("with one stream, it has every message", param_hint="'--hot-stream-share'")
+    _check_api_limits(message_bytes, batch_messages)
     workload = Workload(
         messages_per_second,
         message_bytes,
@@ -145,6 +147,24 @@ def capacity(
         )
     doc = report(chosen)
     click.echo(json.dumps(doc, indent=2) if as_json else text(chosen, doc))
+
+
+def _check_api_limits(message_bytes: int, batch_messages: int) -> None:
+    """A workload the API would refuse is a usage error, not a plan (docs/API.md "Limits")."""
+    if message_bytes > limits.MAX_MESSAGE_BYTES:
+        raise click.BadParameter(
+            f"at most {limits.MAX_MESSAGE_BYTES:,} bytes", param_hint="'--message-bytes'"
+        )
+    if batch_messages > limits.MAX_BATCH_MESSAGES:
+        raise click.BadParameter(
+            f"at most {limits.MAX_BATCH_MESSAGES:,} messages", param_hint="'--batch-messages'"
+        )
+    if message_bytes * batch_messages > limits.MAX_BATCH_BYTES:
+        raise click.BadParameter(
+            f"a POST of {batch_messages:,} values of {message_bytes:,} bytes is over the "
+            f"{limits.MAX_BATCH_BYTES // MiB} MiB request limit",
+            param_hint="'--batch-messages'",
+        )
 
 
 def report(p: Plan) -> dict[str, Any]:
