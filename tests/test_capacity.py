@@ -34,6 +34,7 @@ def test_the_design_numbers_copied_into_the_model_are_the_apps() -> None:
     assert model.DRAIN_MESSAGES == writer_fn.DRAIN_MESSAGES
     assert model.LEASE_SECONDS == open_writers.WRITER_LEASE_SECONDS
     assert model.KEYS_PER_QUERY == tables.KEYS_PER_QUERY
+    assert model.IDLE_SECONDS == open_writers.WRITER_IDLE_SECONDS
     assert blobs.DELETE_BATCH >= 1  # the model counts each blob of a Blob Batch delete anyway
     assert len(TRACEPARENT) == model.TRACEPARENT_CHARS
 
@@ -96,6 +97,17 @@ def test_commits_take_a_writer_cycle_of_batches_and_at_most_48() -> None:
     # 48 batches of 100 x 1,072-byte records: 5,145,600 bytes, two Put Page writes and ten rows of
     # index points (5 MiB) besides the 48 b rows; four lookups of 15 ids.
     assert (flooded.put_pages, flooded.table_transactions, flooded.lookups) == (2, 1, 4)
+
+
+def test_a_stream_idle_longer_than_its_writer_reopens_for_most_batches() -> None:
+    w = Workload(1, 200, 1)
+    sparse = Commits.of(w, 1 / 60)  # a batch a minute
+    assert sparse.opens_per_second * 60 == pytest.approx(math.exp(-10 / 60))  # 85 % of its batches
+    assert sparse.open_share == pytest.approx(1 - math.exp(-10 / 60))
+    busy = Commits.of(w, 10)
+    assert busy.opens_per_second < 1e-40 and busy.open_share == pytest.approx(1)
+    # Each reopen costs the catalog partition three entities besides the commit's upsert.
+    assert sparse.catalog_entities == pytest.approx(sparse.per_second + 3 * sparse.opens_per_second)
 
 
 def test_scaled_targets_scale_every_rate_and_nothing_else() -> None:
@@ -270,7 +282,11 @@ def _saturated_runs() -> tuple[dict[str, Any], list[dict[str, Any]]]:
 def test_the_model_predicts_the_throttled_benchmark_within_15_percent() -> None:
     """Each configuration's accepted messages/s at 3 x its offered capacity, against the model's
     capacity for the benchmark's workload at its scale factor, steered staging, and storage
-    targets only (the benchmark machine's CPU is not an Azure instance's)."""
+    targets only (the benchmark machine's CPU is not an Azure instance's).
+
+    The benchmark counts POSTs admitted; where a target on the writer's side binds first (a
+    blob, a partition of the vault's tables), the writer falls behind while admission goes on,
+    so only configurations the model finds staging-bound compare (docs/CAPACITY.md §7)."""
     settings, runs = _saturated_runs()
     w = Workload(
         1.0,
@@ -280,16 +296,23 @@ def test_the_model_predicts_the_throttled_benchmark_within_15_percent() -> None:
         key_bytes=2,
     )
     t = Targets().scaled(1 / settings["factor"])
-    misses = []
+    compared, misses, writer_bound = 0, [], []
     for r in runs:
         s = Staging(r["accounts"], r["queues_per_account"], steered=True)
         predicted = model.capacity(w, s, t, counted=lambda x: x.unit not in ("vCPU", "instances"))
+        name = f"{r['queues']} q / {r['accounts']} acct"
+        if not predicted.binding.staging:
+            writer_bound.append(f"{name}: {predicted.binding.resource}")
+            continue
+        compared += 1
         ratio = r["accepted_msgs_per_s"] / predicted.messages_per_second
         if abs(ratio - 1) > 0.15:
             misses.append(
-                f"{r['queues']} q / {r['accounts']} acct: measured / predicted {ratio:.2f} "
-                f"(predicted {predicted.messages_per_second:,.0f} msgs/s, {predicted.binding.resource})"
+                f"{name}: measured / predicted {ratio:.2f} (predicted "
+                f"{predicted.messages_per_second:,.1f} msgs/s, {predicted.binding.resource})"
             )
+    if not compared:
+        pytest.skip("every configuration binds on the writer's side first: " + "; ".join(writer_bound))
     assert not misses, "\n".join(misses)
 
 

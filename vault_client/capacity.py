@@ -76,6 +76,16 @@ DRAIN_MESSAGES = 32
 LEASE_SECONDS = 15
 """``vault_app.open_writers.WRITER_LEASE_SECONDS``; stream and queue-owner leases are renewed
 every third of it."""
+IDLE_SECONDS = 10.0
+"""``vault_app.open_writers.WRITER_IDLE_SECONDS``: a stream's writer (and a queue's ownership)
+is given up after this long without a batch; the next batch opens it again."""
+OPEN_BLOB_REQUESTS = 6
+"""Opening and closing a stream's writer, on its blob: create if missing, lease, properties, the
+tail page, the rescan from the last index point (one ranged read), and the lease's release."""
+OPEN_INDEX_ENTITIES = 2
+"""... on its index partition: the last index point's query and the re-derived rows' transaction."""
+OPEN_CATALOG_ENTITIES = 3
+"""... on the catalog partition: the stream's row inserted if new, and upserted at open and close."""
 KEYS_PER_QUERY = 15
 """``vault_core.tables.KEYS_PER_QUERY``: batch ids looked up per Tables query before an append."""
 BATCH_ID_CHARS = 44
@@ -273,6 +283,11 @@ class Commits:
     """Entity-group transactions per commit: ``b`` rows and index points, 100 rows each."""
     lookups: int
     """Tables queries per append: the batch ids looked up before it, 15 per query."""
+    opens_per_second: float
+    """How often the stream's writer is opened again after idling (batches arriving as a
+    Poisson stream: those that come more than IDLE_SECONDS after the one before)."""
+    open_share: float
+    """The share of the time the stream's writer is open (and renews its lease)."""
 
     @classmethod
     def of(cls, w: Workload, batches_per_second: float) -> Commits:
@@ -281,6 +296,7 @@ class Commits:
         per = min(max(batches_per_second * WRITER_CYCLE_SECONDS, 1.0), MAX_BATCHES_PER_COMMIT)
         commit_bytes = per * w.batch_bytes
         rows = per + 2 * commit_bytes / INDEX_SPACING  # b rows, then an o and a t row per MiB
+        idle = math.exp(-batches_per_second * IDLE_SECONDS)  # a gap longer than the idle time
         return cls(
             batches_per_second,
             per,
@@ -288,16 +304,38 @@ class Commits:
             max(1, math.ceil(commit_bytes / MAX_PAGE_WRITE)),
             max(1, math.ceil(rows / TRANSACTION_LIMIT)),
             max(1, math.ceil(per / KEYS_PER_QUERY)),
+            batches_per_second * idle,
+            1 - idle,
         )
 
     @property
     def blob_requests(self) -> float:
-        """Put Page and Set Blob Metadata, per second."""
-        return self.per_second * (self.put_pages + 1)
+        """Put Page and Set Blob Metadata, lease renewals while open, and the requests of opening
+        the writer again, per second."""
+        renewals = self.open_share / (LEASE_SECONDS / 3)
+        return self.per_second * (self.put_pages + 1) + renewals + self.opens_per_second * OPEN_BLOB_REQUESTS
+
+    @property
+    def index_entities(self) -> float:
+        """Entities per second on the stream's index partition (a query counts one)."""
+        return (
+            self.per_second * (self.batches_per_commit + self.lookups)
+            + self.opens_per_second * OPEN_INDEX_ENTITIES
+        )
 
     @property
     def table_requests(self) -> float:
-        return self.per_second * (self.table_transactions + self.lookups)
+        return (
+            self.per_second * (self.table_transactions + self.lookups)
+            + self.opens_per_second * OPEN_INDEX_ENTITIES
+        )
+
+    @property
+    def catalog_entities(self) -> float:
+        """The catalog row's upserts (at most one a second) and the opens' catalog requests."""
+        return (
+            min(self.per_second, 1000 / CATALOG_INTERVAL_MS) + self.opens_per_second * OPEN_CATALOG_ENTITIES
+        )
 
 
 def queue_operations(batches_per_second: float) -> float:
@@ -437,18 +475,17 @@ def vault_loads(w: Workload, staging: Staging, targets: Targets, memory_mb: int 
         if count == 0 or c.per_second == 0:
             continue
         stream_bytes = w.log_bytes_per_second * share
-        renewals = 1 / (LEASE_SECONDS / 3)
         reads = w.consumers * max(c.per_second, stream_bytes / DEFAULT_READ_BYTES)
         grow = stream_bytes / MAX_GROWTH  # a resize per GiB once the blob is large
-        requests += count * (c.blob_requests + c.table_requests + renewals + reads + grow)
-        catalog += count * min(c.per_second, 1000 / CATALOG_INTERVAL_MS)
+        requests += count * (c.blob_requests + c.table_requests + reads + grow)
+        catalog += count * c.catalog_entities
     requests += catalog + staging.queues / (LEASE_SECONDS / 3)  # queue owner leases
     claim_bytes = w.log_bytes_per_second if claimed else 0.0
 
     hot_bytes = w.log_bytes_per_second * w.hot
     hot_reads = w.consumers * max(hot.per_second, hot_bytes / DEFAULT_READ_BYTES)
-    hot_blob = hot.blob_requests + 1 / (LEASE_SECONDS / 3) + hot_reads
-    hot_entities = hot.batches_per_second + 2 * hot_bytes / INDEX_SPACING + hot.per_second * hot.lookups
+    hot_blob = hot.blob_requests + hot_reads
+    hot_entities = hot.index_entities + 2 * hot_bytes / INDEX_SPACING
     t = targets
     return [
         Load("the vault account", requests, t.account_requests, "requests/s"),

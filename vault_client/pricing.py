@@ -12,7 +12,6 @@ import math
 from dataclasses import dataclass
 
 from vault_client.capacity import (
-    LEASE_SECONDS,
     WRITER_CYCLE_SECONDS,
     Commits,
     Plan,
@@ -20,7 +19,6 @@ from vault_client.capacity import (
     queue_operations,
 )
 from vault_core.limits import DEFAULT_READ_BYTES
-from vault_core.writer import CATALOG_INTERVAL_MS
 
 PRICES_REGION = "East US"
 PRICES_CURRENCY = "USD"
@@ -105,8 +103,8 @@ def bill(p: Plan, prices: PriceList = PriceList()) -> Bill:
             continue
         stream_bytes = w.log_bytes_per_second * share
         reads = w.consumers * max(c.per_second, stream_bytes / DEFAULT_READ_BYTES)
-        table_tx += count * (c.table_requests + min(c.per_second, 1000 / CATALOG_INTERVAL_MS))
-        page_ops += count * (c.blob_requests + reads + 1 / (LEASE_SECONDS / 3))
+        table_tx += count * (c.table_requests + c.catalog_entities)
+        page_ops += count * (c.blob_requests + reads)
     instances = next(x.load for x in p.loads if x.resource == "Function App instances")
     gb_seconds = _per_month(instances * p.memory_mb / 1024)
     executions = _per_month(batches + s.queues / WRITER_CYCLE_SECONDS)  # POSTs and writer invocations
