@@ -391,3 +391,31 @@ def test_every_app_setting_is_in_the_readme_and_the_local_settings_sample() -> N
         assert name in sample, f"local.settings.sample.json lacks {name}"
     assert {n for n in sample if n.startswith("VAULT_")} == set(config.PLAIN_SETTINGS)
     config.load_settings(sample)  # the sample is a valid configuration
+
+
+# -- CAPACITY.md ----------------------------------------------------------------------------------
+CAPACITY_MD = (ROOT / "docs" / "CAPACITY.md").read_text(encoding="utf-8")
+
+
+def test_every_target_in_capacity_md_is_the_models() -> None:
+    rows = constant_rows(CAPACITY_MD)
+    assert len(rows) >= 7
+    for literal, path in rows:
+        assert ast.literal_eval(literal) == resolve(path), f"CAPACITY.md says {path} = {literal}"
+
+
+@pytest.mark.parametrize("example", re.findall(r"<!-- capacity:(\w+) -->", CAPACITY_MD))
+def test_the_capacity_examples_are_what_vault_capacity_prints(example: str) -> None:
+    import shlex
+
+    from click.testing import CliRunner
+
+    from vault_client.cli import cli
+
+    command, _, printed = first_code_block(after(CAPACITY_MD, f"capacity:{example}")).partition("\n")
+    assert command.startswith("$ vault capacity ")
+    result = CliRunner().invoke(cli, shlex.split(command.removeprefix("$ vault ")), prog_name="vault")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip() == printed, (
+        f"CAPACITY.md's {example} example is not what vault capacity prints"
+    )

@@ -78,7 +78,7 @@ def cli(ctx: click.Context) -> None:
 
 def _register() -> None:
     # Imported here so each command lives in its own module and this one stays the entry point.
-    from vault_client.cli import catalog, consume, export, poison, produce, verify, whoami
+    from vault_client.cli import capacity, catalog, consume, export, poison, produce, verify, whoami
 
     for command in (
         produce.produce,
@@ -90,6 +90,7 @@ def _register() -> None:
         verify.verify,
         poison.poison,
         whoami.whoami,
+        capacity.capacity,
     ):
         cli.add_command(command)
 
