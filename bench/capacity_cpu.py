@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 from bench.common import report
 from vault_app.config import load_settings
-from vault_app.open_writers import open_writers
+from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
@@ -68,11 +68,11 @@ def stage_many(stager: Stager, stream: str, messages: list[NewMessage], batches:
         stager.stage(stream, uuid.uuid4().hex, messages)
 
 
-def drain_with_the_writer(services: Services, queue: StagingQueue) -> None:
+def drain_with_the_writer(runtime: Runtime, queue: StagingQueue) -> None:
     """What the host does: one message, one invocation, then its delete; until none is left."""
     while held := queue.staging.receive(1, 60):
         m = held[0]
-        write_staged(services, queue, StagingMessage(m.id, m.body, 1, m.receipt))
+        write_staged(runtime, queue, StagingMessage(m.id, m.body, 1, m.receipt))
         queue.staging.delete(m)
 
 
@@ -90,6 +90,7 @@ def main() -> None:
         env = {**local_env(azurite.connection_string, "bench-key-0123456789"), "VAULT_STAGING_QUEUES": "1"}
         services = Services(load_settings(env))
         services.ensure()
+        runtime = Runtime(services)
         queue = services.queues[0]
         delete = statistics.median(raw_delete_seconds(queue) for _ in range(ROUNDS))
         stager = Stager(services)
@@ -99,11 +100,11 @@ def main() -> None:
             stream = f"cpu-{count}-{value_bytes}"
             messages = [NewMessage(bytes([65 + i % 26]) * value_bytes, f"key-{i:012d}") for i in range(count)]
             stager.stage(stream, "warm-" + uuid.uuid4().hex, messages)  # opens the stream once
-            drain_with_the_writer(services, queue)
+            drain_with_the_writer(runtime, queue)
             staged, written = [], []
             for _ in range(ROUNDS):
                 staged.append(cpu_of(functools.partial(stage_many, stager, stream, messages, batches)))
-                written.append(cpu_of(functools.partial(drain_with_the_writer, services, queue)))
+                written.append(cpu_of(functools.partial(drain_with_the_writer, runtime, queue)))
             stage_cpu[count, value_bytes] = statistics.median(staged) / batches
             write_cpu[count, value_bytes] = statistics.median(written) / batches
         writer = solve(write_cpu)
@@ -121,7 +122,7 @@ def main() -> None:
         }
         report("capacity_cpu", "./dev bench capacity_cpu", figures)
     finally:
-        open_writers.close_all()
+        runtime.close()
         azurite.cleanup()
 
 
