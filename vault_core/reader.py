@@ -26,7 +26,7 @@ from vault_core.errors import (
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
-from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
+from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
 
 SCAN_CHUNK = 4 * 1024 * 1024
@@ -54,8 +54,12 @@ def scan_log(
     skip_corrupt: bool = False,
     on_skip: Callable[[int, int], None] | None = None,
     resync: Sequence[int] = (),
+    first: int = 0,
 ) -> Iterator[Message]:
     """Every record in ``[start, end)``; ``start`` must be a record boundary, ``end`` <= committed.
+
+    Version 1 records and version 2 units alike; messages before offset ``first`` (inside the
+    unit at ``start``) are left out.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
     the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
@@ -90,7 +94,7 @@ def scan_log(
             pos = 0
             while True:
                 try:
-                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last)
+                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last, first=first)
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
@@ -128,13 +132,10 @@ def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
     bad record's header. If the damage is in that header, the landing almost surely fails to
     verify (sync marker, its own offset, checksum) and the caller falls back to an index point.
     """
-    if bad + HEADER_SIZE > len(buf) or buf[bad : bad + len(MAGIC)] != MAGIC:
+    frame = frame_at(buf, bad)
+    if frame is None or not frame.magic_ok or frame.offset != base + bad:
         return None
-    if HEADER.unpack_from(buf, bad)[6] != base + bad:
-        return None
-    length = record_length_at(buf, bad)
-    assert length is not None
-    landing = bad + length
+    landing = bad + frame.length
     if base + landing == end:
         return landing
     try:
@@ -247,22 +248,31 @@ class StreamReader:
         limit = min(len(data), max_bytes, committed - from_offset)
         if limit <= 0:
             return ReadResult([], from_offset, committed)
-        self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
+        start = self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
+        if start != from_offset:  # a message inside a version 2 unit: decode the unit from its start
+            data = self.log(stream).read(start, min(max(max_bytes, HEADER_SIZE), committed - start))
+            limit = min(len(data), max(max_bytes, HEADER_SIZE), committed - start)
         need = record_length_at(data, 0)
-        if need is not None and need > limit and from_offset + need <= committed:
-            data = self.log(stream).read(from_offset, need)  # one record larger than max_bytes
+        if need is not None and need > limit and start + need <= committed:
+            data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
+        units: list[tuple[int, int]] = []
         records, pos = decode(
             data,
-            from_offset,
+            start,
             0,
             limit,
             max_count=max_count,
             stream=stream,
-            complete=from_offset + limit == committed,
+            complete=start + limit == committed,
+            first=from_offset,
+            units=units,
         )
-        self.boundaries.learn(stream, [from_offset + pos])  # walked from a proven boundary
-        return ReadResult(records, from_offset + pos, committed)
+        next_offset = start + pos
+        # walked from a proven boundary; a next offset inside a unit is decoded from the unit's start
+        unit = units[-1][0] if units and units[-1][0] < next_offset < units[-1][1] else None
+        self.boundaries.learn(stream, [next_offset], unit=unit)
+        return ReadResult(records, next_offset, committed)
 
     def scan(
         self,
@@ -282,13 +292,21 @@ class StreamReader:
             raise InvalidOffset(
                 f"range [{from_offset}, {end}) is outside the committed part of {stream!r} [0, {committed})"
             )
+        start = from_offset
         if from_offset < end:
-            self.boundaries.prove(stream, from_offset, committed, log.read)
+            start = self.boundaries.prove(stream, from_offset, committed, log.read)
         resync: list[int] = []
         if skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, end)]
         yield from scan_log(
-            log, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt, resync=resync
+            log,
+            start,
+            end,
+            chunk=chunk,
+            prefetch=prefetch,
+            skip_corrupt=skip_corrupt,
+            resync=resync,
+            first=from_offset,
         )
 
     def follow(
