@@ -7,6 +7,7 @@ All in process: pure functions over bytes, and the writer and reader over the in
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 import zlib
@@ -158,7 +159,7 @@ def test_an_unknown_version_or_codec_is_the_clear_error_of_section_9(
     unit: bytearray, field: int, value: int
 ) -> None:
     unit[field] = value
-    with pytest.raises(UnsupportedVersion, match="not supported|does not know"):
+    with pytest.raises(UnsupportedVersion, match=r"not supported|does not know"):
         decode(reseal(unit), 0, complete=True)
 
 
@@ -206,7 +207,7 @@ def test_a_mixed_log_reads_whole_by_scan_by_pages_and_from_every_offset(mixed: V
     everything = list(mixed.reader.scan(STREAM))
     assert len(everything) == 4 * 40 + 4 * 301 == mixed.reader.state(STREAM).count
     assert [m.offset for m in everything] == sorted({m.offset for m in everything})
-    for m, after in zip(everything, everything[1:], strict=False):
+    for m, after in itertools.pairwise(everything):
         assert m.next_offset == after.offset
     paged, offset = [], 0
     while True:
@@ -218,7 +219,7 @@ def test_a_mixed_log_reads_whole_by_scan_by_pages_and_from_every_offset(mixed: V
     assert paged == everything
     for m in everything[::13]:
         assert mixed.reader.read(STREAM, m.offset, max_count=2).messages[0] == m
-        assert list(mixed.reader.scan(STREAM, m.offset))[0] == m
+        assert next(iter(mixed.reader.scan(STREAM, m.offset))) == m
 
 
 def test_only_message_offsets_are_readable(mixed: Vault) -> None:
