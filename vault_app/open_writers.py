@@ -74,12 +74,16 @@ class OpenWriters:
         with self._lock:
             writer = self._take(stream)
         if writer is None:
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
+            writer = services.vault.writer(
+                stream, lease_seconds=WRITER_LEASE_SECONDS, **services.settings.writer_options
+            )
         try:
             results = writer.append(batches)
         except LeaseLost:
             writer.close()
-            writer = services.vault.writer(stream, lease_seconds=WRITER_LEASE_SECONDS)
+            writer = services.vault.writer(
+                stream, lease_seconds=WRITER_LEASE_SECONDS, **services.settings.writer_options
+            )
             results = writer.append(batches)
         except BaseException:
             writer.close()

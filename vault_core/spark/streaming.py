@@ -91,7 +91,10 @@ class VaultStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                     f"stream {stream!r} is now shorter ({hi} bytes) than this query's checkpoint ({lo}): "
                     "was it deleted and recreated? Start the query with a new checkpoint."
                 )
-            if hi > lo:
+            unit = planner.unit_around(stream, lo, hi) if hi > lo and stream not in start else None
+            if unit:  # a starting offset inside a version 2 unit: decode the unit, drop what precedes
+                ranges.append(StreamRange(stream, unit[0], hi, first=lo))
+            elif hi > lo:
                 ranges.append(StreamRange(stream, lo, hi))
         return [VaultInputPartition(p) for p in planner.partitions(ranges, self.options)]
 
