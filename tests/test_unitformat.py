@@ -302,3 +302,33 @@ def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mi
     cols = decode_columns(bytes(log), 0, last=True, stream=STREAM)
     assert isinstance(cols.error, CorruptRecord) and "unit checksum mismatch" in str(cols.error)
     assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
+
+
+def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"v" * 10_000), NewMessage(b"w")])])
+    first = vault.reader.read(STREAM, 0, max_bytes=1)
+    assert [m.value for m in first.messages] == [b"v" * 10_000]  # never an empty page
+    second = vault.reader.read(STREAM, first.next_offset, max_bytes=1)
+    assert [m.value for m in second.messages] == [b"w"] and second.next_offset == second.committed
+
+
+def test_a_unit_forged_inside_a_value_is_never_read(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"honest", "k")])])
+        at = w.state.committed + UNIT_HEADER_SIZE + 16  # where the next value starts (empty key)
+        noise = random.Random(3).randbytes(2000)  # incompressible: the carrier is stored as it is
+        forged = encode_unit([b"forged"], [b"never produced"], at, 1, codec=0, key_is_text=True)
+        w.append([Batch([NewMessage(forged + noise, b"")])])
+    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, at)
+    with pytest.raises(InvalidOffset):
+        list(fresh.scan(STREAM, at))
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[at - 30] ^= 0xFF  # the carrier's header: its length is no proof now
+    got = list(Vault(vault.account, clock=clock).reader.scan(STREAM, skip_corrupt=True))
+    assert [m.value for m in got] == [b"honest"]  # not b"never produced"

@@ -28,11 +28,15 @@ from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
+from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
+MIN_READ = max(HEADER_SIZE, UNIT_HEADER_SIZE)
+"""The fewest bytes a read fetches: a whole header, whichever the version, so that a read with a
+tiny ``max_bytes`` learns the length of what it must return at least one message of."""
 
 
 @dataclass(frozen=True)
@@ -159,6 +163,16 @@ def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> l
     return records
 
 
+def _within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
+    """The first of ``records``, and those after it while their keys and values fit ``max_bytes``."""
+    total = len(records[0].key) + len(records[0].value)
+    for i, r in enumerate(records[1:], 1):
+        total += len(r.key) + len(r.value)
+        if total > max_bytes:
+            return records[:i]
+    return records
+
+
 class StreamReader:
     """Reads any stream of one vault; safe to share between threads."""
 
@@ -225,7 +239,7 @@ class StreamReader:
             raise InvalidOffset("max_bytes must be positive")
         # At least a header: a max_bytes smaller than the next record still learns its
         # length, so the read answers with that one record, never with an empty page.
-        return self.log(stream).read_with_state(from_offset, max(max_bytes, HEADER_SIZE))
+        return self.log(stream).read_with_state(from_offset, max(max_bytes, MIN_READ))
 
     def decode_fetched(
         self,
@@ -250,10 +264,12 @@ class StreamReader:
             return ReadResult([], from_offset, committed)
         start = self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
         if start != from_offset:  # a message inside a version 2 unit: decode the unit from its start
-            data = self.log(stream).read(start, min(max(max_bytes, HEADER_SIZE), committed - start))
-            limit = min(len(data), max(max_bytes, HEADER_SIZE), committed - start)
+            data = self.log(stream).read(start, min(max(max_bytes, MIN_READ), committed - start))
+            limit = min(len(data), max(max_bytes, MIN_READ), committed - start)
         need = record_length_at(data, 0)
-        if need is not None and need > limit and start + need <= committed:
+        oversized = need is not None and need > limit and start + need <= committed
+        if oversized:
+            assert need is not None
             data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
         units: list[tuple[int, int]] = []
@@ -269,6 +285,9 @@ class StreamReader:
             units=units,
         )
         next_offset = start + pos
+        if oversized and len(records) > 1:  # a unit larger than max_bytes: what max_bytes holds of it
+            records = _within_bytes(records, max_bytes)
+            next_offset = records[-1].next_offset
         # walked from a proven boundary; a next offset inside a unit is decoded from the unit's start
         unit = units[-1][0] if units and units[-1][0] < next_offset < units[-1][1] else None
         self.boundaries.learn(stream, [next_offset], unit=unit)
