@@ -104,7 +104,7 @@ def scan_log(
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield from _records_before(buf, base, pos, bad, log.stream)
-                    over = _walk_over(buf, base, bad, end)
+                    over = _walk_over(buf, base, bad, end, log.read)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if on_skip:
                         on_skip(base + bad, skip_to - (base + bad))
@@ -128,7 +128,7 @@ def scan_log(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
+def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:
     """Where the record after the corrupt one at ``buf[bad]`` starts, by the corrupt record's own
     length, if that lands on a record that verifies (or on ``end``); else None.
 
@@ -144,6 +144,11 @@ def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
         return landing
     try:
         records, _ = decode(buf, base, landing, max_count=1)
+        if not records:  # the frame there runs past this buffer (a unit often does): fetch it whole
+            at = base + landing
+            head = frame_at(read(at, min(MIN_READ, end - at)), 0) if at < end else None
+            if head is not None and at + head.length <= end:
+                records, _ = decode(read(at, head.length), at, max_count=1, complete=True)
     except FormatError:
         return None
     return landing if records else None
