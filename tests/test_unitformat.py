@@ -339,3 +339,16 @@ def test_a_unit_forged_inside_a_value_is_never_read(clock: ManualClock) -> None:
     container.blobs[STREAM].data[at - 30] ^= 0xFF  # the carrier's header: its length is no proof now
     got = list(Vault(vault.account, clock=clock).reader.scan(STREAM, skip_corrupt=True))
     assert [m.value for m in got] == [b"honest"]  # not b"never produced"
+
+
+def test_verify_reports_a_damaged_unit_and_reads_past_it(mixed: Vault) -> None:
+    from vault_client.verify import verify_log
+
+    assert verify_log(mixed.blob(STREAM)).ok
+    b2 = mixed.index.committed_batches(STREAM, ["b2"])["b2"]
+    container = mixed.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[b2.first_offset + 50] ^= 0x04
+    report = verify_log(mixed.blob(STREAM))
+    assert not report.ok and report.records == mixed.reader.state(STREAM).count - 300
+    assert report.problems[0].offset == b2.first_offset and "corrupt" in report.problems[0].what
