@@ -319,19 +319,29 @@ class StreamReader:
         start = from_offset
         if from_offset < end:
             start = self.boundaries.prove(stream, from_offset, committed, log.read)
+        stop = end  # a to_offset inside a version 2 unit: decode the whole unit, stop at to_offset
+        if from_offset < end < committed:
+            unit = self.boundaries.prove(stream, end, committed, log.read)
+            if unit != end:
+                frame = frame_at(log.read(unit, MIN_READ), 0)
+                assert frame is not None  # proven: a whole unit lies there
+                stop = unit + frame.length
         resync: list[int] = []
         if skip_corrupt and self.index:
-            resync = [p.offset for p in self.index.points(stream, from_offset + 1, end)]
-        yield from scan_log(
+            resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
+        for message in scan_log(
             log,
             start,
-            end,
+            stop,
             chunk=chunk,
             prefetch=prefetch,
             skip_corrupt=skip_corrupt,
             resync=resync,
             first=from_offset,
-        )
+        ):
+            if message.offset >= end:
+                return
+            yield message
 
     def follow(
         self,
