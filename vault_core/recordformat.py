@@ -20,16 +20,21 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable
+from itertools import repeat
 from typing import NamedTuple
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
+from vault_core.prefix import (
+    FLAG_COMPRESSION_MASK,
+    FLAG_KEY_IS_TEXT,
+    MAGIC,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    UNIT_VERSION,
+)
+from vault_core.unitformat import Unit, decode_unit, unit_length_at
 
 FORMAT_VERSION = 1
-UNIT_VERSION = 2
-"""The version byte of a version 2 unit (``vault_core.unitformat``), which :func:`decode` reads too."""
-
-MAGIC = b"\xf5MVL"
-"""Sync marker. 0xF5 never occurs in UTF-8 text, so JSON and text values cannot mimic it."""
 
 # struct layouts, named after the spec sections they implement.
 HEADER = struct.Struct("<4sIBBHIQq")
@@ -49,17 +54,11 @@ KEY_OFFSET = TIMESTAMP_OFFSET + 8
 CRC_COVERAGE_START = VERSION_OFFSET
 assert KEY_OFFSET == HEADER_SIZE == _PREFIX.size + _COVERED.size == 32
 
-# flags
-FLAG_COMPRESSION_MASK = 0b0000_0111
-"""Value compression codec; 0 = none. Codecs 1-7 are reserved for future versions."""
-FLAG_KEY_IS_TEXT = 0b0000_1000
-"""The key is UTF-8 text (readers return it as a string)."""
+# flags (FLAG_COMPRESSION_MASK: codecs 1-7 are reserved in a record; FLAG_KEY_IS_TEXT)
 KNOWN_FLAGS = FLAG_COMPRESSION_MASK | FLAG_KEY_IS_TEXT
 SUPPORTED_COMPRESSION = frozenset({0})
 
-# limits
-MAX_KEY_BYTES = 1024
-MAX_VALUE_BYTES = 1024 * 1024
+# limits (MAX_KEY_BYTES and MAX_VALUE_BYTES: vault_core.prefix, shared with units)
 MAX_RECORD_BYTES = HEADER_SIZE + MAX_KEY_BYTES + MAX_VALUE_BYTES
 MAX_TIMESTAMP_MS = (1 << 48) - 1
 MAX_OFFSET = (1 << 48) - 1
@@ -259,6 +258,33 @@ def decode(
     return out, pos
 
 
+def unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> list[Message]:
+    """Messages ``first`` to ``stop`` (indexes in the unit) of a verified unit, as :class:`Message`.
+
+    No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
+    """
+    stop = unit.size if stop is None else stop
+    if first >= stop:
+        return []
+    ke, ve, keys, values = unit.key_ends, unit.value_ends, unit.keys, unit.values
+    key_list = map(keys.__getitem__, map(slice, ke[first:stop], ke[first + 1 : stop + 1]))
+    value_list = map(values.__getitem__, map(slice, ve[first:stop], ve[first + 1 : stop + 1]))
+    start = unit.offset + first
+    fields = zip(
+        range(start, unit.offset + stop),
+        repeat(unit.timestamp),
+        key_list,
+        value_list,
+        repeat(unit.flags & FLAG_KEY_IS_TEXT),
+        range(start + 1, unit.offset + stop + 1),
+    )
+    # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
+    out: list[Message] = list(map(tuple.__new__, repeat(Message), fields))  # type: ignore[arg-type]
+    if stop == unit.size:  # the last message's successor is the next frame
+        out[-1] = out[-1]._replace(end=unit.end)
+    return out
+
+
 def _unit_length(view: memoryview, pos: int) -> int:
     frame = frame_at(view, pos)
     assert frame is not None
@@ -278,14 +304,12 @@ def _decode_unit(
     """The messages of the version 2 unit at ``pos`` from offset ``first`` on, at most ``room``,
     and the buffer position after the unit; None if ``end`` cuts it off; minus the next message's
     stream offset if ``room`` stopped inside it."""
-    from vault_core.unitformat import decode_unit  # the unit format builds on this module
-
     unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
     if unit is None:
         return [], None
     lo = min(max(0, first - unit.offset), unit.size)
     hi = unit.size if room is None else min(unit.size, lo + room)
-    messages = unit.messages(lo, hi)
+    messages = unit_messages(unit, lo, hi)
     if hi < unit.size:
         return messages, -(unit.offset + hi)
     return messages, pos + unit.length
@@ -389,8 +413,6 @@ def frame_at(buf: bytes | bytearray | memoryview, pos: int) -> Frame | None:
         return None
     magic, _, version, _, klen, vlen, offset, _ = HEADER.unpack_from(buf, pos)
     if version == UNIT_VERSION:
-        from vault_core.unitformat import unit_length_at
-
         unit = unit_length_at(buf, pos)
         if unit is None:
             return None

@@ -23,20 +23,18 @@ import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from itertools import repeat
 from operator import le, sub
 from typing import NamedTuple
 
 from vault_core import codecs
 from vault_core.errors import CorruptRecord, UnsupportedVersion
-from vault_core.recordformat import (
+from vault_core.prefix import (
     FLAG_COMPRESSION_MASK,
     FLAG_KEY_IS_TEXT,
     MAGIC,
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
     UNIT_VERSION,
-    Message,
 )
 
 UNIT_HEADER = struct.Struct("<4sIBBIIIQq")
@@ -159,32 +157,6 @@ class Unit(NamedTuple):
     def keys_start(self) -> int:
         """Where ``keys`` begins in ``payload`` (the two offset arrays come first)."""
         return 8 * (self.size + 1)
-
-    def messages(self, first: int = 0, stop: int | None = None) -> list[Message]:
-        """Messages ``first`` to ``stop`` (indexes in the unit) as :class:`Message` tuples.
-
-        No bytecode runs per message: ``map`` drives the slicing and tuple building in C.
-        """
-        stop = self.size if stop is None else stop
-        if first >= stop:
-            return []
-        ke, ve, keys, values = self.key_ends, self.value_ends, self.keys, self.values
-        key_list = map(keys.__getitem__, map(slice, ke[first:stop], ke[first + 1 : stop + 1]))
-        value_list = map(values.__getitem__, map(slice, ve[first:stop], ve[first + 1 : stop + 1]))
-        start = self.offset + first
-        fields = zip(
-            range(start, self.offset + stop),
-            repeat(self.timestamp),
-            key_list,
-            value_list,
-            repeat(self.flags & FLAG_KEY_IS_TEXT),
-            range(start + 1, self.offset + stop + 1),
-        )
-        # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
-        out: list[Message] = list(map(tuple.__new__, repeat(Message), fields))  # type: ignore[arg-type]
-        if stop == self.size:  # the last message's successor is the next unit
-            out[-1] = out[-1]._replace(end=self.end)
-        return out
 
 
 def unit_length_at(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int] | None:
