@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
-from vault_core.memory import MemoryAccount, MemoryPageBlobs
+from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.reader import scan_log
 from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, NewMessage, decode
 from vault_core.unitformat import (
@@ -352,3 +352,25 @@ def test_verify_reports_a_damaged_unit_and_reads_past_it(mixed: Vault) -> None:
     report = verify_log(mixed.blob(STREAM))
     assert not report.ok and report.records == mixed.reader.state(STREAM).count - 300
     assert report.problems[0].offset == b2.first_offset and "corrupt" in report.problems[0].what
+
+
+def test_a_read_that_stops_inside_a_unit_is_continued_from_the_unit_without_another_get(
+    mixed: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = Vault(mixed.account, clock=mixed.clock).reader
+    b0 = mixed.index.committed_batches(STREAM, ["b0"])["b0"]
+    first = reader.read(STREAM, b0.first_offset, max_count=10)
+    assert first.next_offset == b0.first_offset + 10  # inside the unit
+    data, state = reader.fetch(STREAM, first.next_offset, 65536)  # as the read-ahead does
+    assert state.read_at == b0.first_offset  # fetched from the unit's start, as decoding needs
+    reads: list[int] = []
+    original = MemoryPageBlob.read
+
+    def counted(self: MemoryPageBlob, start: int, n: int) -> bytes:
+        reads.append(start)
+        return original(self, start, n)
+
+    monkeypatch.setattr(MemoryPageBlob, "read", counted)
+    page = reader.decode_fetched(STREAM, first.next_offset, data, state, max_bytes=65536, max_count=5)
+    assert [m.offset for m in page.messages] == list(range(b0.first_offset + 10, b0.first_offset + 15))
+    assert reads == []

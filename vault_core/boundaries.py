@@ -89,6 +89,10 @@ class Boundaries:
         self.learn(stream, [offset], unit=unit if unit != offset else None)
         return unit
 
+    def known_start(self, stream: str, offset: int) -> int | None:
+        """Where decoding ``offset`` starts, if this process proved it before; else None."""
+        return self._known_start(stream, offset)
+
     def _known_start(self, stream: str, offset: int) -> int | None:
         with self._lock:
             known = self._known.get(stream)

@@ -73,6 +73,9 @@ class CommitState:
     format: int = 1
     """``mv_format``: 1 while every record is version 1; 2 once a commit wrote version 2 units
     (docs/FORMAT.md §11.1). It never goes back: the units stay in the log."""
+    read_at: int | None = field(default=None, compare=False)
+    """Where the bytes returned with this state begin, when not at the offset asked for: a read
+    of a message inside a version 2 unit fetches from the unit's start (StreamReader.fetch)."""
 
     def to_metadata(self) -> dict[str, str]:
         meta = {

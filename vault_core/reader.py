@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
@@ -244,7 +244,13 @@ class StreamReader:
             raise InvalidOffset("max_bytes must be positive")
         # At least a header: a max_bytes smaller than the next record still learns its
         # length, so the read answers with that one record, never with an empty page.
-        return self.log(stream).read_with_state(from_offset, max(max_bytes, MIN_READ))
+        # A message inside a unit already proven (a read that max_count stopped there) is
+        # fetched from the unit's start, which decoding needs; the state says where.
+        start = self.boundaries.known_start(stream, from_offset)
+        if start is None or start == from_offset:
+            return self.log(stream).read_with_state(from_offset, max(max_bytes, MIN_READ))
+        data, state = self.log(stream).read_with_state(start, max(max_bytes, MIN_READ))
+        return data, replace(state, read_at=start)
 
     def decode_fetched(
         self,
@@ -264,11 +270,14 @@ class StreamReader:
             raise OffsetPastEnd(
                 f"offset {from_offset} is past the committed end of stream {stream!r} ({committed})"
             )
-        limit = min(len(data), max_bytes, committed - from_offset)
-        if limit <= 0:
+        base = from_offset if state.read_at is None else state.read_at  # where ``data`` begins
+        if from_offset == committed or min(len(data), max_bytes) <= 0:
             return ReadResult([], from_offset, committed)
+        limit = min(
+            len(data), max(max_bytes, MIN_READ) if base != from_offset else max_bytes, committed - base
+        )
         start = self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
-        if start != from_offset:  # a message inside a version 2 unit: decode the unit from its start
+        if start != base:  # a message inside a version 2 unit: decode the unit from its start
             data = self.log(stream).read(start, min(max(max_bytes, MIN_READ), committed - start))
             limit = min(len(data), max(max_bytes, MIN_READ), committed - start)
         need = record_length_at(data, 0)
