@@ -246,7 +246,7 @@ def formats_main(rounds: int, mib: int) -> None:
                 b / a for a, b in zip(v1, v2, strict=True)
             )
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("ingest_format", f"./dev bench ingest --formats --format-mib {mib}", figures)
+        report("ingest_format", f"./dev bench ingest --formats --format-mib {mib} --rounds {rounds}", figures)
     finally:
         host.stop()
         azurite.cleanup()
