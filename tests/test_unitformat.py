@@ -201,6 +201,8 @@ def mixed(clock: ManualClock) -> Vault:
             w.append([Batch(events(300, f"v2-{i}"), f"b{i}"), Batch([NewMessage(b"\x00", b"\xff")], f"c{i}")])
             clock.advance(60_000)
     assert vault.reader.state(STREAM).format == 2
+    row = vault.index.catalog.get("stream", STREAM)
+    assert row is not None and row.number("Format") == 2  # the catalog says it too
     return vault
 
 
