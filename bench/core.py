@@ -8,6 +8,14 @@ both sides alike:
   * full-scan MiB/s of StreamReader.scan / sequential 4 MiB download_blob range reads
   * read() of 1,000 messages near the end of a >= 1 GiB stream / the same at offset 0
   * peak RSS of a writer process and of a full-scan reader process at 100 MiB and 1 GiB
+
+    ./dev bench core --format   (results: core_format)
+
+Record format 2 against format 1 (docs/FORMAT.md §11), on generated JSON events of ~100 B and
+~1 KiB (bench/events.py), same messages, same Azurite, one run: blob bytes per message, writer
+messages/s, full-scan rows/s (and against a raw download of the same blob), paged reads of
+1,000 messages (what the read API does per request), and per codec the compression ratio and
+the CPU per MiB of payload to compress and to decompress.
 """
 
 from __future__ import annotations
@@ -23,11 +31,14 @@ import time
 from typing import cast
 
 from bench.common import MIB, report, timed
+from bench.events import events
+from vault_core import codecs
 from vault_core.azure import StorageAccount
 from vault_core.pageblob import PageBlobs
 from vault_core.recordformat import NewMessage
+from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, StreamWriter
 from vault_local.azurite import Azurite
 
 CHUNK = 4 * MIB
@@ -48,7 +59,9 @@ def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> fl
     """Append ``total`` bytes of ~4 MiB batches, ``per_call`` batches per append (as the writer
     function hands over what it drained); returns seconds, batch building excluded."""
     elapsed = 0.0
-    with vault.writer(stream) as w:
+    # Format 1: these figures are byte throughput against the raw primitive, and the repeated
+    # payload above would compress to almost nothing in format 2 (measured by --format instead).
+    with vault.writer(stream, record_format=1) as w:
         while w.state.committed < total:
             batches = [BATCHES[(w.state.committed // CHUNK + k) % 4] for k in range(per_call)]
             elapsed += timed(functools.partial(w.append, batches))
@@ -107,10 +120,15 @@ def main() -> None:
     parser.add_argument("--child", nargs=4, metavar=("ROLE", "CONN", "STREAM", "MIB"))
     parser.add_argument("--throughput-mib", type=int, default=256)
     parser.add_argument("--big-mib", type=int, default=1024)
+    parser.add_argument("--format", action="store_true", help="format 2 against format 1 (core_format)")
+    parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
     args = parser.parse_args()
     if args.child:
         role, conn, stream, mib = args.child
         memory_child(conn, role, stream, int(mib))
+        return
+    if args.format:
+        format_main(args.format_mib)
         return
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
@@ -177,6 +195,116 @@ def main() -> None:
         report("core", "./dev bench core", figures)
     finally:
         azurite.cleanup()
+
+
+# -- format 2 against format 1 ---------------------------------------------------------------------
+FORMATS = {"v1": (1, codecs.CODEC_NONE), "v2": (2, codecs.CODEC_ZSTD), "v2-lz4": (2, codecs.CODEC_LZ4)}
+FORMAT_ROUNDS = 3
+
+
+def format_main(mib: int) -> None:
+    t0 = time.monotonic()
+    azurite = Azurite(in_memory=True).start()
+    try:
+        vault = Vault(StorageAccount(connection_string=azurite.connection_string)).ensure()
+        figures: dict[str, float | str] = {}
+        for size in ("small", "large"):
+            figures |= _format_figures(vault, size, mib)
+        figures |= _codec_figures()
+        figures["benchmark seconds"] = time.monotonic() - t0
+        report("core_format", f"./dev bench core --format --format-mib {mib}", figures)
+    finally:
+        azurite.cleanup()
+
+
+def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]:
+    label = "100 B" if size == "small" else "1 KiB"
+    messages = events(mib * MIB // (110 if size == "small" else 1010), size)
+    batches = [Batch(messages[i : i + 1000]) for i in range(0, len(messages), 1000)]
+    n = len(messages)
+    out: dict[str, float | str] = {f"{label}: messages per stream": float(n)}
+    per_format: dict[str, dict[str, float]] = {}
+    for name, (record_format, codec) in FORMATS.items():
+        writes: list[float] = []
+        scans: list[float] = []
+        pages: list[float] = []
+        raws: list[float] = []
+        for r in range(FORMAT_ROUNDS):
+            stream = f"fmt-{size}-{name}-{r}"
+            with vault.writer(stream, record_format=record_format, codec=codec) as w:
+                writes.append(timed(functools.partial(_append_all, w, batches)))
+            committed = vault.reader.state(stream).committed
+            raws.append(raw_download(vault, stream, committed))
+            scans.append(timed(functools.partial(_scan_all, vault, stream)))
+            pages.append(timed(functools.partial(_read_pages, vault, stream)))
+        per_format[name] = {
+            "bytes": committed / n,
+            "write": n / statistics.median(writes),
+            "scan": n / statistics.median(scans),
+            "raw": n / statistics.median(raws),
+            "pages": n / statistics.median(pages),
+        }
+        out[f"{label} {name}: blob bytes/message"] = committed / n
+        out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
+        out[f"{label} {name}: full scan rows/s"] = per_format[name]["scan"]
+        out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
+        out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(raws, scans)
+    v1, v2 = per_format["v1"], per_format["v2"]
+    target = "0.30" if size == "small" else "0.40"
+    out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
+    out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = v2["scan"] / v1["scan"]
+    out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
+    out[f"{label}: paged reads messages/s v2 / v1"] = v2["pages"] / v1["pages"]
+    return out
+
+
+def _append_all(writer: StreamWriter, batches: list[Batch]) -> None:
+    for i in range(0, len(batches), 4):  # 4 batches per call, as the writer function hands them over
+        writer.append(batches[i : i + 4])
+
+
+def _scan_all(vault: Vault, stream: str) -> None:
+    assert sum(1 for _ in vault.reader.scan(stream)) > 0
+
+
+def _read_pages(vault: Vault, stream: str) -> None:
+    """Read the stream as a consumer of the read API does: pages of 1,000 messages (1 MiB)."""
+    reader = Vault(vault.account).reader  # a fresh process: nothing proven, nothing cached
+    offset = 0
+    while True:
+        page = reader.read(stream, offset, max_count=1000, max_bytes=MIB)
+        if not page.messages:
+            return
+        offset = page.next_offset
+
+
+def _codec_figures() -> dict[str, float | str]:
+    """Per codec: stored / payload bytes and CPU seconds per MiB of payload, on units of the
+    writer's target size built from the same events."""
+    out: dict[str, float | str] = {}
+    for size, label in (("small", "100 B"), ("large", "1 KiB")):
+        messages = events(8 * MIB // (110 if size == "small" else 1010), size, seed=2)
+        units: list[tuple[list[bytes], list[bytes]]] = [([], [])]
+        filled = 0
+        for m in messages:
+            if filled >= UNIT_TARGET_BYTES:
+                units.append(([], []))
+                filled = 0
+            units[-1][0].append(str(m.key).encode())
+            units[-1][1].append(m.value)
+            filled += 8 + len(m.value) + len(str(m.key))
+        for name, codec in codecs.CODECS.items():
+            start = time.process_time()
+            encoded = [encode_unit(k, v, 0, 0, codec=codec, key_is_text=True) for k, v in units]
+            encode_cpu = time.process_time() - start
+            start = time.process_time()
+            payload = sum(len(u.payload) for u in (decode_unit(e, 0, 0) for e in encoded) if u is not None)
+            decode_cpu = time.process_time() - start
+            stored = sum(len(e) for e in encoded)
+            out[f"codec {name}, {label}: stored / payload"] = stored / payload
+            out[f"codec {name}, {label}: encode CPU ms/MiB"] = encode_cpu * 1000 / (payload / MIB)
+            out[f"codec {name}, {label}: decode CPU ms/MiB"] = decode_cpu * 1000 / (payload / MIB)
+    return out
 
 
 def _paired(raw_seconds: list[float], our_seconds: list[float]) -> float:

@@ -8,6 +8,12 @@ Ratios measured in one run against the raw primitives on the same Azurite:
   * ingest MiB/s for large batches / raw sequential 4 MiB ``upload_page`` (target >= 0.5)
   * read API MiB/s (NDJSON, 1 KiB messages) / raw 4 MiB range reads of the same blob (>= 0.5)
   * latency from POST to visible through the read API at light load, p50 and p99
+
+    ./dev bench ingest --formats   (results: ingest_format)
+
+The read API on record format 2 against format 1: the same generated JSON events (~100 B and
+~1 KiB, bench/events.py) written once in each format, read through the host as NDJSON pages of
+up to 10,000 messages; messages/s, paired rounds, and the ratio v2 / v1.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobLeaseClient
 
 from bench.common import MIB, cpu_seconds, report, timed
+from bench.events import events
 from vault_core.azure import StorageAccount
 from vault_core.pageblob import PageBlobs
 from vault_core.vault import Vault
+from vault_core.writer import Batch
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
@@ -187,6 +195,63 @@ def latency(host: HostProcess, samples: int) -> list[float]:
     return out
 
 
+def read_api_messages_s(host: HostProcess, stream: str, committed: int) -> float:
+    """Seconds to read ``stream`` through the read API as NDJSON pages of up to 10,000 messages."""
+    pool = urllib3.PoolManager()
+
+    def api() -> None:
+        offset = 0
+        while offset < committed:
+            r = pool.request(
+                "GET",
+                f"{host.url}/streams/{stream}/messages?from={offset}&limit=10000&max_bytes={4 * MIB}",
+                headers={"Accept": "application/x-ndjson", "x-functions-key": host.key},
+            )
+            assert r.status == 200 and r.data, r.data[:300]
+            offset = int(r.headers["x-next-offset"])
+
+    return timed(api)
+
+
+def formats_main(rounds: int, mib: int) -> None:
+    t0 = time.monotonic()
+    azurite = Azurite(in_memory=True).start()
+    host = HostProcess(azurite.connection_string).start()
+    try:
+        vault = Vault(StorageAccount(connection_string=azurite.connection_string))
+        figures: dict[str, float] = {}
+        for size, label in (("small", "100 B"), ("large", "1 KiB")):
+            messages = events(mib * MIB // (110 if size == "small" else 1010), size)
+            streams = {}
+            for record_format in (1, 2):
+                stream = f"read-{size}-v{record_format}-{uuid.uuid4().hex[:6]}"
+                with vault.writer(stream, record_format=record_format) as w:
+                    for i in range(0, len(messages), 4000):
+                        w.append(
+                            [
+                                Batch(messages[j : j + 1000])
+                                for j in range(i, min(i + 4000, len(messages)), 1000)
+                            ]
+                        )
+                streams[record_format] = (stream, vault.reader.state(stream).committed)
+            v1: list[float] = []
+            v2: list[float] = []
+            for _ in range(rounds):  # paired: v1 then v2, back to back
+                v1.append(len(messages) / read_api_messages_s(host, *streams[1]))
+                v2.append(len(messages) / read_api_messages_s(host, *streams[2]))
+            figures[f"{label}: messages per stream"] = float(len(messages))
+            figures[f"{label}: read API NDJSON messages/s, v1"] = statistics.median(v1)
+            figures[f"{label}: read API NDJSON messages/s, v2"] = statistics.median(v2)
+            figures[f"{label}: read API NDJSON messages/s v2 / v1 (>= 1.5)"] = statistics.median(
+                b / a for a, b in zip(v1, v2, strict=True)
+            )
+        figures["benchmark seconds"] = time.monotonic() - t0
+        report("ingest_format", f"./dev bench ingest --formats --format-mib {mib} --rounds {rounds}", figures)
+    finally:
+        host.stop()
+        azurite.cleanup()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--batches", type=int, default=20, help="batches per producer and round")
@@ -194,7 +259,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="paired raw/ingest rounds per figure")
     parser.add_argument("--workers", type=int, default=2, help="FUNCTIONS_WORKER_PROCESS_COUNT of the host")
     parser.add_argument("--latency-samples", type=int, default=40)
+    parser.add_argument("--formats", action="store_true", help="read API, format 2 against 1 (ingest_format)")
+    parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
     args = parser.parse_args()
+    if args.formats:
+        formats_main(args.rounds, args.format_mib)
+        return
     t0 = time.monotonic()
     # On disk: an in-memory Azurite stalled for minutes once it held a few hundred MiB.
     azurite = Azurite().start()

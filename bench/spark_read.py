@@ -39,6 +39,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from bench.common import MIB, median_of, report, timed
+from bench.events import events
 from vault_core.azure import StorageAccount
 from vault_core.recordformat import NewMessage
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
@@ -64,7 +65,9 @@ except ImportError:  # a dev dependency; without it the CPU figures are left out
 def write_stream(vault: Vault, stream: str) -> float:
     payload = b"v" * VALUE
     elapsed = 0.0
-    with vault.writer(stream) as w:
+    # Format 1: a repeated payload would compress to almost nothing in format 2 (--format
+    # measures format 2 on generated JSON events instead).
+    with vault.writer(stream, record_format=1) as w:
         for first in range(0, MESSAGES, PER_APPEND):
             keys = (f"key-{i % KEYS:02d}" for i in range(first, first + PER_APPEND))
             batch = Batch([NewMessage(payload, key) for key in keys])
@@ -264,5 +267,64 @@ def _has_pandas() -> bool:
     return importlib.util.find_spec("pandas") is not None
 
 
+def _count(df: DataFrame) -> int:
+    return df.count()
+
+
+def _group_count(df: DataFrame) -> object:
+    return df.groupBy("key").count().collect()
+
+
+def format_main(messages: int) -> int:
+    """Format 2 against format 1 through Spark, on the same ~100 B JSON events (results:
+    spark_read_format): count() and groupBy(key).count() rows/s, and count() on format 2 against
+    a parallel raw download of the same format 2 blob."""
+    azurite = Azurite(in_memory=True).start()
+    try:
+        conn = azurite.connection_string
+        vault = Vault(StorageAccount(connection_string=conn)).ensure()
+        events_ = events(messages, "small")
+        committed = {}
+        for record_format in (1, 2):
+            stream = f"bench-format-v{record_format}"
+            with vault.writer(stream, record_format=record_format) as w:
+                for first in range(0, messages, PER_APPEND):
+                    w.append([Batch(events_[first : first + PER_APPEND])])
+            committed[record_format] = vault.blob(stream).state().committed
+        spark = session()
+
+        def df(record_format: int) -> DataFrame:
+            # 4 MiB partitions: format 2's blob is 4x smaller, and at the default 32 MiB it would be
+            # one partition (one core of two) where format 1 gets two.
+            reader = spark.read.format("messagevault").option("connectionString", conn)
+            reader = reader.option("maxPartitionBytes", str(4 * MIB))
+            return reader.option("streams", f"bench-format-v{record_format}").load()
+
+        for record_format in (1, 2):  # warm-up
+            assert df(record_format).count() == messages
+        figures: dict[str, Any] = {"load average (1 min) at start": round(os.getloadavg()[0], 2)}
+        figures["messages (~100 B JSON events)"] = messages
+        counts = {f: median_of(RUNS, partial(_count, df(f))) for f in (1, 2)}
+        groups = {f: median_of(RUNS, partial(_group_count, df(f))) for f in (1, 2)}
+        download_s = median_of(RUNS, partial(download_all, vault, "bench-format-v2", committed[2]))
+        for f in (1, 2):
+            figures[f"v{f}: stream MiB"] = round(committed[f] / MIB, 2)
+            figures[f"v{f}: count() rows/s"] = round(messages / counts[f])
+            figures[f"v{f}: groupBy(key).count() rows/s"] = round(messages / groups[f])
+        figures["count() rows/s v2 / v1 (>= 3)"] = round(counts[1] / counts[2], 3)
+        figures["groupBy(key).count() rows/s v2 / v1 (>= 2)"] = round(groups[1] / groups[2], 3)
+        figures[f"v2 download s ({TASKS * PREFETCH} threads x 4 MiB GETs)"] = round(download_s, 3)
+        figures["v2 count() / raw parallel download of the v2 blob (>= 0.7)"] = round(
+            download_s / counts[2], 3
+        )
+        report("spark_read_format", f"./dev bench spark_read --format {messages}", figures)
+        spark.stop()
+    finally:
+        azurite.cleanup()
+    return 0
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--format"]:
+        sys.exit(format_main(int(sys.argv[2]) if len(sys.argv) > 2 else 300_000))
     sys.exit(main())

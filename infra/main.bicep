@@ -130,6 +130,14 @@ param maxBatchBytes int = 16777216
 @description('Lifetime in minutes of the user-delegation SAS URLs handed to consumers.')
 param sasMinutes int = 15
 
+@allowed(['1', '2'])
+@description('Record format of new commits: 2, compressed units (docs/FORMAT.md §11); 1, one record per message, readable by the previous release.')
+param recordFormat string = '2'
+
+@allowed(['zstd', 'lz4', 'none'])
+@description('Codec of format 2 units.')
+param recordCodec string = 'zstd'
+
 @description('Client id (application id) of the app registration whose access tokens the API accepts; its app roles are in infra/app-roles.json (docs/SECURITY.md). Empty: no bearer tokens, function keys only.')
 param authClientId string = ''
 
@@ -359,6 +367,8 @@ module functionApp 'app/functionapp.bicep' = {
     maxBatchMessages: maxBatchMessages
     maxBatchBytes: maxBatchBytes
     sasMinutes: sasMinutes
+    recordFormat: recordFormat
+    recordCodec: recordCodec
     authTenantId: empty(authClientId) ? '' : authTenantId
     authAudiences: empty(authClientId) ? '' : '${authClientId},api://${authClientId}'
     functionKeys: functionKeys

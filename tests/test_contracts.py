@@ -19,6 +19,7 @@ claim-check and writer-function logic run in process on a memory account.
 
 from __future__ import annotations
 
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -57,9 +58,10 @@ TS = 1_750_000_000_000
 
 
 def write(vault: Vault, stream: str, batches: int = 3, per_batch: int = 40) -> list[Message]:
+    rng = random.Random(stream)  # values that do not compress: the byte counts below hold in format 2 too
     with vault.writer(stream) as w:
-        for b in range(batches):
-            w.append([Batch([NewMessage(f"{b}-{i}".encode() * 30, f"k{i}") for i in range(per_batch)])])
+        for _ in range(batches):
+            w.append([Batch([NewMessage(rng.randbytes(90), f"k{i}") for i in range(per_batch)])])
     return list(vault.reader.scan(stream))
 
 

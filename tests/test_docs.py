@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from vault_core import pagelog
+from vault_core import pagelog, unitformat
 from vault_core import recordformat as fmt
 from vault_core.index import _minute_key, _offset_key, _time_key
 from vault_core.pagelog import CommitState, CommittedBatch
@@ -166,15 +166,87 @@ def test_every_constant_in_format_md_matches_the_code() -> None:
 
 def test_the_magic_bytes_and_version_in_the_text_match_the_code() -> None:
     assert fmt.MAGIC.hex(" ").upper() in FORMAT_MD  # "F5 4D 56 4C"
-    assert FORMAT_MD.splitlines()[0].endswith(f"Format version {fmt.FORMAT_VERSION}")
+    assert FORMAT_MD.splitlines()[0].endswith(f"Format version {fmt.UNIT_VERSION}")
+    assert f"| 8 = 4 + 4 | 1 | u8 | `version` | Record format version: {fmt.FORMAT_VERSION}. |" in FORMAT_MD
     assert f"{fmt.MAX_KEY_BYTES:,}" in FORMAT_MD and f"{fmt.MAX_VALUE_BYTES:,}" in FORMAT_MD
 
 
 def test_the_sections_are_the_ones_the_code_and_brief_refer_to() -> None:
     headings = re.findall(r"^## (\d+) (.+)$", FORMAT_MD, re.M)
-    assert [int(n) for n, _ in headings] == list(range(1, 11))
+    assert [int(n) for n, _ in headings] == list(range(1, 12))
     titles = dict((int(n), t) for n, t in headings)
     assert titles[2] == "Record" and titles[6] == "Stream blob and commit record" and titles[7] == "Reading"
+    assert titles[11] == "Format version 2: units"
+
+
+# -- FORMAT.md: the version 2 unit (§11) --------------------------------------------------------
+GOLDEN_UNIT = (ROOT / "tests" / "data" / "unit-v2.bin").read_bytes()
+
+
+def test_the_unit_hex_dump_is_the_golden_unit_and_the_documented_command_prints_it() -> None:
+    dump = first_code_block(after(FORMAT_MD, "unit-v2.bin"))
+    assert bytes.fromhex(dump) == GOLDEN_UNIT
+    unit = unitformat.encode_unit([b"k", b"k"], [b"hello", b"world!"], 100, TS, codec=0, key_is_text=True)
+    assert dump == unit.hex(" ")
+    command = re.findall(r'-c "(.*)"', FORMAT_MD.split("### 11.9 Worked examples", 1)[1])[0]
+    assert "encode_unit([b'k', b'k'], [b'hello', b'world!'], 100, 1_700_000_000_000, codec=0" in command
+
+
+def test_the_annotated_unit_reassembles_the_golden_unit_and_decodes_as_described() -> None:
+    header, rows = tables(after(FORMAT_MD, "unit-v2.bin"))[0]
+    assert header == ["Offset", "Bytes", "Field", "Decoded"]
+    position = 0
+    for row in rows:
+        offset, data, field = int(row[0]), bytes.fromhex(code(row[1])), code(row[2])
+        assert offset == position, field
+        assert GOLDEN_UNIT[offset : offset + len(data)] == data, field
+        if hasattr(unitformat, f"{field.upper()}_OFFSET"):
+            assert offset == getattr(unitformat, f"{field.upper()}_OFFSET"), field
+        position += len(data)
+    assert position == len(GOLDEN_UNIT) == 75
+    messages, end = fmt.decode(GOLDEN_UNIT, 100, complete=True)
+    assert [(m.offset, m.id, m.key, m.value) for m in messages] == [
+        (100, "018bcfe56800000000000064", b"k", b"hello"),
+        (101, "018bcfe56800000000000065", b"k", b"world!"),
+    ]
+    assert end == 75 and messages[-1].next_offset == 175
+
+
+def test_the_unit_field_table_matches_the_unit_header_struct() -> None:
+    header, rows = first_table(after(FORMAT_MD, "unit-fields"))
+    assert header == ["Offset", "Size", "Type", "Unit field", "Meaning"]
+    type_of = {"4s": "byte[4]", "I": "u32", "B": "u8", "H": "u16", "Q": "u64", "q": "i64"}
+    fields = re.findall(r"\d*[A-Za-z]", unitformat.UNIT_HEADER.format.lstrip("<"))
+    header_rows = [r for r in rows if r[1].isdigit()]
+    assert [r[2] for r in header_rows] == [type_of[t] for t in fields]
+    end = 0
+    for offset_cell, size_cell, _, field_cell, _ in header_rows:
+        field = code(field_cell)
+        assert int(offset_cell.split(" ")[0]) == end == getattr(unitformat, f"{field.upper()}_OFFSET"), field
+        end += int(size_cell)
+    assert end == unitformat.UNIT_HEADER_SIZE == 38
+    assert code(rows[-1][3]) == "stored" and rows[-1][0] == f"{end} = 30 + 8"
+
+
+@pytest.mark.parametrize("name", ["unit-v2-zstd.bin", "unit-v2-lz4.bin"])
+def test_the_compressed_golden_units_hold_the_documented_events(name: str) -> None:
+    data = (ROOT / "tests" / "data" / name).read_bytes()
+    messages, end = fmt.decode(data, 0, complete=True)
+    assert end == len(data) and len(messages) == 8 and {m.key for m in messages} == {b"orders"}
+    assert messages[0].value == b'{"id":1000,"user":"u-000","amount":0.00,"ts":"2023-11-14T22:13:20Z"}'
+    if name == "unit-v2-zstd.bin":
+        assert f"the unit is {len(data)} bytes" in FORMAT_MD and data[38:42] == bytes.fromhex("28b52ffd")
+
+
+def test_the_mixed_golden_log_reads_as_section_11_9_says() -> None:
+    data = (ROOT / "tests" / "data" / "stream-mixed.bin").read_bytes()
+    messages, end = fmt.decode(data, 0, complete=True)
+    assert end == len(data) == 214
+    assert [(m.offset, m.value) for m in messages] == [
+        (o, b'{"n":%d}' % i) for i, o in enumerate([0, 40, 80, 120, 121, 122])
+    ]
+    assert [m.timestamp for m in messages] == [TS] * 3 + [TS + 1500] * 3
+    assert data[8] == 1 and data[120 + 8] == 2 and data[120 + 9] == 0x08
 
 
 def test_the_message_id_example() -> None:

@@ -73,7 +73,7 @@ def test_groups_show_each_position_and_its_lag_in_bytes_and_time(
     store = CheckpointStore.from_connection_string(vault_host.connection_string).ensure()
     billing, audit, done = (f"{name}-{uuid.uuid4().hex[:6]}" for name in ("billing", "audit", "done"))
     store.save(billing, stream, first["next_offset"], etag=None, now_ms=1_800_000_000_000, member="m-1")
-    store.save(audit, stream, 1, etag=None, now_ms=1)  # not a record boundary: no time lag
+    store.save(audit, stream, 2, etag=None, now_ms=1)  # not a message offset (in format 1 or 2): no time lag
     store.save(done, stream, second["next_offset"], etag=None, now_ms=2)
     r = http.get(f"/streams/{stream}/groups")
     assert r.status_code == 200, r.text
@@ -90,7 +90,7 @@ def test_groups_show_each_position_and_its_lag_in_bytes_and_time(
         "first_unread_timestamp": second["timestamp"],
         "lag_ms": 0,  # the first unread message is the last one
     }
-    assert groups[audit]["lag_bytes"] == second["next_offset"] - 1 and groups[audit]["lag_ms"] is None
+    assert groups[audit]["lag_bytes"] == second["next_offset"] - 2 and groups[audit]["lag_ms"] is None
     assert groups[done]["lag_bytes"] == 0 and groups[done]["lag_ms"] == 0
     # Read from the start: the lag is the age of the oldest unread message against the newest.
     store.save(billing, stream, 0, etag=store.get(billing, stream).etag, now_ms=3)  # type: ignore[union-attr]

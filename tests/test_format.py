@@ -105,7 +105,7 @@ def test_checksum_error_names_offset_and_both_checksums() -> None:
 @pytest.mark.parametrize(
     ("field_offset", "value", "error"),
     [
-        (fmt.VERSION_OFFSET, 2, UnsupportedVersion),
+        (fmt.VERSION_OFFSET, 3, UnsupportedVersion),  # 2 is a version 2 unit; 3 is unknown
         (fmt.FLAGS_OFFSET, 0x01, UnsupportedVersion),  # compression codec 1: reserved
         (fmt.FLAGS_OFFSET, 0x80, UnsupportedVersion),  # unknown flag bit
     ],

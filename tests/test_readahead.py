@@ -23,7 +23,9 @@ class CountingReader(StreamReader):
 
 
 def fill(vault: Vault, stream: str, batches: int = 6) -> None:
-    with vault.writer(stream) as w:
+    # Format 1: read-ahead works on bytes whatever the format, and these sizes are format 1's
+    # (the repeated values below would compress into a couple of small format 2 units).
+    with vault.writer(stream, record_format=1) as w:
         for b in range(batches):
             w.append([Batch([NewMessage(f"{b}-{i}".encode() * 20, "k") for i in range(100)])])
 

@@ -138,9 +138,12 @@ def corrupt_value_byte(vault: Vault, stream: str, m: Message) -> None:
 @pytest.fixture(scope="module")
 def big(vault: Vault) -> str:
     """~4.7 MiB with records up to ~70 KB, one across the 4 MiB write edge, an index point every
-    32 KiB. (One edge proves what two did, in half the Spark tasks.)"""
+    32 KiB. (One edge proves what two did, in half the Spark tasks.) Format 1, as the previous
+    release wrote it: format 2 and mixed streams have their own test below."""
     stream = f"big-{random.Random().getrandbits(48):012x}"
-    write_batches(vault, stream, mixed_batches(1, 170, 70_000, max_batch=6), index_spacing=32 * KiB)
+    write_batches(
+        vault, stream, mixed_batches(1, 170, 70_000, max_batch=6), index_spacing=32 * KiB, record_format=1
+    )
     return stream
 
 
@@ -348,6 +351,7 @@ def test_a_corrupt_record_fails_the_read_or_is_skipped_and_counted(
         stream,
         [[NewMessage(b"v%04d" % i + b"." * 900, "k") for i in range(300)]],
         index_spacing=16 * KiB,
+        record_format=1,  # the byte positions below are format 1's; units: the mixed-stream test
     )
     want = expected(vault, stream)
     middle, last = want[137], want[-1]
@@ -372,6 +376,45 @@ def test_a_corrupt_record_fails_the_read_or_is_skipped_and_counted(
     skips = [s for rep in read_skip_reports(str(report)) for s in rep["skips"]]  # type: ignore[attr-defined]
     size = 32 + 1 + 905
     assert sorted((s["offset"], s["bytes"]) for s in skips) == [(middle[1], size), (last[1], size)]
+
+
+def test_a_mixed_stream_reads_as_the_reader_does_with_bounds_inside_units_and_a_damaged_unit(
+    spark: SparkSession, azurite: Any, vault: Vault, stream: str
+) -> None:
+    """Format 1 commits, then format 2 units (zstd; codec none for random binary values): every
+    row from Arrow arrays over the decompressed buffers, bounds inside units honoured."""
+    write_batches(
+        vault, stream, mixed_batches(7, 20, 3000, max_batch=8), index_spacing=8 * KiB, record_format=1
+    )
+    body = b'{"n":%d,"user":"u-%03d","v":%d}'
+    json_events = [
+        [NewMessage(body % (i, i % 97, i * 7919 % 10007), "k") for i in range(j, j + 400)]
+        for j in range(0, 4000, 400)
+    ]
+    write_batches(vault, stream, json_events, t0=T0 + 10_000_000, index_spacing=8 * KiB)
+    write_batches(vault, stream, mixed_batches(8, 5, 3000, max_batch=8), t0=T0 + 20_000_000)
+    assert vault.reader.state(stream).format == 2
+    want = expected(vault, stream)
+    conn = azurite.connection_string
+    small = {"maxPartitionBytes": str(16 * KiB), "readChunkBytes": str(8 * KiB)}
+    assert rows(load(spark, conn, stream, **small)) == want
+    pairs = list(itertools.pairwise(r[1] for r in want))
+    inside = [o for before, o in pairs if o == before + 1]  # messages that do not start a unit
+    lo, hi = inside[100], inside[-500]
+    assert rows(load(spark, conn, stream, fromOffset=str(lo), toOffset=str(hi), **small)) == [
+        r for r in want if lo <= r[1] < hi
+    ]
+    json_rows = [r for r in want if T0 + 10_000_000 <= r[2] < T0 + 20_000_000]
+    unit_at = json_rows[400][1]  # the second commit of events: one unit, damaged in its stored bytes
+    page = (unit_at + 100) // PAGE_SIZE * PAGE_SIZE
+    blob = vault.blob(stream)
+    data = bytearray(blob.read(page, PAGE_SIZE))
+    data[unit_at + 100 - page] ^= 0x5A
+    cast(StreamBlob, blob).client.upload_page(bytes(data), offset=page, length=PAGE_SIZE)
+    with pytest.raises(Exception, match="unit checksum mismatch"):
+        load(spark, conn, stream, **small).count()
+    got = rows(load(spark, conn, stream, skipCorrupt="true", **small))
+    assert got == [r for r in want if r not in json_rows[400:800]]
 
 
 # -- Structured Streaming -----------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from vault_app.auth.policy import Policy, parse_grants, parse_patterns
 from vault_app.auth.tokens import check_url
-from vault_core import limits
+from vault_core import codecs, limits
 from vault_core.positive import positive
 from vault_core.recordformat import MAX_VALUE_BYTES
 from vault_core.retry import REQUEST_BUDGET_SECONDS
@@ -45,6 +45,11 @@ MAX_MESSAGE_BYTES = "VAULT_MAX_MESSAGE_BYTES"
 MAX_BATCH_MESSAGES = "VAULT_MAX_BATCH_MESSAGES"
 MAX_BATCH_BYTES = "VAULT_MAX_BATCH_BYTES"
 SAS_MINUTES = "VAULT_SAS_MINUTES"
+RECORD_FORMAT = "VAULT_RECORD_FORMAT"
+"""``2`` (default): commits are written as compressed version 2 units (docs/FORMAT.md §11);
+``1``: one version 1 record per message, readable by the previous release."""
+RECORD_CODEC = "VAULT_RECORD_CODEC"
+"""Codec of version 2 units: ``zstd`` (default), ``lz4`` or ``none`` (BENCHMARKS.md has their costs)."""
 MAX_WAITING = "VAULT_MAX_WAITING"
 DEFAULT_MAX_WAITING = 400
 """Requests that may wait (``?wait=``) at once per worker process; past it: 429."""
@@ -95,6 +100,8 @@ PLAIN_SETTINGS: tuple[str, ...] = (
     MAX_BATCH_MESSAGES,
     MAX_BATCH_BYTES,
     SAS_MINUTES,
+    RECORD_FORMAT,
+    RECORD_CODEC,
     *AUTH_SETTINGS,
 )
 
@@ -157,6 +164,13 @@ class VaultSettings:
     request_budget_seconds: float = REQUEST_BUDGET_SECONDS
     unavailable_retry_seconds: int = DEFAULT_UNAVAILABLE_RETRY_SECONDS
     auth: AuthSettings = AuthSettings()
+    record_format: int = 2
+    record_codec: int = codecs.CODEC_ZSTD
+
+    @property
+    def writer_options(self) -> dict[str, int]:
+        """How this app's writers encode new commits (``StreamWriter.open`` keywords)."""
+        return {"record_format": self.record_format, "codec": self.record_codec}
 
     @property
     def queue_names(self) -> list[str]:
@@ -200,7 +214,16 @@ def load_settings(env: Mapping[str, str] | None = None) -> VaultSettings:
         request_budget_seconds=_seconds(env, REQUEST_BUDGET, REQUEST_BUDGET_SECONDS),
         unavailable_retry_seconds=_int(env, UNAVAILABLE_RETRY, DEFAULT_UNAVAILABLE_RETRY_SECONDS),
         auth=load_auth(env),
+        record_format=_record_format(env),
+        record_codec=_parsed(RECORD_CODEC, codecs.codec_id, env.get(RECORD_CODEC) or codecs.DEFAULT_CODEC),
     )
+
+
+def _record_format(env: Mapping[str, str]) -> int:
+    raw = (env.get(RECORD_FORMAT) or "2").strip()
+    if raw not in ("1", "2"):
+        raise ValueError(f"setting {RECORD_FORMAT} must be 1 or 2, got {raw!r}")
+    return int(raw)
 
 
 ENTRA_AUTHORITY = "https://login.microsoftonline.com"

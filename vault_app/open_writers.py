@@ -152,6 +152,7 @@ class OpenWriters:
             clock=vault.clock,
             lease_seconds=WRITER_LEASE_SECONDS,
             lease_id=instance.lease_id,
+            **services.settings.writer_options,
         )
 
     # -- owning staging queues -------------------------------------------------------------

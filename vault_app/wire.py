@@ -48,7 +48,7 @@ def _text(raw: bytes, force_b64: bool) -> tuple[str, str]:
 
 def wire_line(m: Message, force_b64: bool) -> WireLine:
     """One message of a read: this is the read path's inner loop."""
-    offset, ts, key, value, flags = m
+    offset, ts, key, value, flags, _ = m
     value_text, value_enc = _text(value, force_b64)
     key_text, key_enc = _text(key, force_b64 and not flags & FLAG_KEY_IS_TEXT)
     return WireLine(offset, ts, message_id(ts, offset), key_text, key_enc, value_text, value_enc)

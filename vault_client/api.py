@@ -15,7 +15,7 @@ import httpx
 from vault_client.auth import TokenCredential, auth_for
 from vault_client.errors import ApiError, EndpointUnreachable, api_error
 from vault_client.retry import RETRIABLE_STATUS, RetryPolicy, parse_retry_after
-from vault_client.wire import decode_message
+from vault_client.wire import decode_message, with_successors
 from vault_core.errors import InvalidInput
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.names import validate_batch_id, validate_stream_name
@@ -274,9 +274,9 @@ class ApiClient:
         if wait > 0:
             params["wait"] = f"{wait:g}"
         doc = self.get_json(f"/streams/{validate_stream_name(stream)}/messages", params=params, wait=wait)
-        return ReadResult(
-            [decode_message(m) for m in doc["messages"]], int(doc["next_offset"]), int(doc["committed"])
-        )
+        next_offset = int(doc["next_offset"])
+        messages = with_successors([decode_message(m) for m in doc["messages"]], next_offset)
+        return ReadResult(messages, next_offset, int(doc["committed"]))
 
     def log(self, stream: str, start: int, length: int) -> tuple[bytes, int]:
         """Committed raw log bytes ``[start, start+length)`` (possibly fewer) and the committed length."""

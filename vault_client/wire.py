@@ -9,10 +9,18 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
-from vault_core.recordformat import FLAG_KEY_IS_TEXT, Message
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, HEADER_SIZE, Message
 from vault_core.times import to_millis
 
-__all__ = ["batch_body", "decode_message", "encode_message", "iso", "message_json", "to_millis"]
+__all__ = [
+    "batch_body",
+    "decode_message",
+    "encode_message",
+    "iso",
+    "message_json",
+    "to_millis",
+    "with_successors",
+]
 
 _quote: Callable[[str], str] = json.encoder.encode_basestring  # type: ignore[attr-defined]
 """JSON string literal of a str (C-accelerated), non-ASCII kept as is: the body is UTF-8."""
@@ -75,6 +83,17 @@ def decode_message(doc: dict[str, Any]) -> Message:
     return Message(
         int(doc["offset"]), int(doc["timestamp"]), key_bytes, value_bytes, 0 if key_b64 else FLAG_KEY_IS_TEXT
     )
+
+
+def with_successors(messages: list[Message], next_offset: int) -> list[Message]:
+    """The messages of one page with the offset that follows each (the next one's, then the
+    page's ``next_offset``) wherever their lengths do not say it: in a format 2 unit the next
+    message is at ``offset + 1`` (docs/FORMAT.md §11.6), which JSON does not carry."""
+    following = [m.offset for m in messages[1:]] + [next_offset] if messages else []
+    return [
+        m._replace(end=nxt) if nxt != m.offset + HEADER_SIZE + len(m.key) + len(m.value) else m
+        for m, nxt in zip(messages, following, strict=True)
+    ]
 
 
 def message_json(m: Message) -> dict[str, Any]:

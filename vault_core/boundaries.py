@@ -10,6 +10,10 @@ writer records them from its own layout), or an offset reached by walking record
 forward from a proven boundary. :class:`Boundaries` does that walk, from the nearest index
 point at or before the offset (at most about two index spacings of log), and remembers what
 it proved, so a sequential reader (whose next offset was proven by its last read) pays nothing.
+
+In a version 2 unit (docs/FORMAT.md §11.6) the message offsets are the unit's position plus
+0, 1, ..., count - 1: an offset inside a unit is proven by a walk that lands on the unit and
+finds the offset below the unit's position plus its count. Decoding then starts at the unit.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from collections.abc import Callable, Iterable
 
 from vault_core.errors import InvalidOffset
 from vault_core.index import IndexTables
-from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC
+from vault_core.recordformat import frame_at
+from vault_core.unitformat import UNIT_HEADER_SIZE
 
 PROOF_CHUNK = 4 * 1024 * 1024
 """Bytes read per request while walking towards an offset."""
@@ -49,11 +54,13 @@ class Boundaries:
 
     def __init__(self, index: IndexTables | None) -> None:
         self.index = index
-        self._known: OrderedDict[str, OrderedDict[int, None]] = OrderedDict()
+        self._known: OrderedDict[str, OrderedDict[int, int]] = OrderedDict()
+        """Per stream: proven offset -> where decoding it starts (itself, or its unit's position)."""
         self._lock = threading.Lock()
 
-    def learn(self, stream: str, offsets: Iterable[int]) -> None:
-        """Remember offsets a walk from a proven boundary reached (a read's ``next_offset``)."""
+    def learn(self, stream: str, offsets: Iterable[int], *, unit: int | None = None) -> None:
+        """Remember offsets a walk from a proven boundary reached (a read's ``next_offset``);
+        ``unit``: they are messages inside the version 2 unit at that position."""
         with self._lock:
             known = self._known.get(stream)
             if known is None:
@@ -62,49 +69,61 @@ class Boundaries:
                     self._known.popitem(last=False)
             self._known.move_to_end(stream)
             for offset in offsets:
-                known[offset] = None
+                known[offset] = offset if unit is None else unit
                 known.move_to_end(offset)
             while len(known) > REMEMBERED_PER_STREAM:
                 known.popitem(last=False)
 
-    def prove(self, stream: str, offset: int, committed: int, read: Read) -> None:
-        """Return if ``offset`` is a boundary of the committed log, else raise InvalidOffset."""
-        if boundary_by_definition(stream, offset, committed) or self._is_known(stream, offset):
-            return
+    def prove(self, stream: str, offset: int, committed: int, read: Read) -> int:
+        """Where decoding ``offset`` starts, if it is a message's offset in the committed log (itself,
+        or the position of the version 2 unit that holds it); else raise InvalidOffset."""
+        if boundary_by_definition(stream, offset, committed):
+            return offset
+        known = self._known_start(stream, offset)
+        if known is not None:
+            return known
         start = self._start_below(stream, offset)
-        if not self._walk(stream, start, offset, read):
+        unit = self._walk(stream, start, offset, read)
+        if unit is None:
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")
-        self.learn(stream, [offset])
+        self.learn(stream, [offset], unit=unit if unit != offset else None)
+        return unit
 
-    def _is_known(self, stream: str, offset: int) -> bool:
+    def known_start(self, stream: str, offset: int) -> int | None:
+        """Where decoding ``offset`` starts, if this process proved it before; else None."""
+        return self._known_start(stream, offset)
+
+    def _known_start(self, stream: str, offset: int) -> int | None:
         with self._lock:
             known = self._known.get(stream)
-            return known is not None and offset in known
+            return known.get(offset) if known is not None else None
 
     def _start_below(self, stream: str, offset: int) -> int:
         """The closest proven boundary at or before ``offset``: a remembered one or an index point."""
         with self._lock:
             known = self._known.get(stream)
-            best = max((o for o in known if o <= offset), default=0) if known else 0
+            best = max((start for o, start in known.items() if o <= offset), default=0) if known else 0
         point = self.index.point_at_or_before(stream, offset) if self.index else None
         return max(best, point.offset if point else 0)
 
     @staticmethod
-    def _walk(stream: str, start: int, target: int, read: Read) -> bool:
-        """Walk record lengths from the boundary ``start``: does the walk land on ``target``?"""
+    def _walk(stream: str, start: int, target: int, read: Read) -> int | None:
+        """Walk record and unit lengths from the boundary ``start`` towards ``target``: the position
+        of the record or unit that holds the message at ``target``, or None if none does."""
         pos = start
         while pos < target:
-            data = read(pos, min(PROOF_CHUNK, target - pos + HEADER_SIZE))
+            data = read(pos, min(PROOF_CHUNK, target - pos + UNIT_HEADER_SIZE))
             at = 0
             while pos < target:
-                if at + HEADER_SIZE > len(data):
+                frame = frame_at(data, at)
+                if frame is None:
                     break  # the next header is in the next chunk
-                magic, _, _, _, klen, vlen, claimed, _ = HEADER.unpack_from(data, at)
-                if magic != MAGIC or claimed != pos:
-                    return False  # not the log the writer laid out (corrupt): prove nothing
-                length = HEADER_SIZE + klen + vlen
-                at += length
-                pos += length
+                if not frame.magic_ok or frame.offset != pos or frame.length <= 0:
+                    return None  # not the log the writer laid out (corrupt): prove nothing
+                if pos < target < pos + frame.size:
+                    return pos  # a message inside a version 2 unit
+                at += frame.length
+                pos += frame.length
             if not data:
-                return False
-        return pos == target
+                return None
+        return pos if pos == target else None

@@ -109,7 +109,12 @@ class IndexTables:
     ) -> None:
         """Index rows and batch ids of a commit, then the catalog row."""
         self.record_index(stream, points, batches, minutes)
-        entry: dict[str, int] = {"Committed": state.committed, "Count": state.count, "Updated": now_ms}
+        entry: dict[str, int] = {
+            "Committed": state.committed,
+            "Count": state.count,
+            "Format": state.format,  # mv_format: whether the log holds format 2 units
+            "Updated": now_ms,
+        }
         if state.first_ts is not None:
             entry["FirstTs"] = state.first_ts
         if state.last_ts is not None:

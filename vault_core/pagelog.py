@@ -36,6 +36,8 @@ META_COUNT = "mv_count"
 META_FIRST_TS = "mv_first_ts"
 META_LAST_TS = "mv_last_ts"
 META_BATCHES = "mv_batches"
+KNOWN_FORMATS = ("1", "2")
+"""``mv_format`` values this code reads: 2 is a log of version 1 records and/or version 2 units."""
 
 
 @dataclass(frozen=True)
@@ -68,9 +70,19 @@ class CommitState:
     batches: tuple[CommittedBatch, ...] = ()
     etag: str | None = field(default=None, compare=False)
     blob_size: int = field(default=0, compare=False)
+    format: int = 1
+    """``mv_format``: 1 while every record is version 1; 2 once a commit wrote version 2 units
+    (docs/FORMAT.md §11.1). It never goes back: the units stay in the log."""
+    read_at: int | None = field(default=None, compare=False)
+    """Where the bytes returned with this state begin, when not at the offset asked for: a read
+    of a message inside a version 2 unit fetches from the unit's start (StreamReader.fetch)."""
 
     def to_metadata(self) -> dict[str, str]:
-        meta = {META_FORMAT: "1", META_COMMITTED: str(self.committed), META_COUNT: str(self.count)}
+        meta = {
+            META_FORMAT: str(self.format),
+            META_COMMITTED: str(self.committed),
+            META_COUNT: str(self.count),
+        }
         if self.first_ts is not None:
             meta[META_FIRST_TS] = str(self.first_ts)
         if self.last_ts is not None:
@@ -84,9 +96,10 @@ class CommitState:
         def opt(key: str) -> int | None:
             return int(meta[key]) if meta.get(key) else None
 
-        if meta.get(META_FORMAT, "1") != "1":
+        if meta.get(META_FORMAT, "1") not in KNOWN_FORMATS:
             raise UnsupportedVersion(
-                f"stream blob has commit-record format {meta[META_FORMAT]!r}; this reader knows format 1"
+                f"stream blob has commit-record format {meta[META_FORMAT]!r};"
+                " this reader knows formats 1 and 2"
             )
         batches = tuple(CommittedBatch.decode(t) for t in meta.get(META_BATCHES, "").split(",") if t)
         return cls(
@@ -97,6 +110,7 @@ class CommitState:
             batches=batches,
             etag=etag,
             blob_size=blob_size,
+            format=int(meta.get(META_FORMAT, "1")),
         )
 
 

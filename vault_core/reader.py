@@ -12,7 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
@@ -26,13 +26,17 @@ from vault_core.errors import (
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
-from vault_core.recordformat import HEADER, HEADER_SIZE, MAGIC, Message, decode, record_length_at
+from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
+from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
+MIN_READ = max(HEADER_SIZE, UNIT_HEADER_SIZE)
+"""The fewest bytes a read fetches: a whole header, whichever the version, so that a read with a
+tiny ``max_bytes`` learns the length of what it must return at least one message of."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,12 @@ def scan_log(
     skip_corrupt: bool = False,
     on_skip: Callable[[int, int], None] | None = None,
     resync: Sequence[int] = (),
+    first: int = 0,
 ) -> Iterator[Message]:
     """Every record in ``[start, end)``; ``start`` must be a record boundary, ``end`` <= committed.
+
+    Version 1 records and version 2 units alike; messages before offset ``first`` (inside the
+    unit at ``start``) are left out.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
     the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
@@ -90,13 +98,13 @@ def scan_log(
             pos = 0
             while True:
                 try:
-                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last)
+                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last, first=first)
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield from _records_before(buf, base, pos, bad, log.stream)
-                    over = _walk_over(buf, base, bad, end)
+                    over = _walk_over(buf, base, bad, end, log.read)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if on_skip:
                         on_skip(base + bad, skip_to - (base + bad))
@@ -120,7 +128,7 @@ def scan_log(
         pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
+def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:
     """Where the record after the corrupt one at ``buf[bad]`` starts, by the corrupt record's own
     length, if that lands on a record that verifies (or on ``end``); else None.
 
@@ -128,17 +136,19 @@ def _walk_over(buf: bytes, base: int, bad: int, end: int) -> int | None:
     bad record's header. If the damage is in that header, the landing almost surely fails to
     verify (sync marker, its own offset, checksum) and the caller falls back to an index point.
     """
-    if bad + HEADER_SIZE > len(buf) or buf[bad : bad + len(MAGIC)] != MAGIC:
+    frame = frame_at(buf, bad)
+    if frame is None or not frame.magic_ok or frame.offset != base + bad:
         return None
-    if HEADER.unpack_from(buf, bad)[6] != base + bad:
-        return None
-    length = record_length_at(buf, bad)
-    assert length is not None
-    landing = bad + length
+    landing = bad + frame.length
     if base + landing == end:
         return landing
     try:
         records, _ = decode(buf, base, landing, max_count=1)
+        if not records:  # the frame there runs past this buffer (a unit often does): fetch it whole
+            at = base + landing
+            head = frame_at(read(at, min(MIN_READ, end - at)), 0) if at < end else None
+            if head is not None and at + head.length <= end:
+                records, _ = decode(read(at, head.length), at, max_count=1, complete=True)
     except FormatError:
         return None
     return landing if records else None
@@ -155,6 +165,16 @@ def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> l
     if bad <= pos:
         return []
     records, _ = decode(buf, base, pos, bad, stream=stream)
+    return records
+
+
+def _within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
+    """The first of ``records``, and those after it while their keys and values fit ``max_bytes``."""
+    total = len(records[0].key) + len(records[0].value)
+    for i, r in enumerate(records[1:], 1):
+        total += len(r.key) + len(r.value)
+        if total > max_bytes:
+            return records[:i]
     return records
 
 
@@ -224,7 +244,13 @@ class StreamReader:
             raise InvalidOffset("max_bytes must be positive")
         # At least a header: a max_bytes smaller than the next record still learns its
         # length, so the read answers with that one record, never with an empty page.
-        return self.log(stream).read_with_state(from_offset, max(max_bytes, HEADER_SIZE))
+        # A message inside a unit already proven (a read that max_count stopped there) is
+        # fetched from the unit's start, which decoding needs; the state says where.
+        start = self.boundaries.known_start(stream, from_offset)
+        if start is None or start == from_offset:
+            return self.log(stream).read_with_state(from_offset, max(max_bytes, MIN_READ))
+        data, state = self.log(stream).read_with_state(start, max(max_bytes, MIN_READ))
+        return data, replace(state, read_at=start)
 
     def decode_fetched(
         self,
@@ -244,25 +270,42 @@ class StreamReader:
             raise OffsetPastEnd(
                 f"offset {from_offset} is past the committed end of stream {stream!r} ({committed})"
             )
-        limit = min(len(data), max_bytes, committed - from_offset)
-        if limit <= 0:
+        base = from_offset if state.read_at is None else state.read_at  # where ``data`` begins
+        if from_offset == committed or min(len(data), max_bytes) <= 0:
             return ReadResult([], from_offset, committed)
-        self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
+        limit = min(
+            len(data), max(max_bytes, MIN_READ) if base != from_offset else max_bytes, committed - base
+        )
+        start = self.boundaries.prove(stream, from_offset, committed, self.log(stream).read)
+        if start != base:  # a message inside a version 2 unit: decode the unit from its start
+            data = self.log(stream).read(start, min(max(max_bytes, MIN_READ), committed - start))
+            limit = min(len(data), max(max_bytes, MIN_READ), committed - start)
         need = record_length_at(data, 0)
-        if need is not None and need > limit and from_offset + need <= committed:
-            data = self.log(stream).read(from_offset, need)  # one record larger than max_bytes
+        oversized = need is not None and need > limit and start + need <= committed
+        if oversized:
+            assert need is not None
+            data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
+        units: list[tuple[int, int]] = []
         records, pos = decode(
             data,
-            from_offset,
+            start,
             0,
             limit,
             max_count=max_count,
             stream=stream,
-            complete=from_offset + limit == committed,
+            complete=start + limit == committed,
+            first=from_offset,
+            units=units,
         )
-        self.boundaries.learn(stream, [from_offset + pos])  # walked from a proven boundary
-        return ReadResult(records, from_offset + pos, committed)
+        next_offset = start + pos
+        if oversized and len(records) > 1:  # a unit larger than max_bytes: what max_bytes holds of it
+            records = _within_bytes(records, max_bytes)
+            next_offset = records[-1].next_offset
+        # walked from a proven boundary; a next offset inside a unit is decoded from the unit's start
+        unit = units[-1][0] if units and units[-1][0] < next_offset < units[-1][1] else None
+        self.boundaries.learn(stream, [next_offset], unit=unit)
+        return ReadResult(records, next_offset, committed)
 
     def scan(
         self,
@@ -282,14 +325,32 @@ class StreamReader:
             raise InvalidOffset(
                 f"range [{from_offset}, {end}) is outside the committed part of {stream!r} [0, {committed})"
             )
+        start = from_offset
         if from_offset < end:
-            self.boundaries.prove(stream, from_offset, committed, log.read)
+            start = self.boundaries.prove(stream, from_offset, committed, log.read)
+        stop = end  # a to_offset inside a version 2 unit: decode the whole unit, stop at to_offset
+        if from_offset < end < committed:
+            unit = self.boundaries.prove(stream, end, committed, log.read)
+            if unit != end:
+                frame = frame_at(log.read(unit, MIN_READ), 0)
+                assert frame is not None  # proven: a whole unit lies there
+                stop = unit + frame.length
         resync: list[int] = []
         if skip_corrupt and self.index:
-            resync = [p.offset for p in self.index.points(stream, from_offset + 1, end)]
-        yield from scan_log(
-            log, from_offset, end, chunk=chunk, prefetch=prefetch, skip_corrupt=skip_corrupt, resync=resync
-        )
+            resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
+        for message in scan_log(
+            log,
+            start,
+            stop,
+            chunk=chunk,
+            prefetch=prefetch,
+            skip_corrupt=skip_corrupt,
+            resync=resync,
+            first=from_offset,
+        ):
+            if message.offset >= end:
+                return
+            yield message
 
     def follow(
         self,

@@ -20,14 +20,21 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Iterable
+from itertools import repeat
 from typing import NamedTuple
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
+from vault_core.prefix import (
+    FLAG_COMPRESSION_MASK,
+    FLAG_KEY_IS_TEXT,
+    MAGIC,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    UNIT_VERSION,
+)
+from vault_core.unitformat import Unit, decode_unit, unit_length_at
 
 FORMAT_VERSION = 1
-
-MAGIC = b"\xf5MVL"
-"""Sync marker. 0xF5 never occurs in UTF-8 text, so JSON and text values cannot mimic it."""
 
 # struct layouts, named after the spec sections they implement.
 HEADER = struct.Struct("<4sIBBHIQq")
@@ -47,17 +54,11 @@ KEY_OFFSET = TIMESTAMP_OFFSET + 8
 CRC_COVERAGE_START = VERSION_OFFSET
 assert KEY_OFFSET == HEADER_SIZE == _PREFIX.size + _COVERED.size == 32
 
-# flags
-FLAG_COMPRESSION_MASK = 0b0000_0111
-"""Value compression codec; 0 = none. Codecs 1-7 are reserved for future versions."""
-FLAG_KEY_IS_TEXT = 0b0000_1000
-"""The key is UTF-8 text (readers return it as a string)."""
+# flags (FLAG_COMPRESSION_MASK: codecs 1-7 are reserved in a record; FLAG_KEY_IS_TEXT)
 KNOWN_FLAGS = FLAG_COMPRESSION_MASK | FLAG_KEY_IS_TEXT
 SUPPORTED_COMPRESSION = frozenset({0})
 
-# limits
-MAX_KEY_BYTES = 1024
-MAX_VALUE_BYTES = 1024 * 1024
+# limits (MAX_KEY_BYTES and MAX_VALUE_BYTES: vault_core.prefix, shared with units)
 MAX_RECORD_BYTES = HEADER_SIZE + MAX_KEY_BYTES + MAX_VALUE_BYTES
 MAX_TIMESTAMP_MS = (1 << 48) - 1
 MAX_OFFSET = (1 << 48) - 1
@@ -72,15 +73,24 @@ class Message(NamedTuple):
     key: bytes
     value: bytes
     flags: int = 0
+    end: int = 0
+    """The next message's offset, for a message of a version 2 unit (``offset + 1``, or the unit's
+    end for its last message); 0 for a version 1 record, whose lengths say where the next starts."""
 
     @property
     def size(self) -> int:
-        """Bytes the record occupies in the log; ``offset + size`` is the next record's offset."""
-        return HEADER_SIZE + len(self.key) + len(self.value)
+        """Bytes of log from this message to the next one: ``offset + size`` is the next offset."""
+        return self.next_offset - self.offset
 
     @property
     def next_offset(self) -> int:
-        return self.offset + self.size
+        return self.end or self.offset + HEADER_SIZE + len(self.key) + len(self.value)
+
+    @property
+    def ends_frame(self) -> bool:
+        """Whether the next message starts a new record or unit (always, in version 1): a unit is
+        longer than its count, so its last message's successor is never ``offset + 1``."""
+        return self.end != self.offset + 1
 
     @property
     def key_is_text(self) -> bool:
@@ -168,6 +178,8 @@ def decode(
     max_count: int | None = None,
     stream: str | None = None,
     complete: bool = False,
+    first: int = 0,
+    units: list[tuple[int, int]] | None = None,
 ) -> tuple[list[Message], int]:
     """Decode whole records from ``buf[start:end]``; ``buf[0]`` is stream offset ``base_offset``.
 
@@ -175,6 +187,12 @@ def decode(
     off by ``end`` is left for the caller to complete with more bytes, unless ``complete``
     says ``end`` is the committed end of the stream, where a cut-off record is corrupt.
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
+
+    Version 2 units (docs/FORMAT.md §11) are decoded too, so a mixed log reads as one. Messages
+    before stream offset ``first`` are dropped (a read that starts inside a unit decodes the unit
+    from its start). When ``max_count`` stops inside a unit, the position returned is the next
+    message's offset minus ``base_offset``: inside that unit, where a later read starts.
+    ``units``, if given, collects the ``(start, end)`` stream offsets of the units decoded.
     """
     view = memoryview(buf)
     data = buf if isinstance(buf, bytes) else view  # slicing bytes copies once, with no view object
@@ -192,6 +210,18 @@ def decode(
                 )
             break
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
+        if version == UNIT_VERSION and magic == MAGIC:
+            room = None if max_count is None else max_count - len(out)
+            messages, after = _decode_unit(view, pos, base_offset, end, first, room, stream, complete)
+            if after is None:
+                break  # cut off by ``end``: the caller completes it
+            if units is not None:
+                units.append((base_offset + pos, base_offset + pos + _unit_length(view, pos)))
+            out += messages
+            if after < 0:  # stopped inside the unit by max_count
+                return out, -after - base_offset
+            pos = after
+            continue
         if (  # the common case in one test; _check_header says what exactly is wrong
             magic != MAGIC
             or version != FORMAT_VERSION
@@ -221,11 +251,68 @@ def decode(
             )
         key_start = pos + HEADER_SIZE
         value_start = key_start + klen
-        out.append(
-            Message(offset, ts, bytes(data[key_start:value_start]), bytes(data[value_start:rec_end]), flags)
-        )
+        if offset >= first:
+            key, value = bytes(data[key_start:value_start]), bytes(data[value_start:rec_end])
+            out.append(Message(offset, ts, key, value, flags))
         pos = rec_end
     return out, pos
+
+
+def unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> list[Message]:
+    """Messages ``first`` to ``stop`` (indexes in the unit) of a verified unit, as :class:`Message`.
+
+    No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
+    """
+    stop = unit.size if stop is None else stop
+    if first >= stop:
+        return []
+    ke, ve, keys, values = unit.key_ends, unit.value_ends, unit.keys, unit.values
+    key_list = map(keys.__getitem__, map(slice, ke[first:stop], ke[first + 1 : stop + 1]))
+    value_list = map(values.__getitem__, map(slice, ve[first:stop], ve[first + 1 : stop + 1]))
+    start = unit.offset + first
+    fields = zip(
+        range(start, unit.offset + stop),
+        repeat(unit.timestamp),
+        key_list,
+        value_list,
+        repeat(unit.flags & FLAG_KEY_IS_TEXT),
+        range(start + 1, unit.offset + stop + 1),
+    )
+    # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
+    out: list[Message] = list(map(tuple.__new__, repeat(Message), fields))  # type: ignore[arg-type]
+    if stop == unit.size:  # the last message's successor is the next frame
+        out[-1] = out[-1]._replace(end=unit.end)
+    return out
+
+
+def _unit_length(view: memoryview, pos: int) -> int:
+    frame = frame_at(view, pos)
+    assert frame is not None
+    return frame.length
+
+
+def _decode_unit(
+    view: memoryview,
+    pos: int,
+    base_offset: int,
+    end: int,
+    first: int,
+    room: int | None,
+    stream: str | None,
+    complete: bool,
+) -> tuple[list[Message], int | None]:
+    """The messages of the version 2 unit at ``pos`` from offset ``first`` on, at most ``room``,
+    and the buffer position after the unit; None if ``end`` cuts it off; minus the next message's
+    stream offset if ``room`` stopped inside it."""
+    unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
+    if unit is None:
+        return [], None
+    lo = min(max(0, first - unit.offset), unit.size)
+    hi = unit.size if room is None else min(unit.size, lo + room)
+    messages = unit_messages(unit, lo, hi)
+    if hi < unit.size:
+        return messages, -(unit.offset + hi)
+    return messages, pos + unit.length
 
 
 def _check_header(
@@ -242,7 +329,7 @@ def _check_header(
         raise CorruptRecord("no record starts here (bad sync marker)", stream=stream, offset=position)
     if version != FORMAT_VERSION:
         raise UnsupportedVersion(
-            f"record format version {version} is not supported by this reader (it knows {FORMAT_VERSION})",
+            f"record format version {version} is not supported by this reader (it knows 1 and 2)",
             stream=stream,
             offset=position,
         )
@@ -303,8 +390,32 @@ def restamp(buf: bytearray, at: int, starts: list[int], first_offset: int, times
 
 
 def record_length_at(buf: bytes | bytearray | memoryview, pos: int) -> int | None:
-    """Total length of the record whose header starts at ``buf[pos]``, if the header is there."""
+    """Total length of the record or unit whose header starts at ``buf[pos]``, if the header is there."""
+    frame = frame_at(buf, pos)
+    return frame.length if frame else None
+
+
+class Frame(NamedTuple):
+    """What a header says about the record (version 1) or unit (version 2) it starts."""
+
+    length: int
+    """Bytes it occupies: the next one starts ``length`` bytes after it."""
+    size: int
+    """Messages it holds (1 for a record); their offsets are ``offset`` to ``offset + size - 1``."""
+    offset: int
+    """The offset it claims to sit at."""
+    magic_ok: bool
+
+
+def frame_at(buf: bytes | bytearray | memoryview, pos: int) -> Frame | None:
+    """The header at ``buf[pos]`` read for its length and count (no checksum), if it is all there."""
     if pos + HEADER_SIZE > len(buf):
         return None
-    _, _, _, _, klen, vlen, _, _ = HEADER.unpack_from(buf, pos)
-    return int(HEADER_SIZE + klen + vlen)
+    magic, _, version, _, klen, vlen, offset, _ = HEADER.unpack_from(buf, pos)
+    if version == UNIT_VERSION:
+        unit = unit_length_at(buf, pos)
+        if unit is None:
+            return None
+        length, count, offset = unit
+        return Frame(length, count, offset, magic == MAGIC)
+    return Frame(HEADER_SIZE + klen + vlen, 1, offset, magic == MAGIC)

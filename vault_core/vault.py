@@ -6,6 +6,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Protocol
 
+from vault_core import codecs
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
@@ -13,7 +14,7 @@ from vault_core.names import validate_stream_name
 from vault_core.pagelog import MAX_PAGE_WRITE, CommitState, PageLog, PageLogs
 from vault_core.reader import StreamReader
 from vault_core.rows import Table
-from vault_core.writer import DEFAULT_LEASE_SECONDS, INDEX_SPACING, StreamWriter
+from vault_core.writer import DEFAULT_LEASE_SECONDS, DEFAULT_RECORD_FORMAT, INDEX_SPACING, StreamWriter
 
 
 class Storage(Protocol):
@@ -79,6 +80,8 @@ class Vault:
         lease_seconds: int = DEFAULT_LEASE_SECONDS,
         index_spacing: int = INDEX_SPACING,
         max_write: int = MAX_PAGE_WRITE,
+        record_format: int = DEFAULT_RECORD_FORMAT,
+        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
     ) -> StreamWriter:
         """Open the single writer of ``stream`` (raises StreamLeased if another holds it)."""
         return StreamWriter.open(
@@ -88,6 +91,8 @@ class Vault:
             lease_seconds=lease_seconds,
             index_spacing=index_spacing,
             max_write=max_write,
+            record_format=record_format,
+            codec=codec,
         )
 
     def streams(self) -> list[CatalogEntry]:

@@ -18,12 +18,14 @@ index rows of the last commit (its batch ids travel in the commit record itself)
 
 from __future__ import annotations
 
+import bisect
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from types import TracebackType
 
+from vault_core import codecs
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import LeaseLost, StreamFull, VaultError
 from vault_core.index import IndexPoint, IndexTables, starts_minute
@@ -38,15 +40,18 @@ from vault_core.pagelog import (
     PageLog,
 )
 from vault_core.recordformat import (
+    FLAG_KEY_IS_TEXT,
     MAX_KEY_BYTES,
     MAX_TIMESTAMP_MS,
     MAX_VALUE_BYTES,
     EncodedBatch,
     NewMessage,
     check_limits,
+    decode,
     encode_into,
     restamp,
 )
+from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_VERSION, encode_unit
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +64,8 @@ MIN_GROWTH = 16 * 1024 * 1024
 MAX_GROWTH = 1024**3
 CATALOG_INTERVAL_MS = 1000
 """The catalog row is refreshed at most this often per writer (and on close): it is a summary."""
+DEFAULT_RECORD_FORMAT = UNIT_VERSION
+"""New commits are written as version 2 units (docs/FORMAT.md §11) unless a writer is told 1."""
 
 
 @dataclass(frozen=True)
@@ -115,8 +122,15 @@ class StreamWriter:
         lease_seconds: int,
         index_spacing: int = INDEX_SPACING,
         max_write: int = MAX_PAGE_WRITE,
+        record_format: int = DEFAULT_RECORD_FORMAT,
+        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
     ) -> None:
+        if record_format not in (1, UNIT_VERSION) or codec not in codecs.CODEC_NAMES:
+            raise ValueError(f"record format {record_format} / codec {codec} unknown")
         self.blob = blob
+        self.record_format = record_format
+        """1: version 1 records, one per message; 2: version 2 units (a commit at a time)."""
+        self.codec = codec
         self.stream = blob.stream
         self.index = index
         self.lease = lease
@@ -147,6 +161,8 @@ class StreamWriter:
         index_spacing: int = INDEX_SPACING,
         max_write: int = MAX_PAGE_WRITE,
         lease_id: str | None = None,
+        record_format: int = DEFAULT_RECORD_FORMAT,
+        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
     ) -> StreamWriter:
         """Create the stream if needed, take its lease and recover from the commit record.
 
@@ -167,6 +183,8 @@ class StreamWriter:
             lease_seconds=lease_seconds,
             index_spacing=index_spacing,
             max_write=max_write,
+            record_format=record_format,
+            codec=codec,
         )
         try:
             writer._recover()
@@ -232,8 +250,10 @@ class StreamWriter:
         prev = last
         count = last.count if last else 0
         previous_ts: int | None = None
+        starts_frame = True  # ``start`` is a record's or a unit's position
         for message in scan_log(self.blob, start, committed):
-            if prev is None or message.offset - prev.offset >= self.index_spacing:
+            at_frame, starts_frame = starts_frame, message.ends_frame
+            if at_frame and (prev is None or message.offset - prev.offset >= self.index_spacing):
                 prev = IndexPoint(message.offset, message.timestamp, count)
                 if not (last and prev.offset == last.offset):
                     points.append(prev)
@@ -329,7 +349,18 @@ class StreamWriter:
         results: dict[int, AppendResult] = {}
         committed_batches: list[CommittedBatch] = []
         try:
-            for i, batch in group.batches:
+            if self.record_format == UNIT_VERSION:
+                laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, last_point)
+                offset, count, last_point, write_pos, spans, unit_points = laid
+                points += unit_points
+            else:
+                spans = []
+            for i, batch, first, nxt in spans:
+                result = AppendResult(batch.batch_id, first, nxt, batch.count, ts)
+                results[i] = result
+                if batch.batch_id:
+                    committed_batches.append(CommittedBatch(batch.batch_id, first, nxt, result.count, ts))
+            for i, batch in group.batches if self.record_format != UNIT_VERSION else ():
                 first = offset
                 if batch.encoded is not None:
                     encoded = batch.encoded
@@ -378,6 +409,7 @@ class StreamWriter:
             first_ts=state.first_ts if state.first_ts is not None else (ts if added else None),
             last_ts=ts if added else state.last_ts,
             batches=tuple(committed_batches),
+            format=max(state.format, self.record_format) if added else state.format,
         )
         self._keep_lease()
         self._wait_recorded()  # the previous commit's batch ids must be in Tables before mv_batches changes
@@ -389,6 +421,76 @@ class StreamWriter:
         if points or committed_batches or minutes or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
             self._record(points, committed_batches, minutes, now)
         return results
+
+    def _lay_out_units(
+        self,
+        group: _Group,
+        buf: bytearray,
+        pages: _PagePipeline,
+        write_pos: int,
+        offset: int,
+        count: int,
+        ts: int,
+        last_point: IndexPoint | None,
+    ) -> tuple[int, int, IndexPoint | None, int, list[tuple[int, Batch, int, int]], list[IndexPoint]]:
+        """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
+
+        Units hold consecutive messages, across batch boundaries, up to UNIT_TARGET_BYTES of
+        payload, and only text keys or only binary keys. A message's offset is its unit's position
+        plus its index there, known once the unit is compressed. Returns the new offset, count,
+        last index point and write position, each batch's ``(i, batch, first, next)`` offsets,
+        and the new index points (at unit positions only: decoding starts there).
+        """
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        text = False
+        size = 8  # the payload's two leading zero boundaries
+        seen = 0  # messages of the group so far
+        unit_offsets: list[int] = []
+        unit_firsts: list[int] = []  # index in the group of each unit's first message
+        ranges: list[tuple[int, Batch, int, int]] = []
+        points: list[IndexPoint] = []
+
+        def close() -> None:
+            nonlocal offset, count, last_point, write_pos, size
+            if last_point is None or offset - last_point.offset >= self.index_spacing:
+                last_point = IndexPoint(offset, ts, count)
+                points.append(last_point)
+            unit_offsets.append(offset)
+            unit_firsts.append(seen - len(values))
+            unit = encode_unit(keys, values, offset, ts, codec=self.codec, key_is_text=text)
+            buf.extend(unit)
+            offset += len(unit)
+            count += len(values)
+            keys.clear()
+            values.clear()
+            size = 8
+            write_pos = self._send_full(pages, buf, write_pos)
+
+        for i, batch in group.batches:
+            g0 = seen
+            for key, is_text, value in _keyed(batch):
+                grown = size + 8 + len(key) + len(value)
+                if values and (is_text != text or grown > UNIT_TARGET_BYTES):
+                    close()
+                    grown = size + 8 + len(key) + len(value)
+                text = is_text
+                keys.append(key)
+                values.append(value)
+                size = grown
+                seen += 1
+            ranges.append((i, batch, g0, seen))
+        if values:
+            close()
+
+        def offset_of(g: int) -> int:
+            if g == seen:
+                return offset
+            u = bisect.bisect_right(unit_firsts, g) - 1
+            return unit_offsets[u] + g - unit_firsts[u]
+
+        spans = [(i, batch, offset_of(g0), offset_of(g1)) for i, batch, g0, g1 in ranges]
+        return offset, count, last_point, write_pos, spans, points
 
     def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
         """Send every whole ``max_write`` chunk at the front of ``buf``; the new write position."""
@@ -479,6 +581,20 @@ class _PagePipeline:
         if self._pending:
             self._pending.exception()
             self._pending = None
+
+
+def _keyed(batch: Batch) -> Iterator[tuple[bytes, bool, bytes]]:
+    """``(key bytes, key is text, value)`` of each message of ``batch``, in order."""
+    if batch.encoded is not None:  # a claim-check body in version 1 records: take their fields
+        records, _ = decode(batch.encoded.data, 0, complete=True)
+        for r in records:
+            yield r.key, bool(r.flags & FLAG_KEY_IS_TEXT), r.value
+        return
+    for value, key in batch.messages:
+        if isinstance(key, str):
+            yield key.encode("utf-8"), True, value
+        else:
+            yield key, False, value
 
 
 def _duplicate(b: CommittedBatch) -> AppendResult:

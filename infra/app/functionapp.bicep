@@ -76,6 +76,14 @@ param maxBatchBytes int
 @description('Lifetime in minutes of the user-delegation SAS URLs the consume API hands out (VAULT_SAS_MINUTES).')
 param sasMinutes int
 
+@allowed(['1', '2'])
+@description('Record format of new commits (VAULT_RECORD_FORMAT): 2, compressed units; 1, one record per message.')
+param recordFormat string
+
+@allowed(['zstd', 'lz4', 'none'])
+@description('Codec of format 2 units (VAULT_RECORD_CODEC).')
+param recordCodec string
+
 @description('Entra tenant whose access tokens the API accepts (VAULT_AUTH_TENANT_ID); empty with no audience.')
 param authTenantId string
 
@@ -193,6 +201,14 @@ var plainSettings = [
   {
     name: 'VAULT_SAS_MINUTES'
     value: string(sasMinutes)
+  }
+  {
+    name: 'VAULT_RECORD_FORMAT'
+    value: recordFormat
+  }
+  {
+    name: 'VAULT_RECORD_CODEC'
+    value: recordCodec
   }
   // Access control (docs/SECURITY.md): the app checks every request itself.
   {

@@ -23,6 +23,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vault_core.errors import CorruptRecord, StorageFailure
 from vault_core.pagelog import ReadableLog
@@ -50,7 +51,7 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
             buf = carry + data if carry else data
             cols = decode_columns(buf, base, last=last, stream=part.stream)
             if cols.rows:
-                yield record_batch(part.stream, cols.arrays, cols.rows, schema)
+                yield _within(record_batch(part.stream, cols.arrays, cols.rows, schema), part)
             if cols.error is not None:
                 if not (settings.skip_corrupt and isinstance(cols.error, CorruptRecord)):
                     raise cols.error
@@ -63,6 +64,18 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
         chunks.close()
         if report.skipped:
             report.publish(settings.corrupt_report_path)
+
+
+def _within(batch: pa.RecordBatch, part: Partition) -> pa.RecordBatch:
+    """``batch`` without the rows a range that starts or ends inside a unit leaves out."""
+    first, stop = part.range.first, part.range.stop
+    if first is None and stop is None:
+        return batch
+    offsets = batch.column("offset")
+    keep = pc.greater_equal(offsets, first if first is not None else 0)
+    if stop is not None:
+        keep = pc.and_(keep, pc.less(offsets, stop))
+    return batch.filter(keep)
 
 
 def _skipping(
@@ -81,10 +94,10 @@ def _skipping(
     ):
         pending.append(message)
         if len(pending) >= _SLOW_BATCH_ROWS:
-            yield record_batch(part.stream, messages_to_columns(pending), len(pending), schema)
+            yield _within(record_batch(part.stream, messages_to_columns(pending), len(pending), schema), part)
             pending = []
     if pending:
-        yield record_batch(part.stream, messages_to_columns(pending), len(pending), schema)
+        yield _within(record_batch(part.stream, messages_to_columns(pending), len(pending), schema), part)
 
 
 def download(

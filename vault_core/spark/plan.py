@@ -15,10 +15,10 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vault_core.errors import InvalidOffset, StreamNotFound
-from vault_core.recordformat import HEADER_SIZE
+from vault_core.recordformat import HEADER_SIZE, frame_at
 from vault_core.spark.connection import Clients, Connection, clients
 from vault_core.spark.options import (
     DEFAULT_CHUNK_BYTES,
@@ -26,17 +26,23 @@ from vault_core.spark.options import (
     Position,
     ReadOptions,
 )
+from vault_core.unitformat import UNIT_HEADER_SIZE
 
 log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class StreamRange:
-    """Committed bytes ``[start, end)`` of one stream; both ends are record boundaries."""
+    """Committed bytes ``[start, end)`` of one stream; both ends are record or unit boundaries."""
 
     stream: str
     start: int
     end: int
+    first: int | None = None
+    """A message offset inside the version 2 unit at ``start``: the rows before it are left out
+    (a ``fromOffset`` inside a unit; docs/FORMAT.md §11.6)."""
+    stop: int | None = None
+    """A message offset inside the unit that ends at ``end``: it and the rows after it are left out."""
 
     @property
     def size(self) -> int:
@@ -156,9 +162,22 @@ class Planner:
                 f"fromOffset {offset} is past the committed end of stream {stream!r} ({committed})"
             )
         if 0 < offset < committed:
-            # Raises InvalidOffset unless a record starts exactly there (one small ranged GET).
+            # Raises InvalidOffset unless a message has exactly this offset (one small ranged GET).
             self.clients.reader.read(stream, offset, max_bytes=HEADER_SIZE, max_count=1)
         return offset
+
+    def unit_around(self, stream: str, offset: int, committed: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the version 2 unit that holds the message ``offset`` inside it (not
+        at its start), or None when a frame starts at ``offset``: a partition must not cut a unit."""
+        if not 0 < offset < committed:
+            return None
+        reader = self.clients.reader
+        start = reader.boundaries.prove(stream, offset, committed, reader.log(stream).read)
+        if start == offset:
+            return None
+        frame = frame_at(reader.log(stream).read(start, UNIT_HEADER_SIZE), 0)
+        assert frame is not None  # proven: a whole unit lies there
+        return start, start + frame.length
 
     def resolve_range(
         self, stream: str, start: Position, end: Position, *, missing_ok: bool = False
@@ -170,7 +189,17 @@ class Planner:
             raise InvalidOffset(
                 f"stream {stream!r}: the start ({start} → offset {lo}) is after the end ({end} → offset {hi})"
             )
-        return StreamRange(stream, lo, hi)
+        if lo == hi:
+            return StreamRange(stream, lo, hi)
+        first_unit = self.unit_around(stream, lo, committed)
+        last_unit = self.unit_around(stream, hi, committed)
+        return StreamRange(
+            stream,
+            first_unit[0] if first_unit else lo,
+            last_unit[1] if last_unit else hi,
+            lo if first_unit else None,
+            hi if last_unit else None,
+        )
 
     def split(self, r: StreamRange, max_bytes: int) -> list[StreamRange]:
         """``r`` cut at index points into pieces of about ``max_bytes`` (one piece without an index)."""
@@ -187,7 +216,10 @@ class Planner:
             )
             return [r]
         points = [p.offset for p in index.points(r.stream, r.start, r.end)]
-        return [StreamRange(r.stream, a, b) for a, b in split_range(r.start, r.end, points, max_bytes)]
+        pieces = [StreamRange(r.stream, a, b) for a, b in split_range(r.start, r.end, points, max_bytes)]
+        pieces[0] = replace(pieces[0], first=r.first)
+        pieces[-1] = replace(pieces[-1], stop=r.stop)
+        return pieces
 
     def partitions(self, ranges: Sequence[StreamRange], options: ReadOptions) -> list[Partition]:
         settings = ReadSettings.of(options)

@@ -87,7 +87,10 @@ class VaultStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             hi = int(end[stream])
             lo = int(start[stream]) if stream in start else min(self._initial(planner, stream), hi)
             pending = StreamRange.since(stream, lo, hi, "Start the query with a new checkpoint.")
-            if pending is not None:
+            unit = planner.unit_around(stream, lo, hi) if pending and stream not in start else None
+            if unit:  # a starting offset inside a version 2 unit: decode the unit, drop what precedes
+                ranges.append(StreamRange(stream, unit[0], hi, first=lo))
+            elif pending is not None:
                 ranges.append(pending)
         return [VaultInputPartition(p) for p in planner.partitions(ranges, self.options)]
 

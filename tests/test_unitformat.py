@@ -1,0 +1,378 @@
+"""Record format version 2 (docs/FORMAT.md §11): units encode and decode, damage is caught, and a
+log that mixes version 1 records with version 2 units reads like one made of either.
+
+All in process: pure functions over bytes, and the writer and reader over the in-memory twin
+(tests/test_contracts.py shows it behaves as Azurite does).
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import struct
+import zlib
+
+import pytest
+import zstandard
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vault_core import codecs
+from vault_core.clock import ManualClock
+from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
+from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
+from vault_core.reader import scan_log
+from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, NewMessage, decode
+from vault_core.unitformat import (
+    COUNT_OFFSET,
+    CRC_COVERAGE_START,
+    CRC_OFFSET,
+    FLAGS_OFFSET,
+    MAX_PAYLOAD_BYTES,
+    PAYLOAD_LENGTH_OFFSET,
+    STORED_LENGTH_OFFSET,
+    STORED_OFFSET,
+    UNIT_HEADER_SIZE,
+    VERSION_OFFSET,
+    decode_unit,
+    encode_unit,
+)
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+
+TS = 1_700_000_000_000
+FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+CODECS = sorted(codecs.CODEC_NAMES)
+
+keys = (
+    st.binary(max_size=40) | st.just(b"\xf5MVL") | st.binary(min_size=MAX_KEY_BYTES, max_size=MAX_KEY_BYTES)
+)
+values = st.binary(max_size=300) | st.just(b"")
+
+
+def reseal(unit: bytearray) -> bytearray:
+    """Recompute the crc, as a writer that lies about a field would."""
+    struct.pack_into("<I", unit, CRC_OFFSET, zlib.crc32(unit[CRC_COVERAGE_START:]))
+    return unit
+
+
+@FAST
+@given(
+    pairs=st.lists(st.tuples(keys, values), min_size=1, max_size=40),
+    offset=st.integers(0, 2**43),
+    codec=st.sampled_from(CODECS),
+    text=st.booleans(),
+)
+def test_a_unit_decodes_to_exactly_what_was_encoded(
+    pairs: list[tuple[bytes, bytes]], offset: int, codec: int, text: bool
+) -> None:
+    ks, vs = [k for k, _ in pairs], [v for _, v in pairs]
+    unit = encode_unit(ks, vs, offset, TS, codec=codec, key_is_text=text)
+    messages, end = decode(unit, offset, complete=True)
+    assert end == len(unit) > len(pairs)  # longer than its count: offsets stay inside the unit
+    assert [(m.key, m.value) for m in messages] == pairs
+    assert [m.offset for m in messages] == list(range(offset, offset + len(pairs)))
+    assert [m.next_offset for m in messages] == [m.offset + 1 for m in messages[:-1]] + [offset + len(unit)]
+    assert all(m.timestamp == TS and m.key_is_text == text for m in messages)
+
+
+def test_the_limits_fit_one_unit_and_one_message_of_each_maximum() -> None:
+    key, value = b"k" * MAX_KEY_BYTES, random.Random(1).randbytes(MAX_VALUE_BYTES)
+    unit = encode_unit([key], [value], 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=False)
+    [message], _ = decode(unit, 0, complete=True)
+    assert (message.key, message.value) == (key, value)
+    with pytest.raises(ValueError, match="exceeds"):
+        encode_unit([b""] * 5, [value] * 5, 0, TS, codec=codecs.CODEC_NONE, key_is_text=False)
+
+
+def test_many_empty_messages_never_make_a_unit_shorter_than_its_count() -> None:
+    unit = encode_unit([b""] * 50_000, [b""] * 50_000, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True)
+    assert unit[FLAGS_OFFSET] & 0x07 == codecs.CODEC_NONE  # zstd would make it ~60 bytes
+    assert len(unit) > 50_000
+    messages, _ = decode(unit, 0, complete=True)
+    assert len(messages) == 50_000
+
+
+@pytest.fixture(params=CODECS, ids=[codecs.CODEC_NAMES[c] for c in CODECS])
+def unit(request: pytest.FixtureRequest) -> bytearray:
+    rng = random.Random(7)
+    vs = [f'{{"id":{rng.randint(0, 10**9)},"n":"{rng.random()}"}}'.encode() for _ in range(100)]
+    return bytearray(encode_unit([b"key"] * 100, vs, 0, TS, codec=request.param, key_is_text=True))
+
+
+def test_every_flipped_bit_of_the_stored_bytes_is_caught_before_decompressing(unit: bytearray) -> None:
+    for position in range(CRC_COVERAGE_START, len(unit), max(1, len(unit) // 97)):
+        damaged = bytearray(unit)
+        damaged[position] ^= 0x10
+        with pytest.raises((CorruptRecord, UnsupportedVersion)):
+            decode(damaged, 0, complete=True)
+
+
+def test_a_truncated_unit_is_incomplete_then_corrupt_at_the_committed_end(unit: bytearray) -> None:
+    for cut in (UNIT_HEADER_SIZE - 1, UNIT_HEADER_SIZE + 3, len(unit) - 1):
+        assert decode(unit[:cut], 0) == ([], 0)  # a later read completes it
+        with pytest.raises(CorruptRecord, match="committed end"):
+            decode(unit[:cut], 0, complete=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "error"),
+    [
+        (PAYLOAD_LENGTH_OFFSET, MAX_PAYLOAD_BYTES + 1, "lengths out of range"),
+        (PAYLOAD_LENGTH_OFFSET, 1, "lengths out of range"),
+        (COUNT_OFFSET, 0, "lengths out of range"),
+        (COUNT_OFFSET, 99, "boundaries|decompress"),
+        (COUNT_OFFSET, 10**6, "lengths out of range"),
+    ],
+)
+def test_lying_lengths_with_a_valid_crc_are_corrupt(
+    unit: bytearray, field: int, value: int, error: str
+) -> None:
+    struct.pack_into("<I", unit, field, value)
+    with pytest.raises(CorruptRecord, match=error):
+        decode(reseal(unit), 0, complete=True)
+
+
+def test_a_payload_that_decompresses_to_another_length_is_corrupt(unit: bytearray) -> None:
+    declared = struct.unpack_from("<I", unit, PAYLOAD_LENGTH_OFFSET)[0]
+    struct.pack_into("<I", unit, PAYLOAD_LENGTH_OFFSET, declared + 1)
+    with pytest.raises(CorruptRecord):
+        decode(reseal(unit), 0, complete=True)
+
+
+def test_a_decompression_bomb_is_refused_without_allocating_it() -> None:
+    bomb = zstandard.ZstdCompressor().compress(bytes(2**30))  # 1 GiB of zeros in ~32 KiB
+    header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD | 0x08, 1, 1024, len(bomb), 0, TS)
+    unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(bomb, zlib.crc32(header))) + header + bomb
+    with pytest.raises(CorruptRecord, match="lengths out of range"):  # stored > payload
+        decode(unit, 0, complete=True)
+    small = zstandard.ZstdCompressor().compress(bytes(2**20))
+    header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD, 1, 4096, len(small), 0, TS)
+    unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(small, zlib.crc32(header))) + header + small
+    with pytest.raises(CorruptRecord, match="declares 1048576 bytes, the unit 4096"):
+        decode(unit, 0, complete=True)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [(VERSION_OFFSET, 3), (FLAGS_OFFSET, 0x07), (FLAGS_OFFSET, 0x40)]
+)
+def test_an_unknown_version_or_codec_is_the_clear_error_of_section_9(
+    unit: bytearray, field: int, value: int
+) -> None:
+    unit[field] = value
+    with pytest.raises(UnsupportedVersion, match=r"not supported|does not know"):
+        decode(reseal(unit), 0, complete=True)
+
+
+def test_decode_unit_exposes_the_arrow_buffers(unit: bytearray) -> None:
+    decoded = decode_unit(unit, 0, 0, complete=True)
+    assert decoded is not None and decoded.size == 100 and decoded.length == len(unit)
+    assert decoded.payload[decoded.keys_start :].startswith(b"key" * 100)
+    assert STORED_OFFSET == UNIT_HEADER_SIZE and struct.unpack_from("<I", unit, STORED_LENGTH_OFFSET)[0] > 0
+
+
+# -- the writer and the reader on a mixed log ---------------------------------------------------
+STREAM = "s"
+
+
+def events(n: int, tag: str) -> list[NewMessage]:
+    rng = random.Random(tag)
+    return [
+        NewMessage(f'{{"tag":"{tag}","i":{i},"v":{rng.random()}}}'.encode(), f"k{i % 7}") for i in range(n)
+    ]
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_750_000_000_000)
+
+
+@pytest.fixture
+def mixed(clock: ManualClock) -> Vault:
+    """A stream of version 1 commits, then version 2 ones (one with binary keys), 3 minutes apart."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM, record_format=1, index_spacing=4096) as w:
+        for i in range(4):
+            w.append([Batch(events(40, f"v1-{i}"), f"a{i}")])
+            clock.advance(60_000)
+    assert vault.reader.state(STREAM).format == 1
+    with vault.writer(STREAM, index_spacing=4096) as w:
+        for i in range(4):
+            w.append([Batch(events(300, f"v2-{i}"), f"b{i}"), Batch([NewMessage(b"\x00", b"\xff")], f"c{i}")])
+            clock.advance(60_000)
+    assert vault.reader.state(STREAM).format == 2
+    row = vault.index.catalog.get("stream", STREAM)
+    assert row is not None and row.number("Format") == 2  # the catalog says it too
+    return vault
+
+
+def test_a_mixed_log_reads_whole_by_scan_by_pages_and_from_every_offset(mixed: Vault) -> None:
+    everything = list(mixed.reader.scan(STREAM))
+    assert len(everything) == 4 * 40 + 4 * 301 == mixed.reader.state(STREAM).count
+    assert [m.offset for m in everything] == sorted({m.offset for m in everything})
+    for m, after in itertools.pairwise(everything):
+        assert m.next_offset == after.offset
+    paged, offset = [], 0
+    while True:
+        page = mixed.reader.read(STREAM, offset, max_count=37, max_bytes=2048)
+        if not page.messages:
+            break
+        paged += page.messages
+        offset = page.next_offset
+    assert paged == everything
+    for m in everything[::13]:
+        assert mixed.reader.read(STREAM, m.offset, max_count=2).messages[0] == m
+        assert next(iter(mixed.reader.scan(STREAM, m.offset))) == m
+
+
+def test_only_message_offsets_are_readable(mixed: Vault) -> None:
+    offsets = {m.offset for m in mixed.reader.scan(STREAM)}
+    committed = mixed.reader.state(STREAM).committed
+    refused = [x for x in random.Random(2).sample(range(1, committed), 400) if x not in offsets]
+    for x in refused[:60]:
+        with pytest.raises(InvalidOffset):
+            mixed.reader.read(STREAM, x)
+
+
+def test_batches_time_seeks_and_index_points_fall_on_message_and_unit_offsets(mixed: Vault) -> None:
+    everything = list(mixed.reader.scan(STREAM))
+    by_offset = {m.offset: i for i, m in enumerate(everything)}
+    for i in range(4):
+        b = mixed.index.committed_batches(STREAM, [f"b{i}"])[f"b{i}"]
+        assert everything[by_offset[b.first_offset]].value.startswith(f'{{"tag":"v2-{i}"'.encode())
+        assert by_offset[b.next_offset] - by_offset[b.first_offset] == 300
+    for m in everything:
+        if m.offset == 0 or m.timestamp != everything[by_offset[m.offset] - 1].timestamp:
+            assert mixed.reader.seek_time(STREAM, m.timestamp) == m.offset
+    points = mixed.index.points(STREAM)
+    assert len(points) > 4
+    for p in points:  # each point is where decoding can start: reading from it gives that message
+        assert everything[p.count].offset == p.offset
+        assert list(decode_first(mixed, p.offset)) == [everything[p.count]]
+
+
+def decode_first(vault: Vault, offset: int) -> list[object]:
+    data = vault.blob(STREAM).read(offset, 1 << 20)
+    return decode(data, offset, max_count=1)[0]  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(("batch", "skip"), [("b1", False), ("b1", True), ("c0", True)])
+def test_a_damaged_unit_stops_or_is_skipped_whole(mixed: Vault, batch: str, skip: bool) -> None:
+    """b1 is a unit of 300 messages; c0 one of a single message followed by b1's larger unit."""
+    everything = list(mixed.reader.scan(STREAM))
+    damaged = mixed.index.committed_batches(STREAM, [batch])[batch]
+    container = mixed.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[damaged.first_offset + 40] ^= 0x01
+    if not skip:
+        with pytest.raises(CorruptRecord, match="unit checksum mismatch"):
+            list(mixed.reader.scan(STREAM))
+        return
+    committed = mixed.reader.state(STREAM).committed
+    for chunk in (1 << 20, 4096):  # small ranges: the unit after the damaged one runs past them
+        # no index points to resume at (as a Spark task reads): only the damaged unit's own length
+        survivors = list(scan_log(mixed.blob(STREAM), 0, committed, chunk=chunk, skip_corrupt=True))
+        lost = [m for m in everything if m not in survivors]
+        assert [m.offset for m in lost] == list(
+            range(damaged.first_offset, damaged.first_offset + damaged.count)
+        )
+
+
+# -- the Arrow path of Spark ---------------------------------------------------------------------
+@pytest.mark.parametrize("chunk", [97, 4096, 1 << 20])
+def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(
+    mixed: Vault, chunk: int
+) -> None:
+    pa = pytest.importorskip("pyarrow")
+    from vault_core.spark.columnar import decode_columns, messages_to_columns
+
+    committed = mixed.reader.state(STREAM).committed
+    log = mixed.blob(STREAM).read(0, committed)
+    columns, base, carry = [], 0, b""
+    for at in range(0, committed, chunk):  # as read_partition feeds it: ranged reads, the tail carried
+        buf = carry + log[at : at + chunk]
+        cols = decode_columns(buf, base, last=at + chunk >= committed, stream=STREAM)
+        assert cols.error is None
+        columns.append(cols.arrays) if cols.rows else None
+        carry, base = buf[cols.end :], base + cols.end
+    assert not carry
+    got = [pa.concat_arrays([c[i] for c in columns]) for i in range(5)]
+    expected = messages_to_columns(list(mixed.reader.scan(STREAM)))
+    assert [a.to_pylist() for a in got] == [a.to_pylist() for a in expected]
+
+
+def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mixed: Vault) -> None:
+    pytest.importorskip("pyarrow")
+    from vault_core.spark.columnar import decode_columns
+
+    b1 = mixed.index.committed_batches(STREAM, ["b1"])["b1"]
+    log = bytearray(mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed))
+    log[b1.first_offset + 60] ^= 0x01
+    cols = decode_columns(bytes(log), 0, last=True, stream=STREAM)
+    assert isinstance(cols.error, CorruptRecord) and "unit checksum mismatch" in str(cols.error)
+    assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
+
+
+def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"v" * 10_000), NewMessage(b"w")])])
+    first = vault.reader.read(STREAM, 0, max_bytes=1)
+    assert [m.value for m in first.messages] == [b"v" * 10_000]  # never an empty page
+    second = vault.reader.read(STREAM, first.next_offset, max_bytes=1)
+    assert [m.value for m in second.messages] == [b"w"] and second.next_offset == second.committed
+
+
+def test_a_unit_forged_inside_a_value_is_never_read(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"honest", "k")])])
+        at = w.state.committed + UNIT_HEADER_SIZE + 16  # where the next value starts (empty key)
+        noise = random.Random(3).randbytes(2000)  # incompressible: the carrier is stored as it is
+        forged = encode_unit([b"forged"], [b"never produced"], at, 1, codec=0, key_is_text=True)
+        w.append([Batch([NewMessage(forged + noise, b"")])])
+    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, at)
+    with pytest.raises(InvalidOffset):
+        list(fresh.scan(STREAM, at))
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[at - 30] ^= 0xFF  # the carrier's header: its length is no proof now
+    got = list(Vault(vault.account, clock=clock).reader.scan(STREAM, skip_corrupt=True))
+    assert [m.value for m in got] == [b"honest"]  # not b"never produced"
+
+
+def test_verify_reports_a_damaged_unit_and_reads_past_it(mixed: Vault) -> None:
+    from vault_client.verify import verify_log
+
+    assert verify_log(mixed.blob(STREAM)).ok
+    b2 = mixed.index.committed_batches(STREAM, ["b2"])["b2"]
+    container = mixed.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[b2.first_offset + 50] ^= 0x04
+    report = verify_log(mixed.blob(STREAM))
+    assert not report.ok and report.records == mixed.reader.state(STREAM).count - 300
+    assert report.problems[0].offset == b2.first_offset and "corrupt" in report.problems[0].what
+
+
+def test_a_read_that_stops_inside_a_unit_is_continued_from_the_unit_without_another_get(
+    mixed: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    reader = Vault(mixed.account, clock=mixed.clock).reader
+    b0 = mixed.index.committed_batches(STREAM, ["b0"])["b0"]
+    first = reader.read(STREAM, b0.first_offset, max_count=10)
+    assert first.next_offset == b0.first_offset + 10  # inside the unit
+    data, state = reader.fetch(STREAM, first.next_offset, 65536)  # as the read-ahead does
+    assert state.read_at == b0.first_offset  # fetched from the unit's start, as decoding needs
+    reads: list[int] = []
+    original = MemoryPageBlob.read
+
+    def counted(self: MemoryPageBlob, start: int, n: int) -> bytes:
+        reads.append(start)
+        return original(self, start, n)
+
+    monkeypatch.setattr(MemoryPageBlob, "read", counted)
+    page = reader.decode_fetched(STREAM, first.next_offset, data, state, max_bytes=65536, max_count=5)
+    assert [m.offset for m in page.messages] == list(range(b0.first_offset + 10, b0.first_offset + 15))
+    assert reads == []

@@ -1,0 +1,24 @@
+"""What every frame of a log shares, whatever its version (docs/FORMAT.md §9, §11.1).
+
+A log holds version 1 records (:mod:`vault_core.recordformat`) and version 2 units
+(:mod:`vault_core.unitformat`). Both begin with the same 9-byte prefix (``magic``, ``crc``,
+``version``) and share the flag bits and the limits on keys and values defined here, so that
+neither format module depends on the other for them.
+"""
+
+from __future__ import annotations
+
+MAGIC = b"\xf5MVL"
+"""Sync marker. 0xF5 never occurs in UTF-8 text, so JSON and text values cannot mimic it."""
+UNIT_VERSION = 2
+"""The version byte of a version 2 unit; 1 is a record's."""
+
+# flags
+FLAG_COMPRESSION_MASK = 0b0000_0111
+"""Compression codec: none (0) in a record; a unit's codec (docs/FORMAT.md §11.4)."""
+FLAG_KEY_IS_TEXT = 0b0000_1000
+"""The key is UTF-8 text (readers return it as a string)."""
+
+# limits
+MAX_KEY_BYTES = 1024
+MAX_VALUE_BYTES = 1024 * 1024

@@ -1,0 +1,270 @@
+"""Record format version 2: one framed, compressed, columnar *unit* holding many messages
+(specified byte for byte in ``docs/FORMAT.md`` §11). Pure: bytes in, messages out.
+
+Every field's position is derived from the one before it::
+
+    unit    := header stored
+    header  := magic crc version flags count payload_length stored_length offset timestamp  (38 bytes)
+    stored  := codec(payload)                 (stored_length bytes; payload_length before the codec)
+    payload := key_offsets value_offsets keys values
+    key_offsets, value_offsets := u32[count + 1]   (0, then each key's / value's end: Arrow's layout)
+
+``magic``, ``crc`` and ``version`` keep the places they have in version 1 (§9's fixed prefix).
+``crc`` is the CRC-32 of every byte after it, from ``version`` to the last stored byte: it is
+checked before anything is decompressed. The message ``i`` of a unit at position ``P`` has the
+offset ``P + i``; a writer never lets a unit be shorter than its count, so these offsets lie
+inside the unit and no two messages of a stream share one.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+from array import array
+from collections.abc import Sequence
+from operator import le, sub
+from typing import NamedTuple
+
+from vault_core import codecs
+from vault_core.errors import CorruptRecord, UnsupportedVersion
+from vault_core.prefix import (
+    FLAG_COMPRESSION_MASK,
+    FLAG_KEY_IS_TEXT,
+    MAGIC,
+    MAX_KEY_BYTES,
+    MAX_VALUE_BYTES,
+    UNIT_VERSION,
+)
+
+UNIT_HEADER = struct.Struct("<4sIBBIIIQq")
+UNIT_HEADER_SIZE = UNIT_HEADER.size  # 38
+_COVERED_HEADER = struct.Struct("<BBIIIQq")  # version .. timestamp: the header part the crc covers
+_CRC = struct.Struct("<I")
+
+MAGIC_OFFSET = 0
+CRC_OFFSET = MAGIC_OFFSET + 4
+VERSION_OFFSET = CRC_OFFSET + 4
+FLAGS_OFFSET = VERSION_OFFSET + 1
+COUNT_OFFSET = FLAGS_OFFSET + 1
+PAYLOAD_LENGTH_OFFSET = COUNT_OFFSET + 4
+STORED_LENGTH_OFFSET = PAYLOAD_LENGTH_OFFSET + 4
+OFFSET_OFFSET = STORED_LENGTH_OFFSET + 4
+TIMESTAMP_OFFSET = OFFSET_OFFSET + 8
+STORED_OFFSET = TIMESTAMP_OFFSET + 8
+CRC_COVERAGE_START = VERSION_OFFSET
+assert STORED_OFFSET == UNIT_HEADER_SIZE == 8 + _COVERED_HEADER.size == 38
+
+KNOWN_UNIT_FLAGS = FLAG_COMPRESSION_MASK | FLAG_KEY_IS_TEXT
+SUPPORTED_CODECS = frozenset(codecs.CODEC_NAMES)
+
+MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""Largest payload a unit may declare: what a reader may have to allocate for one unit."""
+UNIT_TARGET_BYTES = 256 * 1024
+"""A writer closes a unit once its payload reaches this (a unit of one large message may be
+larger, up to MAX_PAYLOAD_BYTES): big enough to compress well, small enough that a read that
+wants a few messages does not decompress much more than it returns."""
+assert 8 * 2 + MAX_KEY_BYTES + MAX_VALUE_BYTES <= MAX_PAYLOAD_BYTES  # any one message fits a unit
+
+if sys.byteorder == "little":
+
+    def _u32s(data: bytes) -> array[int]:
+        a = array("I")
+        a.frombytes(data)
+        return a
+
+else:  # pragma: no cover - big-endian hosts
+
+    def _u32s(data: bytes) -> array[int]:
+        a = array("I")
+        a.frombytes(data)
+        a.byteswap()
+        return a
+
+
+assert array("I").itemsize == 4
+
+
+def encode_unit(
+    keys: Sequence[bytes],
+    values: Sequence[bytes],
+    offset: int,
+    timestamp: int,
+    *,
+    codec: int,
+    key_is_text: bool,
+) -> bytes:
+    """One unit holding ``values`` (with ``keys``), laid out at stream ``offset``, stamped ``timestamp``.
+
+    Falls back to codec none when compression does not make the unit smaller, and also when it
+    would leave the unit no longer than its count of messages (the payload alone is 8 bytes per
+    message): every message's offset ``offset + i`` then lies inside the unit, and the last
+    message's successor (the unit's end) is never ``offset + count``, the offset it would have
+    if the unit held one more.
+    """
+    count = len(values)
+    if count == 0 or count != len(keys):
+        raise ValueError("a unit holds at least one message, and a key for each")
+    key_ends = _ends(keys)
+    value_ends = _ends(values)
+    payload = b"".join((key_ends.tobytes(), value_ends.tobytes(), *keys, *values))
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise ValueError(f"unit payload of {len(payload)} bytes exceeds {MAX_PAYLOAD_BYTES}")
+    stored = codecs.compress(codec, payload) if codec != codecs.CODEC_NONE else payload
+    too_short = UNIT_HEADER_SIZE + len(stored) <= count
+    if codec != codecs.CODEC_NONE and (len(stored) >= len(payload) or too_short):
+        codec, stored = codecs.CODEC_NONE, payload
+    flags = codec | (FLAG_KEY_IS_TEXT if key_is_text else 0)
+    covered = _COVERED_HEADER.pack(UNIT_VERSION, flags, count, len(payload), len(stored), offset, timestamp)
+    crc = zlib.crc32(stored, zlib.crc32(covered))
+    return b"".join((MAGIC, _CRC.pack(crc), covered, stored))
+
+
+def _ends(parts: Sequence[bytes]) -> array[int]:
+    ends = array("I", [0])
+    total = 0
+    for n in map(len, parts):
+        total += n
+        ends.append(total)
+    if sys.byteorder != "little":  # pragma: no cover
+        ends.byteswap()
+    return ends
+
+
+class Unit(NamedTuple):
+    """A unit that passed every check of §11.5: its header and decompressed payload sections."""
+
+    offset: int
+    timestamp: int
+    flags: int
+    size: int
+    """Messages in the unit (``count`` in the header)."""
+    length: int
+    """Bytes the unit occupies in the log: ``offset + length`` is where the next one starts."""
+    key_ends: array[int]
+    """``size + 1`` key boundaries (0 first) into ``keys``; the same for values."""
+    value_ends: array[int]
+    keys: bytes
+    values: bytes
+    payload: bytes
+    """The whole decompressed payload (the Arrow path builds arrays over it without copies)."""
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+    @property
+    def keys_start(self) -> int:
+        """Where ``keys`` begins in ``payload`` (the two offset arrays come first)."""
+        return 8 * (self.size + 1)
+
+
+def unit_length_at(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int] | None:
+    """``(length, count, claimed offset)`` of the unit whose header starts at ``buf[pos]``, if whole."""
+    if pos + UNIT_HEADER_SIZE > len(buf):
+        return None
+    _, _, _, _, count, _, stored, offset, _ = UNIT_HEADER.unpack_from(buf, pos)
+    return UNIT_HEADER_SIZE + stored, count, offset
+
+
+def decode_unit(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    end: int | None = None,
+    *,
+    stream: str | None = None,
+    complete: bool = False,
+) -> Unit | None:
+    """The unit at ``buf[pos]`` (stream offset ``base_offset + pos``), checked as §11.5 says.
+
+    None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt).
+    Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
+    """
+    end = len(buf) if end is None else end
+    at = base_offset + pos
+    if pos + UNIT_HEADER_SIZE > end:
+        if complete:
+            raise CorruptRecord("a partial unit header at the committed end", stream=stream, offset=at)
+        return None
+    magic, crc, version, flags, count, payload_length, stored_length, offset, ts = UNIT_HEADER.unpack_from(
+        buf, pos
+    )
+    if magic != MAGIC:
+        raise CorruptRecord("no unit starts here (bad sync marker)", stream=stream, offset=at)
+    if version != UNIT_VERSION:
+        raise UnsupportedVersion(
+            f"record format version {version} is not supported by this reader", stream=stream, offset=at
+        )
+    codec = flags & FLAG_COMPRESSION_MASK
+    if flags & ~KNOWN_UNIT_FLAGS or codec not in SUPPORTED_CODECS:
+        raise UnsupportedVersion(
+            f"unit flags {flags:#04x} use a codec or feature this reader does not know",
+            stream=stream,
+            offset=at,
+        )
+    if not (
+        count > 0
+        and 8 * (count + 1) <= payload_length <= MAX_PAYLOAD_BYTES
+        and stored_length <= payload_length
+        and (codec != codecs.CODEC_NONE or stored_length == payload_length)
+        and UNIT_HEADER_SIZE + stored_length > count
+    ):
+        raise CorruptRecord(
+            f"unit lengths out of range (count {count}, payload {payload_length}, stored {stored_length})",
+            stream=stream,
+            offset=at,
+        )
+    if offset != at:
+        raise CorruptRecord(f"unit claims offset {offset} but sits at {at}", stream=stream, offset=at)
+    unit_end = pos + UNIT_HEADER_SIZE + stored_length
+    if unit_end > end:
+        if complete:
+            raise CorruptRecord(
+                f"unit of {unit_end - pos} bytes runs past the committed end", stream=stream, offset=at
+            )
+        return None
+    view = memoryview(buf)
+    computed = zlib.crc32(view[pos + CRC_COVERAGE_START : unit_end])
+    if computed != crc:
+        raise CorruptRecord(
+            "unit checksum mismatch", stream=stream, offset=at, stored_crc=crc, computed_crc=computed
+        )
+    try:
+        payload = codecs.decompress(codec, view[pos + STORED_OFFSET : unit_end], payload_length)
+    except codecs.DecompressionFailed as exc:
+        raise CorruptRecord(f"unit payload does not decompress: {exc}", stream=stream, offset=at) from None
+    arrays = 4 * (count + 1)
+    key_ends = _u32s(payload[:arrays])
+    value_ends = _u32s(payload[arrays : 2 * arrays])
+    keys_start = 2 * arrays
+    values_start = keys_start + key_ends[-1]
+    if not (
+        key_ends[0] == 0
+        and value_ends[0] == 0
+        and values_start + value_ends[-1] == payload_length
+        and _within(key_ends, MAX_KEY_BYTES)
+        and _within(value_ends, MAX_VALUE_BYTES)
+    ):
+        raise CorruptRecord(
+            "unit payload's key or value boundaries do not agree with its length", stream=stream, offset=at
+        )
+    return Unit(
+        offset,
+        ts,
+        flags,
+        count,
+        unit_end - pos,
+        key_ends,
+        value_ends,
+        payload[keys_start:values_start],
+        payload[values_start:],
+        payload,
+    )
+
+
+def _within(ends: array[int], limit: int) -> bool:
+    """Boundaries that never decrease and are at most ``limit`` apart (checked in C: no loop here)."""
+    if not all(map(le, ends[:-1], ends[1:])):
+        return False
+    return ends[-1] - ends[0] <= limit or max(map(sub, ends[1:], ends[:-1])) <= limit
