@@ -19,7 +19,7 @@ from __future__ import annotations
 import azure.functions as func
 
 from vault_app import api, config, explorer_api, poison_api, ui
-from vault_app.http import Request, Response
+from vault_app.http import Request, Response, repeated_query_names
 from vault_app.services import services
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_core import retry
@@ -36,6 +36,7 @@ def _request(req: func.HttpRequest) -> Request:
         query=dict(req.params),
         headers={k.lower(): v for k, v in req.headers.items()},
         body=req.get_body() or b"",
+        repeated=repeated_query_names(req.url),
     )
 
 

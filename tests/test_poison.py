@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 from conftest import fast_host, isolated_host, key_header
 
 from vault_app.batches import digest
+from vault_app.claimcheck import claim_name
 from vault_app.envelope import encode_claim, encode_messages
 from vault_client.cli import cli
 from vault_core.recordformat import NewMessage
@@ -253,7 +254,8 @@ def test_a_batch_that_still_cannot_be_written_returns_to_poison_rejected_and_rep
     stream: str,
 ) -> None:
     batch_id = new_id()
-    poison.send_message(encode_claim(batch_id, stream, 1, f"{batch_id}.records", 3), time_to_live=-1)
+    # A claim-check name of this batch, whose blob does not exist.
+    poison.send_message(encode_claim(batch_id, stream, 1, claim_name(stream, batch_id), 3), time_to_live=-1)
     batch_rows.upsert_entity(
         {"PartitionKey": batch_id, "RowKey": stream, "State": "rejected", "Reason": "first failure"},
         mode=UpdateMode.MERGE,

@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from vault_app import envelope, telemetry
+from vault_app.claimcheck import claim_name
 from vault_app.open_writers import OpenWriters, open_writers
 from vault_app.otel import OtelTelemetry
 from vault_app.services import Services
@@ -155,7 +156,7 @@ def test_requeues_and_poisoned_batches_are_counted(recorded: Recorded, services:
     queue.staging.client.clear_messages()
     # A claim-check blob missing for an uncommitted batch: permanent, the batch goes to poison.
     queue.staging.client.send_message(
-        envelope.encode_claim("lost-1", stream, 1, f"{stream}/lost-1/x.records", 3)
+        envelope.encode_claim("lost-1", stream, 1, claim_name(stream, "lost-1"), 3)
     )
     write_next(services, stream)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from vault_app import poison
+from vault_app import params, poison
 from vault_app.auth.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
@@ -57,29 +57,35 @@ HEALTH_BUDGET_SECONDS = 2.0
 log = logging.getLogger("vault_app")
 
 
-def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
+def _given(req: Request, name: str) -> str | None:
+    """A query parameter's value; an empty one (``?minutes=``) is refused, not taken as absent."""
     raw = req.query.get(name)
-    if raw is None or raw == "":
+    if raw == "":
+        raise HttpError(400, "bad_request", f"query parameter {name} is empty: give a value or leave it out")
+    return raw
+
+
+def _int_param(req: Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = _given(req, name)
+    if raw is None:
         return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HttpError(
-            400, "bad_request", f"query parameter {name} must be an integer, got {raw!r}"
-        ) from None
+    if not params.is_integer(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise HttpError(400, "bad_request", f"query parameter {name} must be an integer, got {shown!r}")
+    value = int(raw)
     if not lo <= value <= hi:
         raise HttpError(400, "bad_request", f"query parameter {name} must be between {lo} and {hi}")
     return value
 
 
 def _wait_param(req: Request) -> float:
-    raw = req.query.get("wait")
-    if raw is None or raw == "":
+    raw = _given(req, "wait")
+    if raw is None:
         return 0.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise HttpError(400, "bad_request", f"wait must be a number of seconds, got {raw!r}") from None
+    if not params.is_number(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise HttpError(400, "bad_request", f"wait must be a number of seconds, got {shown!r}")
+    value = float(raw)
     if not 0 <= value <= MAX_WAIT_SECONDS:
         raise HttpError(400, "bad_request", f"wait must be between 0 and {MAX_WAIT_SECONDS} seconds")
     return value
@@ -91,6 +97,14 @@ def parse_time(raw: str) -> int:
     Times before the epoch or past what a record can carry are clamped to that range: a seek
     there means "from the start" or "at the end".
     """
+    if not params.is_time(raw):
+        shown = raw if len(raw) <= 40 else raw[:40] + "..."
+        raise HttpError(
+            400,
+            "bad_request",
+            f"time {shown!r} is neither milliseconds since the epoch (up to 20 digits) nor ISO 8601 "
+            "(2026-11-22T06:00:00Z)",
+        )
     try:
         ms = to_millis(raw)
     except InvalidInput as exc:
@@ -122,8 +136,10 @@ async def post_messages(req: Request, caller: Caller) -> Response:
 def _stage(svc: Services, req: Request, stream: str) -> tuple[str, BatchStatus]:
     messages, producer_id = parse_batch(req.body, req.header("content-type"), svc.settings.limits)
     key = req.header("idempotency-key")
-    if key is not None and not 0 < len(key) <= 200:
-        raise HttpError(400, "bad_request", "Idempotency-Key must be 1-200 characters")
+    if key is not None and not 0 < len(key) <= params.IDEMPOTENCY_KEY_MAX:
+        raise HttpError(
+            400, "bad_request", f"Idempotency-Key must be 1-{params.IDEMPOTENCY_KEY_MAX} characters"
+        )
     batch_id = batch_id_for(stream, key, producer_id)
     return batch_id, Stager(svc).stage(stream, batch_id, messages)
 
@@ -175,7 +191,7 @@ def get_batch(req: Request, caller: Caller) -> Response:
     Only batches of streams the caller may read count: one elsewhere is "not found", as if it
     did not exist, so an id tells nothing about streams the caller cannot read."""
     batch_id = _batch_id(req)
-    found = [s for s in _svc().batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
+    found = _svc().batch_table.find(batch_id, lambda stream: caller.may(Action.READ, stream))
     if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
     if len(found) > 1:
@@ -259,17 +275,18 @@ async def get_messages(req: Request, caller: Caller) -> Response:
         stream,
         limit=_int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES),
         max_bytes=_int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES),
-        force_b64=req.query.get("encoding") == "base64",
+        force_b64=_read_encoding(req) == "base64",
         ndjson=NDJSON in (req.header("accept") or ""),
     )
     wait = _wait_param(req)
     reader = svc.vault.reader
-    if req.query.get("at"):
-        if req.query.get("from"):
+    at = _given(req, "at")
+    if at is not None:
+        if _given(req, "from") is not None:
             raise HttpError(400, "bad_request", "give either from or at, not both")
-        offset = await in_thread(reader.seek_time, stream, parse_time(req.query["at"]))
+        offset = await in_thread(reader.seek_time, stream, parse_time(at))
     else:
-        offset = _int_param(req, "from", 0, 0, 2**62)
+        offset = _int_param(req, "from", 0, 0, params.MAX_OFFSET)
     if wait > 0 and _tails().at_end(stream, offset):
         # A consumer chasing the tail, again: its stream is watched and ends where it asks, so
         # it waits at once. Its empty page, should nothing come, costs no storage call.
@@ -289,6 +306,13 @@ async def get_messages(req: Request, caller: Caller) -> Response:
             if found:
                 break
     return response
+
+
+def _read_encoding(req: Request) -> str:
+    encoding = _given(req, "encoding") or "utf-8"
+    if encoding not in params.READ_ENCODINGS:
+        raise HttpError(400, "bad_request", f"encoding must be one of {', '.join(params.READ_ENCODINGS)}")
+    return encoding
 
 
 @dataclass(frozen=True)
@@ -398,14 +422,14 @@ def wire_line(m: Message, force_b64: bool) -> WireLine:
 
 
 # -- raw log -------------------------------------------------------------------------------
-_RANGE = re.compile(r"bytes=(\d{0,19})-(\d{0,19})")
+_RANGE = re.compile(params.RANGE)
 """One range; 19 digits is past any blob size, and keeps the numbers small to parse."""
 
 
 def parse_range(header: str | None, committed: int) -> tuple[int, int]:
     """``[start, end)`` of a ``Range`` header against the committed length (``end`` may be
     <= ``start`` when the range is unsatisfiable: a 416). Raises HttpError 400 if malformed."""
-    raw = (header or "bytes=0-").strip()
+    raw = (header if header is not None else "bytes=0-").strip()  # an empty Range is malformed
     match = _RANGE.fullmatch(raw)
     if not match or (not match.group(1) and not match.group(2)):
         shown = raw if len(raw) <= 60 else raw[:60] + "..."
@@ -425,7 +449,8 @@ def get_log(req: Request, caller: Caller) -> Response:
     stream = _stream(req)
     blob = svc.vault.blob(stream)
     committed = blob.state().committed
-    raw = (req.header("range") or "bytes=0-").strip()
+    given = req.header("range")
+    raw = (given if given is not None else "bytes=0-").strip()
     start, end = parse_range(raw, committed)
     if start >= committed or end <= start:
         return Response(

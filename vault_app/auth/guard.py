@@ -100,7 +100,7 @@ def _authenticator() -> Authenticator:
 
 def caller_of(req: Request) -> Caller:
     try:
-        principal = _authenticator().identify(req.headers, req.query)
+        principal = _authenticator().identify(req.headers, req.query, req.repeated)
     except Unauthenticated as exc:
         log.info("unauthenticated %s %s: %s", req.method, dict(req.route), exc.reason)
         raise unauthorized(exc.reason, invalid_token=exc.bearer) from None
