@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
+from vault_app.auth import early
 from vault_app.auth.identity import Principal
 from vault_app.auth.policy import Action, Permissions, permissions
 from vault_app.auth.principal import Authenticator, Unauthenticated
@@ -79,9 +80,7 @@ def unauthorized(reason: str, *, invalid_token: bool = False) -> HttpError:
 
 def denied(caller: Caller, message: str) -> HttpError:
     if caller.principal.anonymous:
-        return unauthorized(
-            "this needs a credential: Authorization: Bearer <token>, or a function key in x-functions-key"
-        )
+        return unauthorized(early.MESSAGE)
     log.info("forbidden: %s", message)
     return HttpError(403, "forbidden", message)
 
