@@ -117,6 +117,15 @@ def test_request_headers_over_32_kib_together_are_431(vault_host: HostProcess) -
         assert took < 5
     fits = b"GET /api/health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"c" * 30_000 + b"\r\n\r\n"
     assert raw_request(vault_host.port, fits)[0].startswith(b"HTTP/1.1 200")
+    # A body that arrives with the head, in the same reads, is no part of the head.
+    body = b'{"messages": [{"value": "' + b"v" * 200_000 + b'"}]}'
+    head = (
+        f"POST /api/streams/s/messages?code={vault_host.key} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", vault_host.port), timeout=30) as s:
+        s.sendall(head + body)
+        assert s.recv(65536).startswith(b"HTTP/1.1 202")
 
 
 @pytest.mark.parametrize("char", ["%09", "%0D", "%0A", "%0d%0a", "%00", "%7F"])

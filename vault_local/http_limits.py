@@ -137,6 +137,8 @@ class HeadersTimeoutProtocol(HttpToolsProtocol):
     _raw_head_bytes = 0
     """Bytes received while the parser has not finished the current request's headers: a
     single header is reported only once whole, so this refuses a huge one as it arrives."""
+    _head_tail = b""
+    """The last bytes of the head received so far: the blank line may straddle two reads."""
     _in_head = True
     _too_large = False
 
@@ -146,10 +148,15 @@ class HeadersTimeoutProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
-            self._raw_head_bytes += len(data)
-            if self._raw_head_bytes > MAX_HEADER_BYTES + MAX_URL_BYTES + 1024:
-                self._refuse_headers()
-                return
+            # Up to the blank line that ends the head, if it is in sight (it may straddle two
+            # reads): the bytes after it are the body, which is not the head's to count.
+            seen = self._head_tail + data
+            if seen.find(b"\r\n\r\n") < 0:
+                self._raw_head_bytes += len(data)
+                self._head_tail = seen[-3:]
+                if self._raw_head_bytes > MAX_HEADER_BYTES + MAX_URL_BYTES + 1024:
+                    self._refuse_headers()
+                    return
         super().data_received(data)
 
     def on_message_begin(self) -> None:
@@ -169,6 +176,7 @@ class HeadersTimeoutProtocol(HttpToolsProtocol):
         self._disarm()
         self._in_head = False
         self._raw_head_bytes = 0
+        self._head_tail = b""
         super().on_headers_complete()
 
     def send_400_response(self, msg: str) -> None:
