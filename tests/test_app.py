@@ -18,6 +18,7 @@ import pytest
 from conftest import app_http_functions, isolated_host, key_header, wait_until
 from leases import end_dead_host_leases
 
+from vault_app.claimcheck import claim_name
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT
 from vault_app.open_writers import OpenWriters
@@ -554,7 +555,14 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
         )
         staging.send_message("this is not an envelope")
         missing = json.dumps(
-            {"v": 1, "id": "lost-claim", "stream": stream, "ts": 1, "claim": "gone.json", "n": 1}
+            {
+                "v": 1,
+                "id": "lost-claim",
+                "stream": stream,
+                "ts": 1,
+                "claim": claim_name(stream, "lost-claim"),
+                "n": 1,
+            }
         )
         staging.send_message(missing)
         client = httpx.Client(base_url=host.url, headers=key_header(host))

@@ -525,7 +525,12 @@ PATHS: dict[str, Any] = {
             "summary": "The web explorer's files (no data: its page calls the API with your credential)",
             "description": "/ui/ is the page; a credential is not looked at. Strict Content-Security-Policy.",
             "parameters": [
-                _param("path", "path", "string", "a file of the explorer; empty (/ui/): the page")
+                _param(
+                    "path",
+                    "path",
+                    {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+                    "a file of the explorer; empty (/ui/): the page",
+                )
             ],
             "security": [],
             "responses": {
@@ -579,6 +584,22 @@ def _secure(paths: dict[str, Any]) -> None:
 
 
 _secure(PATHS)
+
+FRONT_END = (400, 408, 413, 414, 429, 431, 503)
+"""What the front end before the app may answer to any request (docs/API.md "Request limits"):
+a control character in the path, a body too slow or too large, a URL or headers too long, too
+many requests held, a host that is stopping. The local host answers these as JSON errors;
+Azure's front end may not."""
+
+
+def _front_end(paths: dict[str, Any]) -> None:
+    for operations in paths.values():
+        for op in operations.values():
+            for status, answer in _errors(*FRONT_END).items():
+                op["responses"].setdefault(status, {**answer, "description": "from the front end"})
+
+
+_front_end(PATHS)
 
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",
