@@ -138,11 +138,11 @@ RUN = {
         "coverage": {"generation": {"mode": "negative"}, "unexpected-methods": ["delete"]},
         # Valid requests, two per operation: each reaches storage (a POST is committed).
         "fuzzing": {"generation": {"mode": "positive", "max-examples": 2}},
-        # Short sequences that use earlier answers (a POST's batch id in a status lookup).
-        "stateful": {"max-steps": 5},
+        # Short sequences that use earlier answers (a POST's batch id in a status lookup), three.
+        "stateful": {"max-steps": 5, "generation": {"max-examples": 3}},
     },
 }
-"""About 8 CPU-seconds (the host, its worker and Azurite about half of it) and 10 s."""
+"""About 6 CPU-seconds (the host, its worker and Azurite less than half of it) and 6 s."""
 
 
 def test_the_app_keeps_every_rule_of_its_openapi_document(vault_host: HostProcess) -> None:
