@@ -22,7 +22,7 @@ import atexit
 import azure.functions as func
 
 from vault_app import api, config, explorer_api, poison_api, ui
-from vault_app.http import Request, Response
+from vault_app.http import Request, Response, repeated_query_names
 from vault_app.runtime import Runtime
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_core import retry
@@ -43,6 +43,7 @@ def _request(req: func.HttpRequest) -> Request:
         query=dict(req.params),
         headers={k.lower(): v for k, v in req.headers.items()},
         body=req.get_body() or b"",
+        repeated=repeated_query_names(req.url),
     )
 
 

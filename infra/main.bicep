@@ -154,7 +154,7 @@ param accessGrants array = []
 @description('Stream patterns (e.g. public-*) anyone may read without a credential, comma-separated. Empty: none.')
 param anonymousReadPatterns string = ''
 
-@description('Trust App Service Authentication (Easy Auth) and its X-MS-CLIENT-PRINCIPAL header; only with Easy Auth configured on the app.')
+@description('Configure App Service Authentication (Easy Auth) for the app registration authClientId and trust its X-MS-CLIENT-PRINCIPAL header. Needs authClientId: without it Easy Auth stays off and the header is ignored.')
 param easyAuth bool = false
 
 @description('Grant the app (and the azd principal) blob access on the staging accounts too; off while claim-checks live in the vault account.')
@@ -377,6 +377,7 @@ module functionApp 'app/functionapp.bicep' = {
     })
     anonymousReadPatterns: anonymousReadPatterns
     easyAuth: easyAuth
+    authClientId: authClientId
     maximumInstanceCount: maximumInstanceCount
     instanceMemoryMB: instanceMemoryMB
     appSubnetId: vnetEnabled ? network.outputs.appSubnetId : ''

@@ -16,6 +16,7 @@ in it, and that a refused write left nothing behind. The tokens that must be ref
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import secrets
 import time
@@ -27,9 +28,13 @@ from typing import Any
 
 import httpx
 import pytest
+from azure.core.exceptions import ResourceExistsError
+from azure.storage.queue import QueueClient
 from conftest import app_http_functions, isolated_host
 
 from vault_app.batches import batch_id_for
+from vault_app.envelope import encode_messages
+from vault_core.recordformat import NewMessage
 from vault_local.azurite import Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
@@ -381,6 +386,28 @@ def test_a_scoped_admin_may_handle_the_poison_of_its_streams_only(setup: Setup) 
     assert ok.status_code == 200, ok.text
     everything = setup.http.get("/poison", headers=billing_admin)
     assert everything.status_code == 403 and "every stream" in everything.json()["message"]
+
+
+def test_a_scoped_admin_hears_nothing_of_other_streams_poison(setup: Setup, azurite: Azurite) -> None:
+    """The poison queues hold every stream's batches: an admin of billing-* gets neither their
+    counts nor how many of another stream's batches a replay passed over."""
+    prefix = setup.host.env["VAULT_QUEUE_PREFIX"]
+    poison = QueueClient.from_connection_string(azurite.connection_string, f"{prefix}-0-poison")
+    with contextlib.suppress(ResourceExistsError):
+        poison.create_queue()
+    message = encode_messages("b-other", setup.orders, int(time.time() * 1000), [NewMessage(b"x", "k")])
+    poison.send_message(message, time_to_live=-1)
+    try:
+        billing_admin = setup.credentials["principal of another stream pattern"]
+        listed = setup.http.get("/poison", params={"stream": setup.billing}, headers=billing_admin).json()
+        assert listed["messages"] == [] and listed["queues"] == [] and listed["truncated"] is False
+        replay = setup.http.post("/poison/replay", params={"stream": setup.billing}, headers=billing_admin)
+        assert replay.status_code == 200 and replay.json()["skipped"] == 0, replay.text
+        admin = setup.credentials["admin key"]
+        everything = setup.http.get("/poison", params={"stream": setup.billing}, headers=admin).json()
+        assert sum(q["poison_messages"] or 0 for q in everything["queues"]) >= 1  # admin of *: counts
+    finally:
+        poison.clear_messages()
 
 
 def test_openapi_documents_the_security_of_every_operation() -> None:

@@ -35,8 +35,12 @@ from vault_app.auth.policy import (
 )
 from vault_app.auth.principal import Authenticator, Unauthenticated, easy_auth_principal, match_key
 from vault_app.auth.tokens import InvalidToken, KeysUnavailable, SigningKeys, TokenValidator, check_url
+from vault_app.batches import BatchTable
 from vault_app.config import load_auth
 from vault_app.guard import Caller, denied, unauthorized
+from vault_app.http import repeated_query_names
+from vault_core.memory import MemoryAccount
+from vault_core.vault import Vault
 from vault_local import host as local_host
 from vault_local.dev_issuer import DevIssuer
 
@@ -308,6 +312,20 @@ REFUSED = [
     ("HS256 with the public key", _hs256_with_the_public_key, "unsupported signing algorithm"),
     ("no exp", lambda i: i.mint(claims={"exp": None}), "malformed|exp"),
     ("no subject", lambda i: i.mint(claims={"sub": None, "oid": None}), "subject"),
+    # RFC 7519: times are JSON numbers. PyJWT takes "1795431017" as one; the app does not.
+    (
+        "exp a string",
+        lambda i: i.mint(claims={"exp": str(int(time.time()) + 600)}),
+        "exp claim is not a number",
+    ),
+    (
+        "nbf a string",
+        lambda i: i.mint(claims={"nbf": str(int(time.time()) - 60)}),
+        "nbf claim is not a number",
+    ),
+    ("iat a string", lambda i: i.mint(claims={"iat": str(int(time.time()))}), "iat claim is not a number"),
+    ("exp true", lambda i: i.mint(claims={"exp": True}), "exp claim is not a number|expired"),
+    ("exp infinite", lambda i: i.mint(claims={"exp": float("inf")}), r"\(exp\)|exp claim"),
     ("garbage", lambda i: "not.a.jwt", "malformed"),
     (
         "unknown kid",
@@ -456,6 +474,38 @@ def test_unacceptable_credentials(
     assert caught.value.bearer is bearer
 
 
+@pytest.mark.parametrize(
+    ("headers", "query", "repeated"),
+    [
+        ({"x-functions-key": "p" * 20}, {"code": "wrong-key-wrong-key"}, ()),  # a wrong code beside
+        ({"x-functions-key": "wrong-key-wrong-key"}, {"code": "p" * 20}, ()),
+        ({"x-functions-key": "p" * 20}, {"code": "o" * 20}, ()),  # two good keys that disagree
+        ({}, {"code": "p" * 20}, ("code",)),  # ?code= twice (the query keeps one of them)
+        ({"x-functions-key": ""}, {}, ()),  # sent, empty: not acceptable
+    ],
+)
+def test_every_key_that_is_sent_counts(
+    issuer: DevIssuer, headers: dict[str, str], query: dict[str, str], repeated: tuple[str, ...]
+) -> None:
+    with pytest.raises(Unauthenticated):
+        authenticator(issuer).identify(headers, query, repeated)
+
+
+def test_the_same_key_in_the_header_and_the_query_is_one_credential(issuer: DevIssuer) -> None:
+    assert authenticator(issuer).identify({"x-functions-key": "p" * 20}, {"code": "p" * 20}).id == "producer"
+
+
+def test_easy_auth_beside_a_function_key_is_refused(issuer: DevIssuer) -> None:
+    with pytest.raises(Unauthenticated, match="one credential"):
+        authenticator(issuer, easy_auth=True).identify({"x-ms-client-principal": EASY}, {"code": "p" * 20})
+
+
+def test_the_names_a_url_repeats_are_found() -> None:
+    assert repeated_query_names("http://h/api/x?code=a&stream=s&code=b") == {"code"}
+    assert repeated_query_names("http://h/api/x?code=a&code") == {"code"}
+    assert repeated_query_names("http://h/api/x?code=a&b=1") == frozenset()
+
+
 def test_bearer_tokens_without_an_issuer_are_refused() -> None:
     auth = Authenticator(keys={}, tokens=None, easy_auth=False)
     with pytest.raises(Unauthenticated, match="no bearer tokens"):
@@ -511,3 +561,29 @@ def test_a_sas_never_outlives_the_token() -> None:
     soon = (now + timedelta(minutes=3)).timestamp()
     assert sas_expiry(now, 15, soon) == now + timedelta(minutes=3)
     assert sas_expiry(now, 15, (now + timedelta(hours=2)).timestamp()) == now + timedelta(minutes=15)
+
+
+# -- what a caller may not see costs nothing ------------------------------------------------------
+def test_a_batch_on_streams_the_caller_may_not_read_is_looked_up_no_further() -> None:
+    """``/batches/{id}`` filters the streams before any lookup of their own: an id used only
+    on streams the caller may not read costs what an unknown id costs, so the time of the 404
+    tells nothing about them."""
+    vault = Vault(MemoryAccount()).ensure()
+    looked_up: list[str] = []
+
+    def latest_commit(stream: str) -> list[Any]:
+        looked_up.append(stream)
+        return []
+
+    table = BatchTable(MemoryAccount().table("batches"), vault.index, latest_commit)
+    table.table.create_if_missing()
+    for stream in ("secret-1", "secret-2", "mine"):
+        assert table.reserve(stream, "b-1", "digest", 1, 0) is None
+    assert table.reserve("secret-1", "b-2", "digest", 1, 0) is None
+
+    def mine(stream: str) -> bool:
+        return stream == "mine"
+
+    assert [s.stream for s in table.find("b-1", mine)] == ["mine"] and looked_up == ["mine"]
+    looked_up.clear()
+    assert table.find("b-2", mine) == [] and table.find("b-unknown", mine) == [] and looked_up == []

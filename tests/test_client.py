@@ -33,7 +33,7 @@ from vault_client.batching import Accumulator
 from vault_client.cli import cli
 from vault_client.cli.inputs import read_messages
 from vault_client.direct import SasBlob
-from vault_client.errors import ApiBadRequest, ApiNotFound
+from vault_client.errors import ApiBadRequest, ApiError, ApiNotFound
 from vault_client.groups import GroupMember, group_lag
 from vault_client.retry import parse_retry_after
 from vault_client.verify import verify_log
@@ -391,6 +391,45 @@ def test_retried_batch_keeps_its_idempotency_key(fake: FakeVault) -> None:
         result = producer.send("s", "once")
     assert result.result().status == "staged"
     assert len({r.headers["idempotency-key"] for r in fake.requests}) == 1 and len(fake.requests) == 3
+
+
+@pytest.mark.parametrize("status", [500, 501, 505])
+def test_any_5xx_under_a_post_is_retried_with_the_same_key(fake: FakeVault, status: int) -> None:
+    """A worker that dies under a POST makes the host answer 500: the batch may or may not be
+    staged, and the key makes a retry safe either way."""
+    fake.fail_first, fake.status = 1, status
+    with Producer(api=fake.api()) as producer:
+        result = producer.send("s", "once")
+    assert result.result().status == "staged" and fake.values == ["once"]
+    assert len(fake.requests) == 2 and len({r.headers["idempotency-key"] for r in fake.requests}) == 1
+
+
+def test_a_post_whose_connection_drops_is_retried_with_the_same_key(fake: FakeVault) -> None:
+    def drop_the_first(request: httpx.Request) -> httpx.Response:
+        if not fake.requests:
+            fake.requests.append(request)
+            raise httpx.RemoteProtocolError(
+                "Server disconnected without sending a response.", request=request
+            )
+        return fake(request)
+
+    api = ApiClient("http://vault.test", "k", transport=httpx.MockTransport(drop_the_first), retry=FAST_RETRY)
+    with Producer(api=api) as producer:
+        assert producer.send("s", "once").result().status == "staged"
+    assert len(fake.requests) == 2 and len({r.headers["idempotency-key"] for r in fake.requests}) == 1
+
+
+def test_a_500_to_a_read_is_not_retried() -> None:
+    calls: list[httpx.Request] = []
+
+    def fail(request: httpx.Request) -> httpx.Response:
+        calls.append(request)
+        return httpx.Response(500, json={"error": "internal", "message": "no"})
+
+    api = ApiClient("http://vault.test", "k", transport=httpx.MockTransport(fail), retry=FAST_RETRY)
+    with pytest.raises(ApiError):
+        api.stream("s")
+    assert len(calls) == 1
 
 
 def test_retry_after_is_honoured(fake: FakeVault) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from vault_app import config, envelope
+from vault_app.claimcheck import ClaimChecks, claim_name, is_claim_of
 from vault_app.config import load_settings
 from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
@@ -87,6 +88,38 @@ def test_the_inline_envelope_round_trips_text_and_binary() -> None:
     msgs = [NewMessage(b"\x00\xffbin", b"\x01"), NewMessage("tëxt".encode(), "key")]
     env = envelope.decode(envelope.encode_messages("b1", "s", 5, msgs))
     assert (env.batch_id, env.stream, env.received_ms, env.messages) == ("b1", "s", 5, msgs)
+
+
+def test_the_writer_reads_only_the_claim_check_blob_of_the_message_s_own_batch() -> None:
+    """A queue message naming another batch's blob (or any other blob) is refused before a read:
+    it could otherwise make the writer append bytes that were staged for something else."""
+    name = claim_name("orders", "b-1")
+    assert is_claim_of(name, "orders", "b-1")
+    attempt = name.rsplit("/", 1)[1].removesuffix(".records")
+    for other in (
+        claim_name("orders", "b-2"),
+        claim_name("billing", "b-1"),
+        f"orders/b-1/../b-2/{attempt}",
+        f"orders/b-1/{attempt}",  # no .records
+        "orders/b-1/x.records",
+        f"orders/b-1/{attempt}.records/extra",
+        "orders/b-1.records",
+        "",
+    ):
+        assert not is_claim_of(other, "orders", "b-1"), other
+
+    downloads: list[str] = []
+
+    class Container:
+        def download(self, blob: str) -> bytes | None:
+            downloads.append(blob)
+            return None
+
+    claims = ClaimChecks(Container(), vault=None)  # type: ignore[arg-type]
+    stolen = envelope.decode(envelope.encode_claim("b-1", "orders", 5, claim_name("billing", "b-9"), 3))
+    with pytest.raises(EnvelopeError, match="not one of batch b-1 on stream orders"):
+        claims.load(stolen)
+    assert downloads == []
 
 
 def test_a_claim_check_body_must_hold_the_announced_messages() -> None:

@@ -144,14 +144,15 @@ def test_oversize_keys_and_values_are_rejected(message: NewMessage, what: str) -
 
 
 @pytest.mark.parametrize(
-    "name", ["", "-lead", ".hidden", "a/b", "a\\b", "a#b", "a?b", "x" * 129, "sp ace", "ü"]
+    "name",
+    ["", "-lead", ".hidden", "a/b", "a\\b", "a#b", "a?b", "x" * 129, "sp ace", "ü", "trail.", "a..", "."],
 )
 def test_invalid_stream_names_are_rejected(name: str) -> None:
     with pytest.raises(InvalidStreamName, match="invalid stream name"):
         validate_stream_name(name)
 
 
-@pytest.mark.parametrize("name", ["a", "orders", "Orders.v2", "a_b-c", "9", "x" * 128])
+@pytest.mark.parametrize("name", ["a", "orders", "Orders.v2", "a_b-c", "9", "x" * 128, "a..b", "v1.0_", "x-"])
 def test_valid_stream_names_pass(name: str) -> None:
     assert validate_stream_name(name) == name
 

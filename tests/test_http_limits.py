@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import commit_directly, fast_host_json, isolated_host
+from conftest import commit_directly, fast_host_json, isolated_host, key_header
 
 from vault_core.vault import Vault
 from vault_local import http_limits
@@ -87,6 +87,60 @@ def test_a_body_that_trickles_in_is_408(azurite: Azurite, tmp_path: Path) -> Non
 def test_a_url_over_4_kib_is_414(vault_host: HostProcess) -> None:
     r = httpx.get(f"{vault_host.url}/streams/s/messages", params={"x": "y" * 5000})
     assert r.status_code == 414 and r.json()["error"] == "uri_too_long"
+
+
+def test_an_anonymous_post_is_refused_before_its_body_is_read(vault_host: HostProcess) -> None:
+    """No route takes a body from an anonymous caller: the 401 comes without a byte of the
+    90 MiB announced (none is sent), as the app itself would answer it."""
+    head = b"POST /api/streams/s/messages HTTP/1.1\r\nHost: x\r\nContent-Length: 94371840\r\n\r\n"
+    answer, took = raw_request(vault_host.port, head)
+    assert answer.startswith(b"HTTP/1.1 401") and b'"unauthorized"' in answer, answer[:300]
+    assert b'www-authenticate: bearer realm="message-vault"' in answer.lower()
+    assert took < 5
+    # A credential, even a wrong one, goes to the app, which judges it after the body.
+    head = (
+        b"POST /api/streams/s/messages HTTP/1.1\r\nHost: x\r\nx-functions-key: wrong\r\n"
+        b"Content-Length: 2\r\n\r\n"
+    )
+    answer, _ = raw_request(vault_host.port, head, b"{}")
+    assert answer.startswith(b"HTTP/1.1 401") and b"not one this app accepts" in answer
+
+
+def test_request_headers_over_32_kib_together_are_431(vault_host: HostProcess) -> None:
+    for headers in (
+        [b"Authorization: Bearer " + b"a" * (1024 * 1024)],  # one huge header
+        [b"X-Pad-%d: %s" % (i, b"b" * 1000) for i in range(40)],  # many that add up
+    ):
+        head = b"GET /api/health HTTP/1.1\r\nHost: x\r\n" + b"\r\n".join(headers) + b"\r\n\r\n"
+        answer, took = raw_request(vault_host.port, head)
+        assert answer.startswith(b"HTTP/1.1 431") and b'"header_too_large"' in answer, answer[:200]
+        assert took < 5
+    fits = b"GET /api/health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"c" * 30_000 + b"\r\n\r\n"
+    assert raw_request(vault_host.port, fits)[0].startswith(b"HTTP/1.1 200")
+    # A body that arrives with the head, in the same reads, is no part of the head.
+    body = b'{"messages": [{"value": "' + b"v" * 200_000 + b'"}]}'
+    head = (
+        f"POST /api/streams/s/messages?code={vault_host.key} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    with socket.create_connection(("127.0.0.1", vault_host.port), timeout=30) as s:
+        s.sendall(head + body)
+        assert s.recv(65536).startswith(b"HTTP/1.1 202")
+
+
+@pytest.mark.parametrize("char", ["%09", "%0D", "%0A", "%0d%0a", "%00", "%7F"])
+def test_a_control_character_in_the_path_is_400_never_another_route_or_name(
+    vault_host: HostProcess, char: str
+) -> None:
+    key = key_header(vault_host)
+    for path in (
+        f"streams/s{char}/messages",
+        f"streams/s/messages{char}",
+        f"streams/s{char}",
+        f"health{char}",
+    ):
+        r = httpx.get(f"{vault_host.url}/{path}", headers=key)
+        assert r.status_code == 400 and r.json()["error"] == "bad_request", (path, r.text)
 
 
 @pytest.fixture

@@ -933,3 +933,39 @@ def test_ci_workflow_is_valid_yaml() -> None:
 )
 def test_funcignore_excludes(pattern: str) -> None:
     assert pattern in FUNCIGNORE.read_text().splitlines()
+
+
+# -- App Service Authentication ------------------------------------------------------------------
+def test_easy_auth_is_configured_with_the_registration_whenever_the_app_trusts_its_header() -> None:
+    """VAULT_EASY_AUTH=true makes the app trust X-MS-CLIENT-PRINCIPAL, which only App Service
+    Authentication sets (and strips from what clients send): the setting is true exactly when
+    this deployment configures Easy Auth, with the app registration's client id and issuer."""
+    (setting,) = [s for s in app_settings() if s.name == "VAULT_EASY_AUTH"]
+    assert setting.value == {"function": {"type": "string", "parameters": {"value_to_convert": "easyAuthOn"}}}
+    on = doc(FUNCTION_APP)["variables"]["easyAuthOn"]["value"]["operator"]
+    assert on["type"] == "and" and on["operands"]["operand_1"] == "easyAuth"
+    needs_client = on["operands"]["operand_2"]["operator"]
+    assert needs_client["type"] == "not"
+    assert needs_client["operands"]["bool_value"] == {
+        "function": {"type": "empty", "parameters": {"item_to_test": "authClientId"}}
+    }
+    (resource,) = [
+        r["config"]
+        for r in collected(FUNCTION_APP)["resources"].values()
+        if r["type"] == "Microsoft.Web/sites/config"
+    ]
+    assert resource["condition"] == "easyAuthOn"
+    config = resource["config"]
+    assert config["name"] == "authsettingsV2" and config["properties"]["platform"]["enabled"] is True
+    aad = config["properties"]["identityProviders"]["azureActiveDirectory"]
+    assert aad["enabled"] is True and aad["registration"]["clientId"] == "authClientId"
+    assert aad["registration"]["openIdIssuer"].endswith("${authTenantId}/v2.0")
+    assert aad["validation"]["allowedAudiences"] == ["authClientId", "api://${authClientId}"]
+    # Keys and anonymous reads stay the app's to judge: Easy Auth lets such requests through.
+    assert config["properties"]["globalValidation"]["unauthenticatedClientAction"] == "AllowAnonymous"
+
+
+def test_main_passes_the_app_registration_to_easy_auth() -> None:
+    (module,) = [m for m in collected(MAIN)["modules"].values() if "easyAuth" in body(m["config"])["params"]]
+    params = body(module["config"])["params"]
+    assert params["easyAuth"] == "easyAuth" and params["authClientId"] == "authClientId"

@@ -25,6 +25,8 @@ from vault_core.times import to_millis
 LIMITS = Limits(max_message_bytes=4096, max_batch_messages=50, max_batch_bytes=64 * 1024)
 CONTENT_TYPES = st.sampled_from([None, "application/json", "application/x-ndjson", "text/plain"])
 FAST = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SOME = settings(FAST, max_examples=60)
+"""For the invalid UTF-8 cases: few shapes, each checked in every field."""
 
 # Text that includes lone surrogates, which JSON can carry (as \ud800) but UTF-8 cannot.
 any_text = st.text(st.characters(codec=None, exclude_categories=()), max_size=20) | st.text(max_size=20)
@@ -46,6 +48,19 @@ message = st.fixed_dictionaries(
 batch_doc = st.fixed_dictionaries(
     {"messages": st.lists(message, max_size=5) | json_value}, optional={"batch_id": json_value}
 )
+
+
+def _not_utf8(raw: bytes) -> bool:
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _not_utf8_nor_ascii(raw: bytes) -> bool:
+    """Bytes that break UTF-8 without breaking the JSON around them (no quote, no backslash)."""
+    return _not_utf8(raw) and all(b >= 0x80 for b in raw)
 
 
 def parses_or_4xx(body: bytes, content_type: str | None) -> None:
@@ -92,6 +107,66 @@ def test_a_lone_surrogate_in_a_key_or_value_is_a_400(field: str) -> None:
         body = {"key": {"key": "a\ud800b", "value": "v"}, "value": {"value": "a\ud800b"}}[field]
         parse_batch(json.dumps({"messages": [body]}).encode(), None, Limits())
     assert err.value.status == 400 and "lone surrogate" in err.value.message
+
+
+NOT_UTF8 = [
+    b"\xff",  # never in UTF-8
+    b"\x80",  # a continuation byte alone
+    b"\xc3",  # a sequence cut short
+    b"\xc0\xaf",  # an overlong "/"
+    b"\xe0\x80\xaf",  # an overlong "/", three bytes
+    b"\xed\xa0\x80",  # an encoded surrogate (U+D800)
+    b"\xf4\x90\x80\x80",  # past U+10FFFF
+    b"\xf8\x88\x80\x80\x80",  # a five-byte form
+]
+TEXT_FIELDS = [
+    ("batch_id", lambda bad: b'{"batch_id": "b' + bad + b'", "messages": [{"value": "v"}]}'),
+    ("message 1 value", lambda bad: b'{"messages": [{"value": "v"}, {"value": "a' + bad + b'b"}]}'),
+    ("message 0 key", lambda bad: b'{"messages": [{"key": "' + bad + b'", "value": "v"}]}'),
+    ("message 0 encoding", lambda bad: b'{"messages": [{"value": "v", "encoding": "' + bad + b'"}]}'),
+    (
+        "message 0 key_encoding",
+        lambda bad: b'{"messages": [{"value": "v", "key_encoding": "x' + bad + b'"}]}',
+    ),
+]
+
+
+@SOME
+@given(
+    st.sampled_from(NOT_UTF8) | st.binary(min_size=1, max_size=4).filter(_not_utf8_nor_ascii),
+    st.sampled_from(TEXT_FIELDS),
+)
+def test_invalid_utf8_in_a_field_is_a_400_that_names_the_field(bad: bytes, field: Any) -> None:
+    name, make = field
+    with pytest.raises(HttpError) as err:
+        parse_batch(make(bad), None, LIMITS)
+    assert err.value.status == 400 and err.value.message.startswith(f"{name} is not valid UTF-8"), err.value
+
+
+@SOME
+@given(st.sampled_from(NOT_UTF8), st.integers(0, 2), st.sampled_from(["value", "key"]))
+def test_invalid_utf8_on_an_ndjson_line_is_a_400_that_names_the_line(
+    bad: bytes, line: int, field: str
+) -> None:
+    lines = [b'{"value": "v"}'] * 3
+    lines[line] = (
+        b'{"' + field.encode() + b'": "' + bad + b'", "value": "w"}'
+        if field == "key"
+        else (b'{"value": "' + bad + b'"}')
+    )
+    with pytest.raises(HttpError) as err:
+        parse_batch(b"\n".join(lines), "application/x-ndjson", LIMITS)
+    assert err.value.status == 400 and err.value.message.startswith(
+        f"message {line} {field} is not valid UTF-8"
+    )
+
+
+@SOME
+@given(st.sampled_from(NOT_UTF8), batch_doc)
+def test_invalid_utf8_anywhere_in_a_json_body_is_a_4xx(bad: bytes, doc: Any) -> None:
+    body = json.dumps(doc).encode()
+    for at in range(0, len(body) + 1, max(1, len(body) // 7)):
+        parses_or_4xx(body[:at] + bad + body[at:], None)
 
 
 def test_an_unknown_key_encoding_is_a_400() -> None:

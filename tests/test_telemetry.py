@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from vault_app import envelope, telemetry
+from vault_app.claimcheck import claim_name
 from vault_app.open_writers import OpenWriters
 from vault_app.otel import OtelTelemetry
 from vault_app.runtime import Runtime
@@ -169,7 +170,7 @@ def test_requeues_and_poisoned_batches_are_counted(
         for m in passed_back:
             queue.staging.delete(m)
     # A claim-check blob missing for an uncommitted batch: permanent, the batch goes to poison.
-    queue.staging.send(envelope.encode_claim("lost-1", stream, 1, f"{stream}/lost-1/x.records", 3))
+    queue.staging.send(envelope.encode_claim("lost-1", stream, 1, claim_name(stream, "lost-1"), 3))
     write_next(runtime, stream)
 
     where = {"vault.queue": queue.name, "vault.account": queue.account}

@@ -13,14 +13,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from vault_app import poison
+from vault_app import params, poison
 from vault_app.auth.policy import Action
 from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
 from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
 from vault_app.openapi import SPEC
-from vault_app.params import batch_id_of, int_param, parse_range, parse_time, stream_of, wait_param
+from vault_app.params import (
+    batch_id_of,
+    given,
+    int_param,
+    parse_range,
+    parse_time,
+    read_encoding,
+    stream_of,
+    wait_param,
+)
 from vault_app.readahead import ReadAhead
 from vault_app.runtime import Runtime
 from vault_app.services import Services
@@ -59,8 +68,10 @@ async def post_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
 def _stage(svc: Services, req: Request, stream: str) -> tuple[str, BatchStatus]:
     messages, producer_id = parse_batch(req.body, req.header("content-type"), svc.settings.limits)
     key = req.header("idempotency-key")
-    if key is not None and not 0 < len(key) <= 200:
-        raise HttpError(400, "bad_request", "Idempotency-Key must be 1-200 characters")
+    if key is not None and not 0 < len(key) <= params.IDEMPOTENCY_KEY_MAX:
+        raise HttpError(
+            400, "bad_request", f"Idempotency-Key must be 1-{params.IDEMPOTENCY_KEY_MAX} characters"
+        )
     batch_id = batch_id_for(stream, key, producer_id)
     return batch_id, Stager(svc).stage(stream, batch_id, messages)
 
@@ -104,7 +115,7 @@ def get_batch(rt: Runtime, req: Request, caller: Caller) -> Response:
     Only batches of streams the caller may read count: one elsewhere is "not found", as if it
     did not exist, so an id tells nothing about streams the caller cannot read."""
     batch_id = batch_id_of(req)
-    found = [s for s in rt.services.batch_table.find(batch_id) if caller.may(Action.READ, s.stream)]
+    found = rt.services.batch_table.find(batch_id, lambda stream: caller.may(Action.READ, stream))
     if not found:
         raise HttpError(404, "not_found", f"no batch with id {batch_id!r}")
     if len(found) > 1:
@@ -176,17 +187,18 @@ async def get_messages(rt: Runtime, req: Request, caller: Caller) -> Response:
         stream,
         limit=int_param(req, "limit", DEFAULT_READ_MESSAGES, 1, MAX_READ_MESSAGES),
         max_bytes=int_param(req, "max_bytes", DEFAULT_READ_BYTES, 1, MAX_READ_BYTES),
-        force_b64=req.query.get("encoding") == "base64",
+        force_b64=read_encoding(req) == "base64",
         ndjson=NDJSON in (req.header("accept") or ""),
     )
     wait = wait_param(req)
     reader = svc.vault.reader
-    if req.query.get("at"):
-        if req.query.get("from"):
+    at = given(req, "at")
+    if at is not None:
+        if given(req, "from") is not None:
             raise HttpError(400, "bad_request", "give either from or at, not both")
-        offset = await in_thread(rt, reader.seek_time, stream, parse_time(req.query["at"]))
+        offset = await in_thread(rt, reader.seek_time, stream, parse_time(at))
     else:
-        offset = int_param(req, "from", 0, 0, 2**62)
+        offset = int_param(req, "from", 0, 0, params.MAX_OFFSET)
     if wait > 0 and rt.loops.tails().at_end(stream, offset):
         # A consumer chasing the tail, again: its stream is watched and ends where it asks, so
         # it waits at once. Its empty page, should nothing come, costs no storage call.
@@ -260,7 +272,8 @@ def get_log(rt: Runtime, req: Request, caller: Caller) -> Response:
     stream = stream_of(req)
     blob = svc.vault.blob(stream)
     committed = blob.state().committed
-    raw = (req.header("range") or "bytes=0-").strip()
+    header = req.header("range")
+    raw = (header if header is not None else "bytes=0-").strip()
     start, end = parse_range(raw, committed)
     if start >= committed or end <= start:
         return Response(

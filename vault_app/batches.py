@@ -169,9 +169,12 @@ class BatchTable:
         row = self.table.get(batch_id, stream)
         return None if row is None else self._status(batch_id, stream, row, check_index=False)
 
-    def find(self, batch_id: str) -> list[BatchStatus]:
-        """The batch ``batch_id`` on every stream that has one (usually one stream)."""
-        return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id)]
+    def find(self, batch_id: str, visible: Callable[[str], bool] = lambda stream: True) -> list[BatchStatus]:
+        """The batch ``batch_id`` on every ``visible`` stream that has one (usually one stream).
+
+        The streams are filtered before any further lookup, so the work (and the time) spent
+        on an id does not depend on the streams that are not visible."""
+        return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id) if visible(r.key)]
 
     def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
         """The batch's offsets if it is committed to ``stream`` (needs no status row).

@@ -18,6 +18,7 @@ written, read back by the writer and deleted after the commit.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 
@@ -28,6 +29,21 @@ from vault_core.errors import VaultError
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 from vault_core.vault import Vault
+
+_ATTEMPT = re.compile(r"[0-9a-f]{32}")
+
+
+def claim_name(stream: str, batch_id: str) -> str:
+    """A fresh name for one staging attempt's blob: ``<stream>/<batch id>/<attempt>.records``."""
+    return f"{stream}/{batch_id}/{uuid.uuid4().hex}.records"
+
+
+def is_claim_of(name: str, stream: str, batch_id: str) -> bool:
+    """Whether ``name`` is a claim-check name of this stream and batch (any attempt): the writer
+    reads only such a blob, so a queue message cannot make it append another batch's bytes."""
+    prefix = f"{stream}/{batch_id}/"
+    attempt = name[len(prefix) : -len(".records")] if name.endswith(".records") else ""
+    return name.startswith(prefix) and _ATTEMPT.fullmatch(attempt) is not None
 
 
 class AlreadyCommitted(Exception):
@@ -59,7 +75,7 @@ class ClaimChecks:
             text = envelope.encode_messages(batch_id, stream, received_ms, messages, trace)
             if len(text) <= envelope.INLINE_LIMIT:
                 return text, False
-        name = f"{stream}/{batch_id}/{uuid.uuid4().hex}.records"
+        name = claim_name(stream, batch_id)
         body = envelope.encode_claim_body(messages, received_ms)
         with_retries(lambda: self._upload(name, body))
         return envelope.encode_claim(batch_id, stream, received_ms, name, len(messages), trace), True
@@ -72,11 +88,17 @@ class ClaimChecks:
         """Resolve a claim-check reference into the full envelope (inline envelopes pass through).
 
         Raises :class:`AlreadyCommitted` for a redelivery whose blob went with its commit,
-        :class:`EnvelopeError` for a missing or corrupt blob of an uncommitted batch (permanent),
+        :class:`EnvelopeError` for a missing or corrupt blob of an uncommitted batch, or a name
+        that is not the claim-check name of the envelope's stream and batch (permanent),
         and :class:`~vault_core.errors.StorageUnavailable` when storage cannot answer.
         """
         if env.claim is None:
             return env
+        if not is_claim_of(env.claim, env.stream, env.batch_id):
+            shown = env.claim if len(env.claim) <= 200 else env.claim[:200] + "..."
+            raise EnvelopeError(
+                f"claim-check name {shown!r} is not one of batch {env.batch_id} on stream {env.stream}"
+            )
         body = self.container.download(env.claim)
         if body is None:
             if self._committed(env):

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from vault_app.auth import early
 from vault_app.auth.identity import Principal
 from vault_app.auth.policy import Action, Permissions, permissions
 from vault_app.auth.principal import Unauthenticated
@@ -77,9 +78,7 @@ def unauthorized(reason: str, *, invalid_token: bool = False) -> HttpError:
 
 def denied(caller: Caller, message: str) -> HttpError:
     if caller.principal.anonymous:
-        return unauthorized(
-            "this needs a credential: Authorization: Bearer <token>, or a function key in x-functions-key"
-        )
+        return unauthorized(early.MESSAGE)
     log.info("forbidden: %s", message)
     return HttpError(403, "forbidden", message)
 
@@ -87,7 +86,7 @@ def denied(caller: Caller, message: str) -> HttpError:
 # -- identifying the caller ----------------------------------------------------------------------
 def caller_of(rt: Runtime, req: Request) -> Caller:
     try:
-        principal = rt.authenticator.identify(req.headers, req.query)
+        principal = rt.authenticator.identify(req.headers, req.query, req.repeated)
     except Unauthenticated as exc:
         log.info("unauthenticated %s %s: %s", req.method, dict(req.route), exc.reason)
         raise unauthorized(exc.reason, invalid_token=exc.bearer) from None

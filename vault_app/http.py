@@ -14,9 +14,11 @@ import functools
 import inspect
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlsplit
 
 from vault_app.batches import IdempotencyMismatch
 from vault_app.tail import Busy
@@ -45,6 +47,9 @@ class Request:
     headers: Mapping[str, str] = field(default_factory=dict)
     """Lower-case header names."""
     body: bytes = b""
+    repeated: frozenset[str] = frozenset()
+    """Query parameters the URL names more than once (``query`` keeps one value of each): a
+    credential sent twice must not count once (vault_app.auth)."""
 
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name.lower(), default)
@@ -67,6 +72,12 @@ class HttpError(Exception):
         self.code = code
         self.message = message
         self.headers = dict(headers or {})
+
+
+def repeated_query_names(url: str) -> frozenset[str]:
+    """The query parameters that ``url`` names more than once."""
+    names = Counter(name for name, _ in parse_qsl(urlsplit(url).query, keep_blank_values=True))
+    return frozenset(name for name, n in names.items() if n > 1)
 
 
 def json_response(status: int, doc: Any, headers: Mapping[str, str] | None = None) -> Response:

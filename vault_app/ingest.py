@@ -40,7 +40,9 @@ class WireBatch(msgspec.Struct, forbid_unknown_fields=True):
 
 _BATCH = msgspec.json.Decoder(WireBatch)
 _LINE = msgspec.json.Decoder(WireMessage)
-_TEXT_ENCODINGS = (None, "utf-8", "text")
+TEXT_ENCODINGS = ("utf-8", "text")
+"""What ``encoding`` and ``key_encoding`` may say of text (or leave out): ``text`` is an alias."""
+_TEXT_ENCODINGS = (None, *TEXT_ENCODINGS)
 _SPENT = WireMessage("")
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 
@@ -70,6 +72,8 @@ def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[
         raise HttpError(
             400, "bad_request", f"invalid {'NDJSON line' if ndjson else 'batch'}: {exc}"
         ) from None
+    except UnicodeDecodeError:  # msgspec checks UTF-8 as it decodes each string
+        raise HttpError(400, "bad_request", _not_utf8(body, ndjson)) from None
     except msgspec.DecodeError as exc:
         raise HttpError(400, "bad_request", _malformed(exc, body, ndjson)) from None
     except RecursionError:
@@ -99,6 +103,50 @@ def _malformed(exc: msgspec.DecodeError, body: bytes, ndjson: bool) -> str:
             "send such bytes base64-encoded"
         )
     return what
+
+
+_MARK = "\U0010fffe"
+"""Stands in for invalid UTF-8 to find the field it was in: a noncharacter, never sent as text."""
+_INVALID_RUN = re.compile("[\udc80-\udcff]+")
+_FIELDS = ("value", "key", "encoding", "key_encoding")
+
+
+def _not_utf8(body: bytes, ndjson: bool) -> str:
+    """Where a body that is not UTF-8 first goes wrong: the field (``message 3 value``) when
+    the bytes are inside a known field's text, and the byte offset."""
+    try:
+        body.decode("utf-8")
+        at = -1
+    except UnicodeDecodeError as exc:
+        at = exc.start
+    where = "the body"
+    # Invalid bytes become lone surrogates here, and each run of them the mark.
+    marked = _INVALID_RUN.sub(_MARK, body.decode("utf-8", "surrogateescape"))
+    if _MARK.encode() not in body:  # else the mark would be ambiguous
+        where = _field_with_mark(marked.encode(), ndjson) or where
+    return (
+        f"{where} is not valid UTF-8 (byte {at} of the body; overlong forms and encoded "
+        "surrogates are not UTF-8 either): send such bytes base64-encoded"
+    )
+
+
+def _field_with_mark(body: bytes, ndjson: bool) -> str | None:
+    try:
+        if ndjson:
+            items, batch_id = _LINE.decode_lines(body), None
+        else:
+            doc = _BATCH.decode(body)
+            items, batch_id = doc.messages, doc.batch_id
+    except (msgspec.MsgspecError, RecursionError):
+        return None  # outside a string, or in a field name: the body is malformed anyway
+    if batch_id is not None and _MARK in batch_id:
+        return "batch_id"
+    for i, item in enumerate(items):
+        for name in _FIELDS:
+            text = getattr(item, name)
+            if text is not None and _MARK in text:
+                return f"message {i} {name}"
+    return None
 
 
 def _too_many(count: str, limits: Limits) -> HttpError:

@@ -1,33 +1,54 @@
 """The OpenAPI 3 description of docs/API.md, served at ``GET /api/openapi.json``.
 
-A test checks that every route the app registers is described here.
+Every rule the app enforces on a request is in a schema where OpenAPI 3.0 can say it
+(patterns, ranges, lengths, ``additionalProperties: false``), taken from the code that enforces
+it (:mod:`vault_core.names`, :mod:`vault_core.limits`, :mod:`vault_app.params`), so generated
+clients and validators refuse what the app refuses. A test checks that every route the app
+registers is described here, and a property-based run generated from this document
+(tests/test_openapi_contract.py) checks that the app and the document agree. What OpenAPI 3.0
+cannot say is in the descriptions (docs/API.md "What the document cannot say").
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from vault_app import ui
+from vault_app.ingest import TEXT_ENCODINGS
+from vault_app.params import IDEMPOTENCY_KEY_MAX, MAX_OFFSET, RANGE, READ_ENCODINGS, TIME, anchored
 from vault_core import __version__
 from vault_core.limits import (
     DEFAULT_READ_BYTES,
     DEFAULT_READ_MESSAGES,
+    MAX_BATCH_BYTES,
+    MAX_BATCH_MESSAGES,
     MAX_GROUPS,
+    MAX_MESSAGE_BYTES,
     MAX_RATE_MINUTES,
     MAX_READ_BYTES,
     MAX_READ_MESSAGES,
     MAX_WAIT_SECONDS,
     MiB,
 )
+from vault_core.names import BATCH_ID_PATTERN, PRODUCER_BATCH_ID_PATTERN, STREAM_PATTERN
+from vault_core.recordformat import MAX_KEY_BYTES
 
 
-def _param(name: str, where: str, kind: str, text: str, required: bool = False) -> dict[str, Any]:
+def _param(
+    name: str, where: str, kind: str | dict[str, Any], text: str, required: bool = False
+) -> dict[str, Any]:
+    """``kind``: a type name, or the whole schema."""
     return {
         "name": name,
         "in": where,
         "required": required or where == "path",
-        "schema": {"type": kind},
+        "schema": {"type": kind} if isinstance(kind, str) else kind,
         "description": text,
     }
+
+
+def _integer(lo: int, hi: int) -> dict[str, Any]:
+    return {"type": "integer", "format": "int64", "minimum": lo, "maximum": hi}
 
 
 def _errors(*codes: int) -> dict[str, Any]:
@@ -49,13 +70,22 @@ def _ok(status: int, schema: str, text: str = "ok") -> dict[str, Any]:
     }
 
 
+STREAM_SCHEMA = {"type": "string", "pattern": anchored(STREAM_PATTERN)}
 STREAM = _param(
-    "stream", "path", "string", "stream name: 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit"
+    "stream",
+    "path",
+    STREAM_SCHEMA,
+    "stream name: 1-128 of A-Z a-z 0-9 . _ -, starting with a letter or digit, not ending with .",
 )
+BATCH_ID = {"type": "string", "pattern": anchored(BATCH_ID_PATTERN)}
 POISON_FILTERS = [
-    _param("stream", "query", "string", "only this stream's batches"),
-    _param("batch", "query", "string", "only the batch with this id"),
+    _param("stream", "query", STREAM_SCHEMA, "only this stream's batches"),
+    _param("batch", "query", BATCH_ID, "only the batch with this id"),
 ]
+BATCH_ID_PARAM = _param(
+    "id", "path", BATCH_ID, "batch id (another id names no batch: 404, as for an unknown one)"
+)
+WAIT = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
 _opt_str = {"type": "string", "nullable": True}
@@ -72,19 +102,31 @@ SCHEMAS: dict[str, Any] = {
     "NewMessage": {
         "type": "object",
         "required": ["value"],
+        "additionalProperties": False,
+        "description": f"value: at most {MAX_MESSAGE_BYTES} bytes (VAULT_MAX_MESSAGE_BYTES), "
+        f"key: at most {MAX_KEY_BYTES} bytes, as UTF-8 text or, with the encoding base64, the "
+        "bytes it decodes to. null is the same as leaving a field out.",
         "properties": {
-            "key": {"type": "string"},
-            "key_encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "key": {"type": "string", "nullable": True},
+            "key_encoding": {"type": "string", "nullable": True, "enum": [*TEXT_ENCODINGS, "base64", None]},
             "value": {"type": "string"},
-            "encoding": {"type": "string", "enum": ["utf-8", "base64"]},
+            "encoding": {"type": "string", "nullable": True, "enum": [*TEXT_ENCODINGS, "base64", None]},
         },
     },
     "Batch": {
         "type": "object",
         "required": ["messages"],
+        "additionalProperties": False,
         "properties": {
-            "batch_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
-            "messages": {"type": "array", "items": {"$ref": "#/components/schemas/NewMessage"}},
+            "batch_id": {"type": "string", "nullable": True, "pattern": anchored(PRODUCER_BATCH_ID_PATTERN)},
+            "messages": {
+                "type": "array",
+                "minItems": 1,
+                "maxItems": MAX_BATCH_MESSAGES,
+                "description": f"at most {MAX_BATCH_MESSAGES} (VAULT_MAX_BATCH_MESSAGES), "
+                f"and at most {MAX_BATCH_BYTES} bytes of body (VAULT_MAX_BATCH_BYTES)",
+                "items": {"$ref": "#/components/schemas/NewMessage"},
+            },
         },
     },
     "BatchStatus": {
@@ -315,8 +357,13 @@ PATHS: dict[str, Any] = {
             "summary": "Stage a batch of messages (202 once durably staged)",
             "parameters": [
                 STREAM,
-                _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
-                _param("Idempotency-Key", "header", "string", "a retry with the same key stages once"),
+                _param("wait", "query", WAIT, f"0-{MAX_WAIT_SECONDS}: wait for the commit"),
+                _param(
+                    "Idempotency-Key",
+                    "header",
+                    {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX},
+                    "a retry with the same key stages once",
+                ),
             ],
             "requestBody": {
                 "required": True,
@@ -335,12 +382,22 @@ PATHS: dict[str, Any] = {
             "summary": "Read messages from an offset or a time; long-poll at the tail",
             "parameters": [
                 STREAM,
-                _param("from", "query", "integer", "record boundary to start at (default 0)"),
-                _param("at", "query", "string", "time (ms or ISO 8601): first message at or after it"),
-                _param("limit", "query", "integer", _LIMIT),
-                _param("max_bytes", "query", "integer", _MAX_BYTES),
-                _param("wait", "query", "number", f"0-{MAX_WAIT_SECONDS}: wait for data at the tail"),
-                _param("encoding", "query", "string", "base64: never return values as text"),
+                _param("from", "query", _integer(0, MAX_OFFSET), "record boundary to start at (default 0)"),
+                _param(
+                    "at",
+                    "query",
+                    {"type": "string", "pattern": anchored(TIME)},
+                    "time (ms or ISO 8601): first message at or after it; not with from",
+                ),
+                _param("limit", "query", _integer(1, MAX_READ_MESSAGES), _LIMIT),
+                _param("max_bytes", "query", _integer(1, MAX_READ_BYTES), _MAX_BYTES),
+                _param("wait", "query", WAIT, f"0-{MAX_WAIT_SECONDS}: wait for data at the tail"),
+                _param(
+                    "encoding",
+                    "query",
+                    {"type": "string", "enum": list(READ_ENCODINGS)},
+                    "base64: never return values as text (default utf-8: text where it is UTF-8)",
+                ),
             ],
             "responses": {
                 "200": {
@@ -359,7 +416,12 @@ PATHS: dict[str, Any] = {
             "summary": "Raw committed bytes of the log (docs/FORMAT.md), by HTTP Range",
             "parameters": [
                 STREAM,
-                _param("Range", "header", "string", "bytes=a-b (one range, at most 16 MiB served)"),
+                _param(
+                    "Range",
+                    "header",
+                    {"type": "string", "pattern": anchored(RANGE)},
+                    "bytes=a-b, bytes=a- or bytes=-n (one range, at most 16 MiB served)",
+                ),
             ],
             "responses": {
                 "206": {
@@ -394,7 +456,12 @@ PATHS: dict[str, Any] = {
             "summary": "Messages and bytes committed per minute (the explorer's ingest rate)",
             "parameters": [
                 STREAM,
-                _param("minutes", "query", "integer", f"1-{MAX_RATE_MINUTES}: the window (default 60)"),
+                _param(
+                    "minutes",
+                    "query",
+                    _integer(1, MAX_RATE_MINUTES),
+                    f"1-{MAX_RATE_MINUTES}: the window (default 60)",
+                ),
             ],
             "responses": {**_ok(200, "Rates"), **_errors(400, 404, 503)},
         }
@@ -409,14 +476,14 @@ PATHS: dict[str, Any] = {
     "/streams/{stream}/batches/{id}": {
         "get": {
             "summary": "A batch's status on its stream",
-            "parameters": [STREAM, _param("id", "path", "string", "batch id")],
+            "parameters": [STREAM, BATCH_ID_PARAM],
             "responses": {**_ok(200, "BatchStatus"), **_errors(400, 404, 503)},
         }
     },
     "/batches/{id}": {
         "get": {
             "summary": "A batch's status by id alone (409 if the id is used on several streams)",
-            "parameters": [_param("id", "path", "string", "batch id")],
+            "parameters": [BATCH_ID_PARAM],
             "responses": {**_ok(200, "BatchStatus"), **_errors(404, 409, 503)},
         }
     },
@@ -458,11 +525,19 @@ PATHS: dict[str, Any] = {
             "summary": "The web explorer's files (no data: its page calls the API with your credential)",
             "description": "/ui/ is the page; a credential is not looked at. Strict Content-Security-Policy.",
             "parameters": [
-                _param("path", "path", "string", "a file of the explorer; empty (/ui/): the page")
+                _param(
+                    "path",
+                    "path",
+                    {"type": "string", "pattern": "^[^\\x00-\\x1f\\x7f]*$"},
+                    "a file of the explorer; empty (/ui/): the page",
+                )
             ],
             "security": [],
             "responses": {
-                "200": {"description": "the file", "content": {"text/html": {"schema": {"type": "string"}}}},
+                "200": {
+                    "description": "the file",
+                    "content": {t: {"schema": {"type": "string"}} for t in sorted(set(ui.TYPES.values()))},
+                },
                 "304": {"description": "not modified (If-None-Match)"},
                 **_errors(404),
             },
@@ -509,6 +584,22 @@ def _secure(paths: dict[str, Any]) -> None:
 
 
 _secure(PATHS)
+
+FRONT_END = (400, 408, 413, 414, 429, 431, 503)
+"""What the front end before the app may answer to any request (docs/API.md "Request limits"):
+a control character in the path, a body too slow or too large, a URL or headers too long, too
+many requests held, a host that is stopping. The local host answers these as JSON errors;
+Azure's front end may not."""
+
+
+def _front_end(paths: dict[str, Any]) -> None:
+    for operations in paths.values():
+        for op in operations.values():
+            for status, answer in _errors(*FRONT_END).items():
+                op["responses"].setdefault(status, {**answer, "description": "from the front end"})
+
+
+_front_end(PATHS)
 
 SPEC: dict[str, Any] = {
     "openapi": "3.0.3",

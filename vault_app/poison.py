@@ -25,6 +25,7 @@ poison queue to its end; if not, the caller calls again.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -190,11 +191,14 @@ class PoisonListing:
     messages: list[Listed]
     queues: list[ListedQueue]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, queues: bool = True) -> dict[str, Any]:
+        """``queues=False`` for an admin of some streams only: the counts are of every stream's
+        batches, so they are left out, and ``truncated`` says only that a queue held more
+        than a page (the caller's batches may be among those not peeked)."""
         return {
             "messages": [m.to_json() for m in self.messages],
-            "queues": [q.to_json() for q in self.queues],
-            "truncated": any(q.truncated for q in self.queues),
+            "queues": [q.to_json() for q in self.queues] if queues else [],
+            "truncated": any(q.truncated if queues else q.peeked >= PAGE for q in self.queues),
         }
 
 
@@ -232,12 +236,15 @@ class ReplayReport:
     invalid: list[Parked] = field(default_factory=list)
     """Selected messages that are not envelopes: never replayed, they stay in poison."""
     skipped: int = 0
-    """Messages the selector did not pick."""
+    """Messages the selector did not pick, of the streams ``shown`` covers."""
     repeated: int = 0
     """Further copies of a batch this call already replayed, left in poison: the writer may
     have failed the replayed batch again at once, and that new copy must stay for the operator."""
     complete: bool = True
     """False if the call stopped before reading every poison queue to its end."""
+    shown: Callable[[str | None], bool] = field(default=lambda stream: True, repr=False)
+    """The streams whose messages the caller may hear of (an admin of some streams only is
+    told nothing about the others, not even how many were skipped)."""
 
     _batches: set[tuple[str | None, str | None]] = field(default_factory=set, repr=False)
 
@@ -261,11 +268,17 @@ class ReplayReport:
 
 
 def replay(
-    services: Services, selector: Selector | None = None, *, work_seconds: float = REPLAY_WORK_SECONDS
+    services: Services,
+    selector: Selector | None = None,
+    *,
+    work_seconds: float = REPLAY_WORK_SECONDS,
+    shown: Callable[[str | None], bool] | None = None,
 ) -> ReplayReport:
-    """Send the selected poisoned batches back to their staging queues; each batch once per call."""
+    """Send the selected poisoned batches back to their staging queues; each batch once per call.
+
+    ``shown``: the streams the report may count skipped messages of (default: all)."""
     selector = selector or Selector()
-    report = ReplayReport()
+    report = ReplayReport() if shown is None else ReplayReport(shown=shown)
     stop_at = time.monotonic() + work_seconds
     for q in services.queues:
         if not _replay_queue(services, q, selector, report, stop_at):
@@ -304,7 +317,8 @@ def _replay_one(
     body = m.body
     parked = read_message(q, m.id, m.inserted, body)
     if not selector.matches(parked):
-        report.skipped += 1
+        if report.shown(parked.stream):
+            report.skipped += 1
         return False
     if not parked.valid or parked.stream is None or parked.batch_id is None:
         report.invalid.append(parked)

@@ -30,8 +30,13 @@ def _selector(req: Request, caller: Caller) -> poison.Selector:
             "bad_request",
             f"unknown query parameter {unknown[0]!r}; the filters are {' and '.join(PARAMETERS)}",
         )
-    stream = req.query.get("stream") or None
-    batch = req.query.get("batch") or None
+    empty = sorted(name for name in PARAMETERS if req.query.get(name) == "")
+    if empty:
+        raise HttpError(
+            400, "bad_request", f"query parameter {empty[0]} is empty: give a value or leave it out"
+        )
+    stream = req.query.get("stream")
+    batch = req.query.get("batch")
     selector = poison.Selector(
         stream=validate_stream_name(stream) if stream is not None else None,
         batch_id=validate_batch_id(batch) if batch is not None else None,
@@ -48,7 +53,8 @@ def _selector(req: Request, caller: Caller) -> poison.Selector:
 def list_poison(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Peeks (read-only): up to 32 messages per poison queue, with each queue's approximate count."""
     selector = _selector(req, caller)
-    return json_response(200, poison.list_poison(rt.services, selector).to_json())
+    listing = poison.list_poison(rt.services, selector)
+    return json_response(200, listing.to_json(queues=caller.everywhere(Action.ADMIN)))
 
 
 @guarded_for(POISON_BUDGET_SECONDS)
@@ -56,4 +62,11 @@ def list_poison(rt: Runtime, req: Request, caller: Caller) -> Response:
 def replay_poison(rt: Runtime, req: Request, caller: Caller) -> Response:
     """Bounded work per call; ``complete: false`` asks the caller to call again."""
     selector = _selector(req, caller)
-    return json_response(200, poison.replay(rt.services, selector).to_json())
+    report = poison.replay(rt.services, selector, shown=lambda s: _administers(caller, s))
+    return json_response(200, report.to_json())
+
+
+def _administers(caller: Caller, stream: str | None) -> bool:
+    """Whether a poison message of ``stream`` (None: unreadable) may be counted for the caller:
+    an admin of some streams only hears of theirs."""
+    return caller.everywhere(Action.ADMIN) or (stream is not None and caller.may(Action.ADMIN, stream))

@@ -129,11 +129,15 @@ class ApiClient:
         content: bytes | None = None,
         wait: float = 0.0,
         retry: RetryPolicy | None = None,
+        idempotent: bool = False,
     ) -> httpx.Response:
         """Send one request, retrying throttling/unavailability/connection errors; raise on error answers.
 
         ``wait`` is the server-side long-poll time the request asks for: the read timeout
-        is extended by it, so a long poll is not mistaken for a dead server.
+        is extended by it, so a long poll is not mistaken for a dead server. ``idempotent``:
+        the request may be sent again whatever became of it (a POST with an
+        ``Idempotency-Key``), so any 5xx is retried too: a 500 may mean that the server died
+        under it, and then its outcome is unknown.
         """
         policy = retry or self.retry
         timeout = httpx.Timeout(self.timeout + wait, connect=min(self.timeout, 10.0))
@@ -153,7 +157,7 @@ class ApiClient:
                 if resp.status_code < 400:
                     return resp
                 error = self._error(resp)
-                if resp.status_code not in RETRIABLE_STATUS:
+                if resp.status_code not in RETRIABLE_STATUS and not (idempotent and resp.status_code >= 500):
                     raise error
                 retry_after = parse_retry_after(resp.headers.get("retry-after"))
             delay = policy.delay(attempt, retry_after)
@@ -252,6 +256,7 @@ class ApiClient:
             headers={"Idempotency-Key": idempotency_key, "Content-Type": content_type},
             content=body,
             wait=wait,
+            idempotent=True,
         )
         return dict(resp.json())
 

@@ -9,8 +9,8 @@
 
 A batch is cut when it holds ``batch_max_messages`` messages or ``batch_max_bytes`` of body,
 or when its first message has waited ``linger`` seconds. Each batch gets an
-``Idempotency-Key`` when it is cut; retries (429, 502-504, connection errors) reuse it, so a
-batch whose answer was lost is staged once however often it is sent.
+``Idempotency-Key`` when it is cut; retries (429, any 5xx, a connection refused or dropped)
+reuse it, so a batch whose answer was lost is staged once however often it is sent.
 """
 
 from __future__ import annotations

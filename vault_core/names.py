@@ -2,7 +2,8 @@
 character set and a length, checked before any storage call by one helper.
 
 A stream name is 1-128 characters from ``A-Z a-z 0-9 . _ -``, starting with a letter or
-digit. It becomes a blob name (no ``/``, so a stream cannot reach another stream's blob
+digit and not ending with ``.`` (Azure advises against blob names that end with a dot). It
+becomes a blob name (no ``/``, so a stream cannot reach another stream's blob
 or the claim-check container) and a Table partition key (none of ``/ \\ # ?`` or control
 characters, which Tables forbid). A consumer group name follows the same rule: it is a
 Table partition key too, and is typed on command lines.
@@ -39,16 +40,26 @@ _LEADING_ALNUM = (
     re.compile(rf"[A-Za-z0-9][A-Za-z0-9._-]{{0,{STREAM_NAME_MAX - 1}}}"),
     f"1-{STREAM_NAME_MAX} characters from A-Z a-z 0-9 . _ -, starting with a letter or digit",
 )
-_STREAM = _Kind("stream name", *_LEADING_ALNUM, error=InvalidStreamName)
+STREAM_PATTERN = rf"[A-Za-z0-9](?:[A-Za-z0-9._-]{{0,{STREAM_NAME_MAX - 2}}}[A-Za-z0-9_-])?"
+"""A stream name as a regular expression (also in the OpenAPI document, anchored)."""
+_STREAM = _Kind(
+    "stream name",
+    re.compile(STREAM_PATTERN),
+    f"1-{STREAM_NAME_MAX} characters from A-Z a-z 0-9 . _ -, starting with a letter or digit, "
+    "not ending with .",
+    error=InvalidStreamName,
+)
 _GROUP = _Kind("consumer group name", *_LEADING_ALNUM)
+BATCH_ID_PATTERN = rf"[A-Za-z0-9._-]{{1,{BATCH_ID_MAX}}}"
+PRODUCER_BATCH_ID_PATTERN = rf"[A-Za-z0-9_-]{{1,{BATCH_ID_MAX}}}"
 _BATCH_ID = _Kind(
     "batch id",
-    re.compile(rf"[A-Za-z0-9._-]{{1,{BATCH_ID_MAX}}}"),
+    re.compile(BATCH_ID_PATTERN),
     f"1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 . _ -",
 )
 _PRODUCER_BATCH_ID = _Kind(
     "batch id",
-    re.compile(rf"[A-Za-z0-9_-]{{1,{BATCH_ID_MAX}}}"),
+    re.compile(PRODUCER_BATCH_ID_PATTERN),
     f"1-{BATCH_ID_MAX} characters from A-Z a-z 0-9 _ -",
 )
 

@@ -49,8 +49,10 @@ from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+from vault_app.auth.guard import unauthorized
 
+from vault_app.auth.early import MESSAGE, anonymous_write
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_app.instance import INSTANCE_ID_SETTING, instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
@@ -158,17 +160,18 @@ class LocalHost:
         self._writes: set[asyncio.Future[None]] = set()
         """One future per write request being handled, done when it has been answered."""
         self._pollers: list[threading.Thread] = []
-        self.asgi = Starlette(
-            routes=[
-                Route(
-                    "/{path:path}",
-                    self._dispatch,
-                    methods=["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"],
-                )
-            ]
-        )
+        self._lifespan = Starlette()
 
     # -- HTTP ------------------------------------------------------------------------------
+    async def asgi(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Every HTTP request goes to :meth:`_dispatch`, whatever its path: a Starlette route
+        would answer a path with a line end in it 404 itself."""
+        if scope["type"] != "http":
+            await self._lifespan(scope, receive, send)
+            return
+        response = await self._dispatch(Request(scope, receive))
+        await response(scope, receive, send)
+
     async def _dispatch(self, request: Request) -> Response:
         try:
             check_url(request)
@@ -210,7 +213,7 @@ class LocalHost:
             answered.set_result(None)
 
     async def _route(self, request: Request) -> Response:
-        path = request.url.path
+        path = request.scope["path"]  # as sent; request.url.path drops tabs and line ends
         if not path.startswith(self.prefix + "/"):
             return JSONResponse({"error": "not_found", "message": f"no function at {path}"}, 404)
         sub = path[len(self.prefix) + 1 :]
@@ -230,6 +233,10 @@ class LocalHost:
                     },
                     401,
                 )
+            if anonymous_write(request.method, request.headers, request.query_params):
+                # The app's own answer, before a byte of the body is read (vault_app.auth.early).
+                refused = unauthorized(MESSAGE)
+                return JSONResponse({"error": refused.code, "message": refused.message}, 401, refused.headers)
             meta = {
                 "function": h.name,
                 "method": request.method,
@@ -408,6 +415,7 @@ class LocalHost:
     async def _serve(self, ready: Callable[[], None] | None) -> None:
         config = uvicorn.Config(
             self.asgi,
+            interface="asgi3",  # a bound method: uvicorn would take it for ASGI 2
             host="127.0.0.1",
             port=self.port,
             log_level="warning",

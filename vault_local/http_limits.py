@@ -1,7 +1,8 @@
 """The Functions front end's limits on HTTP requests, for the local host.
 
 Azure puts a front end before the Functions host that a test against the local host would
-otherwise never meet: requests are at most 100 MB and URLs 4 KiB; the host queues at most
+otherwise never meet: requests are at most 100 MB, URLs 4 KiB and request headers 32 KiB
+together (Kestrel's MaxRequestHeadersTotalSize: 431 beyond); the host queues at most
 ``maxOutstandingRequests`` requests and runs at most ``maxConcurrentRequests`` of them
 (host.json ``extensions.http``, 200 and 100 by default on Consumption), answering 429 beyond;
 and Kestrel, the web server, gives a client 30 s to send its request headers and then expects
@@ -12,6 +13,7 @@ slow or oversized client cannot hold it any more than it could hold Azure.
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,6 +25,8 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 MAX_REQUEST_BYTES = 104_857_600
 """The Functions front end's request length limit (100 MB)."""
 MAX_URL_BYTES = 4096
+MAX_HEADER_BYTES = 32 * 1024
+"""Kestrel's MaxRequestHeadersTotalSize: names and values of all request headers together."""
 MAX_READ_BODY_BYTES = 64 * 1024
 """GET, HEAD and OPTIONS carry no body any function here reads: a large one is refused."""
 HEADERS_TIMEOUT_SECONDS = 30.0
@@ -60,9 +64,15 @@ class HttpLimits:
 
 
 def check_url(request: Request) -> None:
-    size = len(request.url.path) + len(request.url.query) + 1
+    """414 for a URL over the front end's limit; 400 for a control character (a tab, CR or LF,
+    sent percent-encoded) in the path, which no route or name of this app contains: it must
+    never reach a route as part of a name, nor be cut off as a line end."""
+    path = request.scope["path"]  # decoded, as sent: request.url.path drops tabs and line ends
+    size = len(path) + len(request.url.query) + 1
     if size > MAX_URL_BYTES:
         raise LimitExceeded(414, "uri_too_long", f"the URL is {size} bytes; the maximum is {MAX_URL_BYTES}")
+    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in path):
+        raise LimitExceeded(400, "bad_request", "the path holds a control character (a tab, CR, LF, ...)")
 
 
 async def read_body(request: Request, read_only: bool, grace: float = BODY_GRACE_SECONDS) -> bytes:
@@ -102,24 +112,87 @@ def _too_large(size: int, limit: int) -> LimitExceeded:
     )
 
 
+class HeadersTooLarge(Exception):
+    """Raised from a parser callback: the request's headers are over MAX_HEADER_BYTES."""
+
+
+_TOO_LARGE_BODY = json.dumps(
+    {
+        "error": "header_too_large",
+        "message": f"the request headers are over {MAX_HEADER_BYTES} bytes together",
+    }
+).encode()
+
+
 class HeadersTimeoutProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP protocol with Kestrel's header timeout: a connection that does not finish
-    a request's headers within 30 s of opening (or of the request's first byte) is closed.
-    (uvicorn has no such timeout of its own; its keep-alive timeout only covers idle gaps.)"""
+    """uvicorn's HTTP protocol with Kestrel's header limits: a connection that does not finish
+    a request's headers within 30 s of opening (or of the request's first byte) is closed, and
+    headers over MAX_HEADER_BYTES together get a 431 before the app sees the request. (uvicorn
+    has neither: its keep-alive timeout only covers idle gaps, and httptools takes headers of
+    any size.)"""
 
     _headers_timer: asyncio.TimerHandle | None = None
+    _head_bytes = 0
+    """Bytes of the current request's headers (names and values), as the parser reports them."""
+    _raw_head_bytes = 0
+    """Bytes received while the parser has not finished the current request's headers: a
+    single header is reported only once whole, so this refuses a huge one as it arrives."""
+    _head_tail = b""
+    """The last bytes of the head received so far: the blank line may straddle two reads."""
+    _in_head = True
+    _too_large = False
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
+    def data_received(self, data: bytes) -> None:
+        if self._in_head:
+            # Up to the blank line that ends the head, if it is in sight (it may straddle two
+            # reads): the bytes after it are the body, which is not the head's to count.
+            seen = self._head_tail + data
+            if seen.find(b"\r\n\r\n") < 0:
+                self._raw_head_bytes += len(data)
+                self._head_tail = seen[-3:]
+                if self._raw_head_bytes > MAX_HEADER_BYTES + MAX_URL_BYTES + 1024:
+                    self._refuse_headers()
+                    return
+        super().data_received(data)
+
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._head_bytes = 0
+        self._in_head = True
         self._arm()
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value) + 4  # ": " and CRLF, as Kestrel counts
+        if self._head_bytes > MAX_HEADER_BYTES:
+            self._too_large = True
+            raise HeadersTooLarge  # the parser stops; uvicorn answers via send_400_response
+        super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        self._in_head = False
+        self._raw_head_bytes = 0
+        self._head_tail = b""
         super().on_headers_complete()
+
+    def send_400_response(self, msg: str) -> None:
+        if self._too_large:
+            self._refuse_headers()
+        else:
+            super().send_400_response(msg)
+
+    def _refuse_headers(self) -> None:
+        self._disarm()
+        if not self.transport.is_closing():
+            self.transport.write(
+                b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
+            )
+            self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()

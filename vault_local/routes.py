@@ -41,7 +41,7 @@ def _route_pattern(route: str) -> re.Pattern[str]:
     and may be absent (ASP.NET's catch-all: ``ui/{*path}`` answers ``ui``, ``ui/`` and ``ui/a/b``)."""
     regex = re.sub(r"/\{\*(\w+)\}$", r"(?:/(?P<\1>.*))?", route.strip("/"))
     regex = re.sub(r"\{(\w+)(?::[^}]*)?\}", r"(?P<\1>[^/]+)", regex)
-    return re.compile(f"^{regex}$")
+    return re.compile(rf"\A{regex}\Z")  # \Z: unlike $, no line end may follow
 
 
 def discover(app: func.FunctionApp) -> tuple[list[HttpFunction], list[QueueFunction]]:

@@ -103,8 +103,11 @@ param accessPolicy string
 @description('Stream patterns anyone may read without a credential, comma-separated (VAULT_ANONYMOUS_READ).')
 param anonymousReadPatterns string
 
-@description('Trust the X-MS-CLIENT-PRINCIPAL header of App Service Authentication (VAULT_EASY_AUTH).')
+@description('Put App Service Authentication (Easy Auth) before the app for the app registration authClientId, and trust its X-MS-CLIENT-PRINCIPAL header (VAULT_EASY_AUTH). Without authClientId it stays off: the header is then whatever a client sent.')
 param easyAuth bool
+
+@description('Client id of the app registration whose tokens Easy Auth validates (with easyAuth); empty: none.')
+param authClientId string = ''
 
 @description('Subnet for VNet integration (vnetEnabled): all the app\'s outbound traffic goes through it. Empty: none.')
 param appSubnetId string = ''
@@ -123,6 +126,9 @@ param maximumInstanceCount int
 param instanceMemoryMB int
 
 var storageSuffix = environment().suffixes.storage
+// Easy Auth only together with its configuration below: VAULT_EASY_AUTH=true alone would make
+// the app trust an X-MS-CLIENT-PRINCIPAL header that nothing in front of it sets or strips.
+var easyAuthOn = easyAuth && !empty(authClientId)
 var stagingAccountCount = length(stagingAccountNames)
 
 // The Functions host's own storage, identity-based.
@@ -237,7 +243,7 @@ var plainSettings = [
   }
   {
     name: 'VAULT_EASY_AUTH'
-    value: string(easyAuth)
+    value: string(easyAuthOn)
   }
 ]
 
@@ -345,6 +351,47 @@ resource app 'Microsoft.Web/sites@2024-04-01' = {
       runtime: {
         name: 'python'
         version: '3.11'
+      }
+    }
+  }
+}
+
+// App Service Authentication ("Easy Auth"), with easyAuth and an app registration: it validates
+// Entra ID tokens of the registration, and sets X-MS-CLIENT-PRINCIPAL (stripping any a client
+// sent). Unauthenticated requests go on to the app, which still takes its function keys and
+// serves anonymous reads (VAULT_ANONYMOUS_READ); it refuses the rest itself (docs/SECURITY.md).
+resource easyAuthSettings 'Microsoft.Web/sites/config@2024-04-01' = if (easyAuthOn) {
+  parent: app
+  name: 'authsettingsV2'
+  properties: {
+    platform: {
+      enabled: true
+    }
+    globalValidation: {
+      requireAuthentication: false
+      unauthenticatedClientAction: 'AllowAnonymous'
+    }
+    httpSettings: {
+      requireHttps: true
+    }
+    identityProviders: {
+      azureActiveDirectory: {
+        enabled: true
+        registration: {
+          clientId: authClientId
+          openIdIssuer: '${environment().authentication.loginEndpoint}${authTenantId}/v2.0'
+        }
+        validation: {
+          allowedAudiences: [
+            authClientId
+            'api://${authClientId}'
+          ]
+        }
+      }
+    }
+    login: {
+      tokenStore: {
+        enabled: false
       }
     }
   }

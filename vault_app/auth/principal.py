@@ -12,7 +12,10 @@ One credential per request, from the first of these that applies:
    ``VAULT_FUNCTION_KEYS``, compared in constant time.
 4. Nothing: the anonymous principal (which may read only what ``VAULT_ANONYMOUS_READ`` opens).
 
-A bearer token together with a key is refused rather than one silently winning.
+A bearer token together with a key is refused rather than one silently winning, and so are
+two keys that may disagree (``x-functions-key`` and ``?code=`` naming different keys, or
+``?code=`` given twice): every credential that is sent counts, and one that is not acceptable
+is a 401 even beside one that is.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from vault_app.auth.identity import ANONYMOUS, Principal
@@ -74,13 +77,21 @@ class Authenticator:
         self.tokens = tokens
         self.easy_auth = easy_auth
 
-    def identify(self, headers: Mapping[str, str], query: Mapping[str, str]) -> Principal:
-        """``headers`` with lower-case names. Raises :class:`Unauthenticated`, or
+    def identify(
+        self,
+        headers: Mapping[str, str],
+        query: Mapping[str, str],
+        repeated: Collection[str] = (),
+    ) -> Principal:
+        """``headers`` with lower-case names; ``repeated``: the query parameters the URL names
+        more than once (``query`` holds one value of each). Raises :class:`Unauthenticated`, or
         ``KeysUnavailable`` when a token cannot be checked because the issuer is unreachable."""
+        key = _one_key(headers.get(KEY_HEADER), query.get(KEY_QUERY), KEY_QUERY in repeated)
         if self.easy_auth and EASY_AUTH_HEADER in headers:
+            if key is not None:
+                raise Unauthenticated("send one credential: App Service Authentication or a function key")
             return easy_auth_principal(headers[EASY_AUTH_HEADER])
         authorization = headers.get("authorization")
-        key = headers.get(KEY_HEADER) or query.get(KEY_QUERY)
         if authorization is not None and key is not None:
             raise Unauthenticated("send one credential: a bearer token or a function key, not both")
         if authorization is not None:
@@ -104,6 +115,15 @@ class Authenticator:
             return self.tokens.validate(token.strip())
         except InvalidToken as exc:
             raise Unauthenticated(str(exc), bearer=True) from None
+
+
+def _one_key(header: str | None, code: str | None, code_repeated: bool) -> str | None:
+    """The function key sent, if any; refused when two were sent that may disagree."""
+    if code_repeated:
+        raise Unauthenticated(f"?{KEY_QUERY}= is given more than once: send one function key, once")
+    if header is not None and code is not None and not hmac.compare_digest(_digest(header), _digest(code)):
+        raise Unauthenticated(f"{KEY_HEADER} and ?{KEY_QUERY}= name different keys: send one")
+    return header if header is not None else code
 
 
 # -- App Service Authentication ("Easy Auth") ------------------------------------------------------

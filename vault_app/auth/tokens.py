@@ -6,7 +6,9 @@ A token is accepted only if all of these hold, each failure with its own reason:
   a shared secret) by a key the issuer publishes, found by its ``kid``;
 * ``iss`` is one of the configured issuers and ``aud`` one of the configured audiences;
 * ``exp`` is in the future and ``nbf`` (if present) in the past, give or take
-  :data:`CLOCK_SKEW_SECONDS`;
+  :data:`CLOCK_SKEW_SECONDS`; ``exp``, ``nbf`` and ``iat`` are JSON numbers (RFC 7519's
+  NumericDate: PyJWT would take ``"1795431017"`` as a time too, and then nothing would bound
+  the lifetime of what the token is given, such as a SAS);
 * it names a subject (``oid`` or ``sub``).
 
 Signing keys come from the issuer's OpenID metadata (``<issuer>/.well-known/openid-configuration``
@@ -20,6 +22,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import logging
+import math
 import threading
 import time
 import urllib.request
@@ -44,6 +47,7 @@ KEYS_MAX_AGE_SECONDS = 24 * 3600.0
 FETCH_TIMEOUT_SECONDS = 5.0
 MAX_TOKEN_CHARS = 16 * 1024
 """Entra tokens are a few KB; anything much longer is refused before parsing."""
+TIME_CLAIMS = ("exp", "nbf", "iat")
 
 
 class InvalidToken(Exception):
@@ -205,7 +209,20 @@ class TokenValidator:
             raise InvalidToken(f"the token has no {exc.claim} claim") from None
         except jwt.PyJWTError as exc:
             raise InvalidToken(f"malformed token: {exc}") from None
+        except (OverflowError, ValueError, TypeError):  # e.g. "exp": 1e400 (JSON allows it)
+            raise InvalidToken("malformed token: a time claim is out of range") from None
+        check_time_claims(claims)
         return principal_from_claims(claims)
+
+
+def check_time_claims(claims: dict[str, Any]) -> None:
+    """``exp``, ``nbf`` and ``iat``, where present, are finite JSON numbers (RFC 7519 §2)."""
+    for name in TIME_CLAIMS:
+        if name not in claims:
+            continue
+        value = claims[name]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise InvalidToken(f"the token's {name} claim is not a number of seconds (RFC 7519 NumericDate)")
 
 
 def _strings(value: Any) -> frozenset[str]:
