@@ -50,9 +50,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.types import Receive, Scope, Send
-from vault_app.auth.guard import unauthorized
 
 from vault_app.auth.early import MESSAGE, anonymous_write
+from vault_app.guard import unauthorized
 from vault_app.http import RETRY_AFTER_SECONDS
 from vault_app.instance import INSTANCE_ID_SETTING, instance_id, lock_directory
 from vault_core.azure import StorageAccount, create_if_missing
