@@ -216,7 +216,7 @@ def test_over_capacity_every_refused_post_is_503_with_retry_after_and_nothing_is
     azurite: Azurite, vault: Vault, tmp_path: Path
 ) -> None:
     upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
-    # 2 queues of 10 requests/s each, holding at most 10 tokens; and while the 60 POSTs below
+    # 2 queues of 10 requests/s each, holding at most 10 tokens; and while the 32 POSTs below
     # are sent the front's clock stands still, so at most 20 of them can be staged however fast
     # or slow this machine is: the tier is over capacity, for sure.
     clock = PausableClock()
@@ -227,8 +227,8 @@ def test_over_capacity_every_refused_post_is_503_with_retry_after_and_nothing_is
             settings={"VaultStaging0": proxy.connection_string(), "VAULT_STAGING_QUEUES": "2"},
         ).start()
         try:
-            streams = [f"sat-{uuid.uuid4().hex[:6]}-{i}" for i in range(6)]
-            posts = [(s, f"k{n}") for s in streams for n in range(10)]
+            streams = [f"sat-{uuid.uuid4().hex[:6]}-{i}" for i in range(4)]
+            posts = [(s, f"k{n}") for s in streams for n in range(8)]
 
             def post(item: tuple[str, str]) -> tuple[int, str | None, dict[str, object]]:
                 stream, key = item
@@ -257,9 +257,9 @@ def test_over_capacity_every_refused_post_is_503_with_retry_after_and_nothing_is
                 time.sleep(0.5)  # the producers' pace, not a wait for something to happen
                 pending = [p for p in pending if post(p)[0] != 202]
             for stream in streams:
-                wait_until(_committed(vault, stream, 10), timeout=60, what=f"commits of {stream}")
+                wait_until(_committed(vault, stream, 8), timeout=60, what=f"commits of {stream}")
                 values = [m.value.decode() for m in vault.reader.scan(stream)]
-                assert sorted(values) == sorted(f"{stream}/k{n}" for n in range(10))  # once each
+                assert sorted(values) == sorted(f"{stream}/k{n}" for n in range(8))  # once each
         finally:
             host.stop()
 
