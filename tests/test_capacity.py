@@ -269,7 +269,8 @@ accepts there is its measured capacity."""
 def _saturated_runs() -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """bench/results/throttled.json as ./dev bench throttled writes it (bench/throttled.py):
     ``settings`` (``factor``, ``messages_per_post``, ``message_bytes``, ``streams``) and ``runs``
-    (``queues``, ``accounts``, ``queues_per_account``, ``load``, ``accepted_msgs_per_s``)."""
+    (``queues``, ``accounts``, ``queues_per_account``, ``load``, and the sustained
+    ``committed_msgs_per_s`` this comparison needs)."""
     if not THROTTLED.exists():
         pytest.skip("no bench/results/throttled.json yet: ./dev bench throttled writes it")
     doc = json.loads(THROTTLED.read_text())
@@ -280,14 +281,18 @@ def _saturated_runs() -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
 
 def test_the_model_predicts_the_throttled_benchmark_within_15_percent() -> None:
-    """Each configuration's accepted messages/s at 3 x its offered capacity, against the model's
-    capacity for the benchmark's workload at its scale factor, steered staging, and storage
-    targets only (the benchmark machine's CPU is not an Azure instance's).
+    """Each configuration's committed messages/s at 3 x its offered capacity, against the model's
+    capacity for the benchmark's workload on steered staging at the benchmark's scale factor.
 
-    The benchmark counts POSTs admitted; where a target on the writer's side binds first (a
-    blob, a partition of the vault's tables), the writer falls behind while admission goes on,
-    so only configurations the model finds staging-bound compare (docs/CAPACITY.md §7)."""
+    The benchmark throttles the staging accounts only (its vault account's front stays at
+    Azure's own targets, bench/throttled.py), so only the staging tier's targets count here; the
+    writers' CPU is the benchmark machine's, not an Azure instance's (docs/CAPACITY.md §7)."""
     settings, runs = _saturated_runs()
+    if not all("committed_msgs_per_s" in r for r in runs):
+        pytest.skip(
+            "the throttled runs record POSTs admitted, not messages committed: admission at 3 x runs "
+            "ahead of what the writers sustain (docs/CAPACITY.md §7), so there is nothing to compare yet"
+        )
     w = Workload(
         1.0,
         settings["message_bytes"],
@@ -296,23 +301,16 @@ def test_the_model_predicts_the_throttled_benchmark_within_15_percent() -> None:
         key_bytes=2,
     )
     t = Targets().scaled(1 / settings["factor"])
-    compared, misses, writer_bound = 0, [], []
+    misses = []
     for r in runs:
         s = Staging(r["accounts"], r["queues_per_account"], steered=True)
-        predicted = model.capacity(w, s, t, counted=lambda x: x.unit not in ("vCPU", "instances"))
-        name = f"{r['queues']} q / {r['accounts']} acct"
-        if not predicted.binding.staging:
-            writer_bound.append(f"{name}: {predicted.binding.resource}")
-            continue
-        compared += 1
-        ratio = r["accepted_msgs_per_s"] / predicted.messages_per_second
+        predicted = model.capacity(w, s, t, counted=lambda x: x.staging and x.unit != "vCPU")
+        ratio = r["committed_msgs_per_s"] / predicted.messages_per_second
         if abs(ratio - 1) > 0.15:
             misses.append(
-                f"{name}: measured / predicted {ratio:.2f} (predicted "
+                f"{r['queues']} q / {r['accounts']} acct: measured / predicted {ratio:.2f} (predicted "
                 f"{predicted.messages_per_second:,.1f} msgs/s, {predicted.binding.resource})"
             )
-    if not compared:
-        pytest.skip("every configuration binds on the writer's side first: " + "; ".join(writer_bound))
     assert not misses, "\n".join(misses)
 
 
