@@ -457,23 +457,23 @@ def test_bad_request_is_not_retried(fake: FakeVault) -> None:
 
 
 def test_message_offsets_follow_record_sizes_in_the_batch() -> None:
+    sizes = [
+        len(encode([m], 0, 0))
+        for m in (NewMessage(b"a", "k1"), NewMessage(b"bb", ""), NewMessage(b"\xff", b"\x00"))
+    ]
     answer = {
         "batch_id": "b",
         "stream": "s",
         "status": "committed",
         "count": 3,
         "first_offset": 1000,
-        "next_offset": 0,
+        "next_offset": 1000 + sum(sizes),  # format 1 records: the offsets follow from their sizes
         "timestamp": 1,
     }
     committed = httpx.MockTransport(lambda r: httpx.Response(200, json=answer))
     api = ApiClient("http://vault.test", transport=committed)
     with Producer(api=api, wait=5) as producer:
         results = [producer.send("s", v, key=k) for v, k in (("a", "k1"), ("bb", None), (b"\xff", b"\x00"))]
-    sizes = [
-        len(encode([m], 0, 0))
-        for m in (NewMessage(b"a", "k1"), NewMessage(b"bb", ""), NewMessage(b"\xff", b"\x00"))
-    ]
     assert [r.result().offset for r in results] == [1000, 1000 + sizes[0], 1000 + sizes[0] + sizes[1]]
 
 

@@ -142,6 +142,7 @@ class Producer:
             batch, delta, cut = self._acc.add(
                 stream, fragment, HEADER_SIZE + key_len + value_len, time.monotonic()
             )
+            index = batch.count - 1
             if cut or batch.count == 1:  # a sender may have a batch to take, or a new linger deadline
                 self._cv.notify()
             self._sent_since_yield += 1
@@ -152,7 +153,7 @@ class Producer:
             # sleep(0) hands the GIL over now, so posting overlaps with encoding instead.
             self._sent_since_yield = 0
             time.sleep(0)
-        return SendResult(batch.outcome, delta)
+        return SendResult(batch.outcome, delta, index)
 
     def _make_room(self, size: int) -> None:
         acc = self._acc
@@ -209,6 +210,13 @@ class Producer:
             return self.api.batch(batch_id, stream)
         with self.api.copy() as api:
             return api.batch(batch_id, stream)
+
+    def _batch_offsets(self, stream: str, first: int, count: int) -> list[int]:
+        """The offsets of a committed batch's ``count`` messages from ``first``, read back."""
+        if not (self._closed and self._owns_api):
+            return _read_offsets(self.api, stream, first, count)
+        with self.api.copy() as api:
+            return _read_offsets(api, stream, first, count)
 
     def stats(self) -> ProducerStats:
         with self._cv:
@@ -276,4 +284,18 @@ class Producer:
             self._sent_messages += batch.count
             self._sent_batches += 1
             self._sent_bytes += len(body)
+        batch.outcome.log_bytes = batch.log_bytes
+        batch.outcome.read_offsets = self._batch_offsets
         batch.outcome.resolve(ack)
+
+
+def _read_offsets(api: ApiClient, stream: str, first: int, count: int) -> list[int]:
+    offsets: list[int] = []
+    offset = first
+    while len(offsets) < count:
+        page = api.read(stream, offset, limit=min(count - len(offsets), limits.MAX_READ_MESSAGES))
+        if not page.messages:
+            break
+        offsets += [m.offset for m in page.messages]
+        offset = page.next_offset
+    return offsets[:count]

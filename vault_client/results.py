@@ -3,7 +3,10 @@
 Results of one batch share one :class:`BatchOutcome` (one event per batch, not per message).
 A message's offset is its batch's first offset plus the record sizes of the messages before
 it in the batch: the client knows those sizes (header + key + value), so every message gets
-its exact offset from the one batch answer.
+its exact offset from the one batch answer. That holds for format 1 records. In format 2
+(docs/FORMAT.md §11.6) offsets depend on how the writer cut the batch into compressed units,
+which the answer does not say: when the batch's bytes are not its records' sizes, the offsets
+are read back once per batch (one read of its messages) and shared by its results.
 """
 
 from __future__ import annotations
@@ -41,6 +44,11 @@ class BatchOutcome:
         """Looks up a batch's current status by stream and id, for wait_committed."""
         self.ack: dict[str, Any] | None = None
         self.error: BaseException | None = None
+        self.log_bytes: int | None = None
+        """What the batch's records take in format 1 (set when it is sent)."""
+        self.read_offsets: Callable[[str, int, int], list[int]] | None = None
+        """Reads the offsets of ``count`` messages from a first offset (for a format 2 batch)."""
+        self._offsets: list[int] | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
@@ -74,6 +82,12 @@ class BatchOutcome:
     def done(self) -> bool:
         return self._done.is_set()
 
+    def message_offsets(self, first: int, count: int) -> list[int] | None:
+        """The offsets of the batch's messages, read back once (None if they cannot be read)."""
+        if self._offsets is None and self.read_offsets is not None:
+            self._offsets = self.read_offsets(self.stream, first, count)
+        return self._offsets
+
     def update(self, ack: dict[str, Any]) -> None:
         """A later status (``committed`` after polling) replaces the first answer."""
         with self._lock:
@@ -84,11 +98,12 @@ class SendResult:
     """Future-like result of :meth:`Producer.send`."""
 
     # One of these per message: two slots and no per-message event keep send() cheap.
-    __slots__ = ("_delta", "_outcome")
+    __slots__ = ("_delta", "_index", "_outcome")
 
-    def __init__(self, outcome: BatchOutcome, delta: int) -> None:
+    def __init__(self, outcome: BatchOutcome, delta: int, index: int = 0) -> None:
         self._outcome = outcome
-        self._delta = delta  # bytes of the records before this message in its batch
+        self._delta = delta  # bytes of the records before this message in its batch (format 1)
+        self._index = index  # messages before it in its batch
 
     def done(self) -> bool:
         return self._outcome.done
@@ -143,12 +158,19 @@ class SendResult:
         self._outcome.on_done(lambda: fn(self))
 
     def _delivery(self) -> Delivery:
-        ack = self._outcome.ack or {}
-        first = ack.get("first_offset")
+        outcome = self._outcome
+        ack = outcome.ack or {}
+        first, nxt = ack.get("first_offset"), ack.get("next_offset")
+        offset = None if first is None else int(first) + self._delta
+        records = outcome.log_bytes  # what the batch takes as format 1 records
+        if first is not None and nxt is not None and records is not None and int(nxt) - int(first) != records:
+            # not format 1 records: format 2 units, whose offsets only the log can tell
+            offsets = outcome.message_offsets(int(first), int(ack.get("count") or 0))
+            offset = offsets[self._index] if offsets and self._index < len(offsets) else None
         return Delivery(
-            stream=self._outcome.stream,
+            stream=outcome.stream,
             batch_id=str(ack.get("batch_id")),
             status=str(ack.get("status")),
-            offset=None if first is None else int(first) + self._delta,
+            offset=offset,
             timestamp=ack.get("timestamp"),
         )

@@ -349,18 +349,18 @@ class StreamWriter:
         results: dict[int, AppendResult] = {}
         committed_batches: list[CommittedBatch] = []
         try:
+            as_records = group.batches  # format 1: one record per message, laid out below
             if self.record_format == UNIT_VERSION:
                 laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, last_point)
                 offset, count, last_point, write_pos, spans, unit_points = laid
                 points += unit_points
-            else:
-                spans = []
-            for i, batch, first, nxt in spans:
-                result = AppendResult(batch.batch_id, first, nxt, batch.count, ts)
-                results[i] = result
-                if batch.batch_id:
-                    committed_batches.append(CommittedBatch(batch.batch_id, first, nxt, result.count, ts))
-            for i, batch in group.batches if self.record_format != UNIT_VERSION else ():
+                as_records = []
+                for i, batch, first, nxt in spans:
+                    result = AppendResult(batch.batch_id, first, nxt, batch.count, ts)
+                    results[i] = result
+                    if batch.batch_id:
+                        committed_batches.append(CommittedBatch(batch.batch_id, first, nxt, result.count, ts))
+            for i, batch in as_records:
                 first = offset
                 if batch.encoded is not None:
                     encoded = batch.encoded
