@@ -21,6 +21,7 @@ import pytest
 
 from vault_app import api, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
+from vault_app.claimcheck import claim_name
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
@@ -153,7 +154,16 @@ def test_a_redelivered_batch_is_appended_once_even_after_its_claim_check_blob_is
 def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flowing(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
-    missing = json.dumps({"v": 1, "id": "lost-claim", "stream": STREAM, "ts": 1, "claim": "gone", "n": 1})
+    missing = json.dumps(
+        {
+            "v": 1,
+            "id": "lost-claim",
+            "stream": STREAM,
+            "ts": 1,
+            "claim": claim_name(STREAM, "lost-claim"),
+            "n": 1,
+        }
+    )
     queue.staging.send("this is not an envelope")
     queue.staging.send(missing)
     stage(services, "ok", ["still flowing"])
@@ -228,7 +238,7 @@ def test_a_replayed_batch_without_a_status_row_gets_none(
 def test_a_replayed_batch_that_still_cannot_be_written_returns_to_poison_rejected(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
-    queue.poison.send(encode_claim("gone", STREAM, NOW_MS, "gone.records", 3))
+    queue.poison.send(encode_claim("gone", STREAM, NOW_MS, claim_name(STREAM, "gone"), 3))
     services.batch_table.reject(STREAM, "gone", "first failure")
     assert len(replay(services).replayed) == 1 and queue.poison.peek(5) == []
     while run_trigger(runtime, queue):  # the blob is gone: the writer fails it again

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vault_client.errors import Unauthorized
 from vault_core.retry import poll as poll_until
 
 COMMITTED = "committed"
@@ -83,9 +84,15 @@ class BatchOutcome:
         return self._done.is_set()
 
     def message_offsets(self, first: int, count: int) -> list[int] | None:
-        """The offsets of the batch's messages, read back once (None if they cannot be read)."""
+        """The offsets of the batch's messages, read back once (None if they cannot be read).
+
+        A producer that may write the stream but not read it cannot read them back: its
+        committed results carry no offset rather than failing a batch that was written."""
         if self._offsets is None and self.read_offsets is not None:
-            self._offsets = self.read_offsets(self.stream, first, count)
+            try:
+                self._offsets = self.read_offsets(self.stream, first, count)
+            except Unauthorized:
+                self.read_offsets = None
         return self._offsets
 
     def update(self, ack: dict[str, Any]) -> None:
