@@ -31,6 +31,21 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def status_kib(pid: int, field: str) -> int:
+    """A ``kB`` line of ``/proc/PID/status``, such as ``VmRSS`` or ``VmHWM`` (the peak RSS)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise KeyError(field)
+
+
+def reset_peak(pid: int) -> None:
+    """Reset a process's peak resident memory (``VmHWM``) to its current resident size."""
+    with open(f"/proc/{pid}/clear_refs", "w") as f:
+        f.write("5")
+
+
 def median_of(runs: int, fn: Callable[[], Any]) -> float:
     return statistics.median(timed(fn) for _ in range(runs))
 

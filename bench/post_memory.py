@@ -17,17 +17,9 @@ from collections.abc import Callable
 import httpx
 import psutil
 
-from bench.common import MIB, report
+from bench.common import MIB, report, reset_peak, status_kib
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
-
-
-def _kib(pid: int, field: str) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    raise KeyError(field)
 
 
 def junk_fields() -> bytes:
@@ -68,9 +60,8 @@ SHAPES: dict[str, Callable[[], bytes]] = {
 def measure(host: HostProcess, body: bytes) -> tuple[int, float]:
     assert host.proc is not None
     [worker] = psutil.Process(host.proc.pid).children()
-    with open(f"/proc/{worker.pid}/clear_refs", "w") as f:
-        f.write("5")  # reset the peak (VmHWM) to the current resident size
-    before = _kib(worker.pid, "VmRSS")
+    reset_peak(worker.pid)
+    before = status_kib(worker.pid, "VmRSS")
     r = httpx.post(
         f"{host.url}/streams/mem-{uuid.uuid4().hex[:8]}/messages",
         params={"code": host.key},
@@ -78,7 +69,7 @@ def measure(host: HostProcess, body: bytes) -> tuple[int, float]:
         headers={"Content-Type": "application/json"},
         timeout=120,
     )
-    grown = (_kib(worker.pid, "VmHWM") - before) * 1024
+    grown = (status_kib(worker.pid, "VmHWM") - before) * 1024
     return r.status_code, grown / len(body)
 
 
