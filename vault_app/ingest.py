@@ -63,11 +63,7 @@ def parse_batch(body: bytes, content_type: str | None, limits: Limits) -> tuple[
     ctype = (content_type or "application/json").split(";")[0].strip().lower()
     ndjson = ctype in NDJSON_TYPES
     try:
-        if ndjson:
-            items, batch_id = _LINE.decode_lines(body), None
-        else:
-            doc = _BATCH.decode(body)
-            items, batch_id = doc.messages, doc.batch_id
+        items, batch_id = _decode(body, ndjson)
     except msgspec.ValidationError as exc:
         raise HttpError(
             400, "bad_request", f"invalid {'NDJSON line' if ndjson else 'batch'}: {exc}"
@@ -130,13 +126,17 @@ def _not_utf8(body: bytes, ndjson: bool) -> str:
     )
 
 
+def _decode(body: bytes, ndjson: bool) -> tuple[list[WireMessage], str | None]:
+    """The messages of a body (NDJSON lines, or a batch object) and its batch id, if any."""
+    if ndjson:
+        return _LINE.decode_lines(body), None
+    doc = _BATCH.decode(body)
+    return doc.messages, doc.batch_id
+
+
 def _field_with_mark(body: bytes, ndjson: bool) -> str | None:
     try:
-        if ndjson:
-            items, batch_id = _LINE.decode_lines(body), None
-        else:
-            doc = _BATCH.decode(body)
-            items, batch_id = doc.messages, doc.batch_id
+        items, batch_id = _decode(body, ndjson)
     except (msgspec.MsgspecError, RecursionError):
         return None  # outside a string, or in a field name: the body is malformed anyway
     if batch_id is not None and _MARK in batch_id:
