@@ -26,6 +26,8 @@ MAX_REQUEST_BYTES = 104_857_600
 """The Functions front end's request length limit (100 MB)."""
 MAX_URL_BYTES = 4096
 MAX_HEADER_BYTES = 32 * 1024
+LINGER_SECONDS = 2.0
+"""How long a connection refused for its head is still read (and dropped) before it closes."""
 """Kestrel's MaxRequestHeadersTotalSize: names and values of all request headers together."""
 MAX_READ_BODY_BYTES = 64 * 1024
 """GET, HEAD and OPTIONS carry no body any function here reads: a large one is refused."""
@@ -141,12 +143,16 @@ class HeadersTimeoutProtocol(HttpToolsProtocol):
     """The last bytes of the head received so far: the blank line may straddle two reads."""
     _in_head = True
     _too_large = False
+    _discarding = False
+    """After a 431: what the client still sends is read and dropped until the connection closes."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
         self._arm()
 
     def data_received(self, data: bytes) -> None:
+        if self._discarding:
+            return
         if self._in_head:
             # Up to the blank line that ends the head, if it is in sight (it may straddle two
             # reads): the bytes after it are the body, which is not the head's to count.
@@ -192,7 +198,14 @@ class HeadersTimeoutProtocol(HttpToolsProtocol):
                 b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
                 b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(_TOO_LARGE_BODY), _TOO_LARGE_BODY)
             )
-            self.transport.close()
+            # A lingering close, as HTTP servers do: closing a socket with unread bytes makes the
+            # kernel send a reset, which can reach the client before it has read the 431. So
+            # the answer ends with a FIN, the rest of the head is read and dropped, and the
+            # connection closes once the client does or LINGER_SECONDS have passed.
+            self._discarding = True
+            if self.transport.can_write_eof():
+                self.transport.write_eof()
+            self.loop.call_later(LINGER_SECONDS, self.transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
