@@ -23,7 +23,7 @@ from vault_app import api, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
 from vault_app.claimcheck import claim_name
 from vault_app.config import load_settings
-from vault_app.envelope import INLINE_LIMIT, encode_claim, encode_messages, identify
+from vault_app.envelope import INLINE_LIMIT, REFRESH_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.poison import PAGE, Selector, list_poison, replay
@@ -31,6 +31,7 @@ from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
+from vault_core.clock import ManualClock
 from vault_core.errors import StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.recordformat import NewMessage
@@ -173,6 +174,43 @@ def test_unwritable_batches_go_to_poison_with_a_reason_and_the_stream_keeps_flow
     status = services.batch_table.status(STREAM, "lost-claim")
     assert status is not None and status.status == REJECTED and "claim-check blob" in (status.reason or "")
     assert values(services) == ["still flowing"]
+
+
+class WriterDied(BaseException):
+    """The writer's process killed in the middle of an invocation."""
+
+
+def test_batches_drained_by_writers_that_die_are_resent_fresh_and_never_counted_towards_poison() -> None:
+    """A drain's receive counts towards maxDequeueCount like the host's own: a batch drained by
+    two writers that were killed would reach poison through no fault of its own. From its second
+    receive on, a drained batch goes on as a fresh copy (dequeue count 0), up to REFRESH_LIMIT."""
+    clock = ManualClock()
+    account = MemoryAccount(clock)
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
+    runtime.services.ensure()
+    services, queue = runtime.services, runtime.services.queue_for(STREAM)
+
+    def die(point: str) -> None:
+        if point == "after-drain":
+            raise WriterDied
+
+    try:
+        for b in ("b0", "b1", "b2"):
+            stage(services, b, [b])
+        runtime.fault_hook = die
+        for _death in range(2 * REFRESH_LIMIT + 1):  # a fresh copy's next drain is its first receive
+            with pytest.raises(WriterDied):
+                run_trigger(runtime, queue)  # b0 the trigger, b1 and b2 drained
+            clock.advance(61_000)  # every message visible again
+        counts = {json.loads(m.body)["id"]: json.loads(m.body).get("rf", 0) for m in queue.staging.peek(5)}
+        assert counts == {"b0": 0, "b1": REFRESH_LIMIT, "b2": REFRESH_LIMIT}  # the trigger is the host's
+        runtime.fault_hook = None
+        while run_trigger(runtime, queue):
+            pass
+        assert values(services) == ["b0", "b1", "b2"] and queue.staging.approximate_count() == 0
+        assert queue.poison.approximate_count() == 0
+    finally:
+        runtime.close()
 
 
 def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_for_later(

@@ -355,6 +355,22 @@ def test_a_message_sent_for_later_is_not_delivered_before_then(queue: MessageQue
     assert queue.peek(5) == [] and queue.receive(5, 30) == [] and queue.approximate_count() == 1
 
 
+def test_a_sent_message_is_held_by_its_sender_and_receives_count(queue: MessageQueue) -> None:
+    """The writer re-sends a batch that went around before as a fresh message it holds at once
+    (dequeue count 0 again): the send's receipt hides and deletes it like a received one's."""
+    queue.create_if_missing()
+    sent = queue.send("held", visible_in=60)
+    assert sent.body == "held" and sent.receipt and sent.dequeue_count == 0
+    queue.hide(sent, 0)
+    (first,) = queue.receive(5, 60)
+    assert first.id == sent.id and first.dequeue_count == 1
+    queue.hide(first, 0)
+    (again,) = queue.receive(5, 60)
+    assert again.dequeue_count == 2 and queue.peek(5) == []
+    queue.delete(again)
+    assert queue.approximate_count() == 0
+
+
 # -- BlobStore -------------------------------------------------------------------------------
 @pytest.fixture
 def blobs(backend: AppStorage) -> BlobStore:

@@ -9,7 +9,8 @@ Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` i
 Either may end with ``"tp": TRACEPARENT``: the W3C trace context of the POST that staged the
 batch (only when telemetry is on, :mod:`vault_app.telemetry`), so the writer's commit continues
 its trace. Optional and never checked beyond its type: an envelope without it (or with one that
-does not parse) is appended all the same.
+does not parse) is appended all the same. Either may also carry ``"rf": N``: how many times the
+writer has re-sent the batch as a fresh queue message (:func:`refreshed`); absent means 0.
 
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
 over :data:`INLINE_LIMIT` goes to a claim-check blob and the queue message carries only its
@@ -36,6 +37,11 @@ INLINE_LIMIT = 60_000
 """Queue messages are at most 64 KiB; keep a margin for the service's own encoding."""
 TRACE_MAX = 256
 """A longer ``tp`` is dropped: a W3C traceparent is 55 characters."""
+REFRESH_LIMIT = 3
+"""How many times the writer re-sends one batch as a fresh message (dequeue count 0) after it
+went around with a writer that died; past it the queue's count stands and the host's
+``maxDequeueCount`` applies, so a batch that kills every writer that touches it still ends in
+poison."""
 
 
 class EnvelopeError(InvalidInput):
@@ -109,6 +115,22 @@ def decode(text: str | bytes) -> Envelope:
         return Envelope(batch_id, stream, received, messages=[_message(row) for row in doc["m"]], trace=trace)
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
+
+
+def refreshed(text: str) -> str | None:
+    """The envelope again with its re-send count one higher, or None once :data:`REFRESH_LIMIT`
+    is reached (or the text is not an envelope object: let it fail where it is decoded)."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    count = doc.get("rf", 0)
+    if not isinstance(count, int) or count >= REFRESH_LIMIT:
+        return None
+    doc["rf"] = count + 1
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def identify(text: str) -> tuple[str | None, str | None]:

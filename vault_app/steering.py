@@ -136,7 +136,7 @@ class Steering:
 
 
 def send_steered(
-    steering: Steering, stream: str, send: Callable[[int], None], *, retry_alone: Callable[[int], None]
+    steering: Steering, stream: str, send: Callable[[int], object], *, retry_alone: Callable[[int], object]
 ) -> int:
     """Send with ``send(queue index)`` to the stream's first healthy queue that takes it; the index.
 

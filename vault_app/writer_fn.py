@@ -229,6 +229,7 @@ def _drain(
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
+        held = [_fresh(queue, m) if m.dequeue_count > 1 else m for m in held]
         renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
@@ -246,6 +247,28 @@ def _drain(
                 _hand_back(services, queue, [m], result)
         if len(held) < DRAIN_MESSAGES:
             return
+
+
+def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
+    """A drained message that went around before (a writer that held it died) goes on as a fresh
+    copy that this invocation holds, and the old one is deleted.
+
+    Every receive counts towards the host's ``maxDequeueCount``, drains included: a batch held
+    by a writer killed twice would otherwise reach poison through no fault of its own. The copy
+    starts at dequeue count 0 and carries its re-send count (envelope.REFRESH_LIMIT bounds it).
+    A crash between the send and the delete leaves two copies: the batch id makes the second a
+    duplicate (docs/ARCHITECTURE.md §3.5). If the copy cannot be sent, the old message goes on.
+    """
+    body = envelope.refreshed(m.body)
+    if body is None:
+        return m
+    try:
+        copy = queue.staging.send(body, visible_in=DRAIN_VISIBILITY, retry=False)
+    except VaultError:
+        return m
+    _delete(queue, m)
+    telemetry.current().requeued(queue.name, queue.account, "refreshed")
+    return copy
 
 
 def _try_load(claims: ClaimChecks, body: str) -> Envelope | Exception:

@@ -313,6 +313,7 @@ class _Stored:
     inserted: datetime
     visible_at: float
     receipt: str = ""
+    dequeue_count: int = 0
 
 
 class MemoryQueue:
@@ -329,12 +330,15 @@ class MemoryQueue:
     def create_if_missing(self) -> None:
         self._created = True
 
-    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> QueuedMessage:
         with self._lock:
             if not self._created:
                 raise StorageUnavailable(f"queue {self.name!r} does not exist")
             inserted = datetime.fromtimestamp(self._clock.now_ms() / 1000, timezone.utc)
-            self._messages[str(uuid.uuid4())] = _Stored(text, inserted, self._clock.monotonic() + visible_in)
+            message_id, receipt = str(uuid.uuid4()), uuid.uuid4().hex
+            visible_at = self._clock.monotonic() + visible_in
+            self._messages[message_id] = _Stored(text, inserted, visible_at, receipt)
+            return QueuedMessage(message_id, text, receipt, inserted)
 
     def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
         with self._lock:
@@ -342,7 +346,8 @@ class MemoryQueue:
             out = []
             for message_id, m in self._visible(now)[:count]:
                 m.visible_at, m.receipt = now + visibility, uuid.uuid4().hex
-                out.append(QueuedMessage(message_id, m.body, m.receipt, m.inserted))
+                m.dequeue_count += 1
+                out.append(QueuedMessage(message_id, m.body, m.receipt, m.inserted, m.dequeue_count))
             return out
 
     def peek(self, count: int) -> list[QueuedMessage]:

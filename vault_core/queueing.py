@@ -22,6 +22,8 @@ class QueuedMessage:
     body: str
     receipt: str = ""
     inserted: datetime | None = None
+    dequeue_count: int = 0
+    """How many times the message has been received, this time included (0: peeked or sent)."""
 
 
 class MessageQueue(Protocol):
@@ -35,11 +37,12 @@ class MessageQueue(Protocol):
         """Create the queue; idempotent."""
         ...
 
-    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> QueuedMessage:
         """Add a message, visible after ``visible_in`` seconds; it never expires; without
         ``retry``, one attempt only (a caller with another queue to try). Not idempotent:
         sending twice stores two messages. A queue that does not exist is infrastructure missing:
-        :class:`~vault_core.errors.StorageUnavailable`."""
+        :class:`~vault_core.errors.StorageUnavailable`. Returns the message with a receipt, so
+        the sender may hide or delete it as if it had received it (dequeue count 0)."""
         ...
 
     def receive(self, count: int, visibility: int) -> list[QueuedMessage]:

@@ -18,7 +18,7 @@ from vault_core.translation import create_if_missing, translate_errors
 
 
 def _message(m: QueueMessage) -> QueuedMessage:
-    return QueuedMessage(str(m.id), str(m.content), m.pop_receipt or "", m.inserted_on)
+    return QueuedMessage(str(m.id), str(m.content), m.pop_receipt or "", m.inserted_on, m.dequeue_count or 0)
 
 
 class Queue:
@@ -31,7 +31,7 @@ class Queue:
     def create_if_missing(self) -> None:
         create_if_missing(self.client.create_queue)
 
-    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> None:
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> QueuedMessage:
         """Add a message, visible after ``visible_in`` seconds; it never expires. Without
         ``retry``, one attempt only (a caller with another queue to try).
 
@@ -40,11 +40,12 @@ class Queue:
         options: dict[str, Any] = {} if retry else {"retry_total": 0}
         with translate_errors():
             try:
-                self.client.send_message(
+                sent = self.client.send_message(
                     text, visibility_timeout=visible_in or None, time_to_live=-1, **options
                 )
             except ResourceNotFoundError as exc:
                 raise StorageUnavailable(f"queue {self.name!r} does not exist") from exc
+        return QueuedMessage(str(sent.id), text, sent.pop_receipt or "", sent.inserted_on)
 
     def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
         """Up to ``count`` messages in one request, each invisible to others for ``visibility``
