@@ -117,6 +117,6 @@ def _make(account: StorageAccount) -> AsyncClients:
         )
     credential = _AsyncTokenCredential(account.credential)
     return AsyncClients(
-        BlobServiceClient(account._url(account.blob_url, "blob"), credential=credential, **_OPTIONS),
-        QueueServiceClient(account._url(account.queue_url, "queue"), credential=credential, **_OPTIONS),
+        BlobServiceClient(account.service_url("blob"), credential=credential, **_OPTIONS),
+        QueueServiceClient(account.service_url("queue"), credential=credential, **_OPTIONS),
     )
