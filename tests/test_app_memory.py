@@ -417,6 +417,12 @@ def test_long_polls_wait_on_the_tail_watch_and_answer_with_the_commit(handlers: 
     assert run_trigger(handlers, queue)
     end = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route)[1]["next_offset"]
 
+    def commit_when_staged() -> bool:
+        deadline = time.monotonic() + 10
+        while queue.staging.approximate_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the POST stages in a thread of its own: on a loaded machine, later
+        return run_trigger(handlers, queue)
+
     async def scenario() -> tuple[Response, Response, float]:
         started = time.monotonic()
         read = asyncio.create_task(
@@ -430,7 +436,7 @@ def test_long_polls_wait_on_the_tail_watch_and_answer_with_the_commit(handlers: 
         )
         await asyncio.sleep(0.3)
         assert not read.done() and not post.done()  # both wait: nothing new is committed yet
-        assert await asyncio.to_thread(run_trigger, handlers, queue)  # the writer commits "second"
+        assert await asyncio.to_thread(commit_when_staged)  # the writer commits "second"
         page, status = await asyncio.wait_for(asyncio.gather(read, post), 10)
         return page, status, time.monotonic() - started
 
