@@ -61,6 +61,7 @@ WHOLE_MODULES = frozenset(
     {
         "tests/test_spark.py",
         "tests/test_access.py",
+        "tests/test_access_http.py",
         "tests/test_poison.py",
         "tests/test_explorer.py",
         "tests/test_long_polls.py",

@@ -1,6 +1,6 @@
 """The app's logic in process, on a memory account: staging, claim checks, the writer function
-(drain, append, hand-back, poison), batch status, poison replay, and the handlers' read paths
-and access decisions.
+(drain, append, hand-back, poison), batch status, poison replay, the handlers' read paths
+and access decisions, the long polls of a read and of a POST, and a runtime's close.
 
 The same vault_app code as in the Function App, over :mod:`vault_core.memory` (which passes the
 queue, blob, page blob and table contracts of tests/test_contracts.py): milliseconds per test, no
@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -35,6 +37,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.recordformat import NewMessage
+from vault_core.writer import Batch
 
 STREAM = "orders"
 NOW_MS = 1_750_000_000_000
@@ -395,6 +398,102 @@ def test_the_handlers_decide_access_before_they_touch_storage(handlers: Runtime)
     assert status == 403 and handlers.services.queue_for("payments").staging.approximate_count() == 0
     status, doc = call(handlers, api.whoami, WRITER_KEY, method="GET")
     assert status == 200 and doc["principal"]["kind"] == "key" and doc["permissions"]["write"] == [STREAM]
+
+
+async def handle(
+    runtime: Runtime, handler: Callable[[Runtime, Request], Awaitable[Response]], **parts: Any
+) -> Response:
+    """A request of the admin, on the running event loop (for waits alongside)."""
+    return await handler(runtime, Request(headers={"x-functions-key": ADMIN_KEY}, **parts))
+
+
+def test_long_polls_wait_on_the_tail_watch_and_answer_with_the_commit(handlers: Runtime) -> None:
+    """The long polls in process: the memory account's async reads stand in for the SDK's async
+    clients (the contract suite holds them alike), so the waits run here as on a host."""
+    route = {"stream": STREAM}
+    queue = handlers.services.queue_for(STREAM)
+    body = json.dumps({"messages": [{"value": "first"}]}).encode()
+    assert call(handlers, api.post_messages, ADMIN_KEY, method="POST", route=route, body=body)[0] == 202
+    assert run_trigger(handlers, queue)
+    end = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route)[1]["next_offset"]
+
+    def commit_when_staged() -> bool:
+        deadline = time.monotonic() + 10
+        while queue.staging.approximate_count() == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)  # the POST stages in a thread of its own: on a loaded machine, later
+        return run_trigger(handlers, queue)
+
+    async def scenario() -> tuple[Response, Response, float]:
+        started = time.monotonic()
+        read = asyncio.create_task(
+            handle(
+                handlers, api.get_messages, method="GET", route=route, query={"from": str(end), "wait": "20"}
+            )
+        )
+        second = json.dumps({"messages": [{"value": "second"}]}).encode()
+        post = asyncio.create_task(
+            handle(handlers, api.post_messages, method="POST", route=route, query={"wait": "20"}, body=second)
+        )
+        await asyncio.sleep(0.3)
+        assert not read.done() and not post.done()  # both wait: nothing new is committed yet
+        assert await asyncio.to_thread(commit_when_staged)  # the writer commits "second"
+        page, status = await asyncio.wait_for(asyncio.gather(read, post), 10)
+        return page, status, time.monotonic() - started
+
+    page, status, took = asyncio.run(scenario())
+    assert page.status == 200 and [m["value"] for m in json.loads(page.body)["messages"]] == ["second"]
+    assert status.status == 200 and json.loads(status.body)["status"] == COMMITTED
+    assert took < 10  # answered by the commit, not by the end of the wait
+
+
+def test_a_long_poll_with_nothing_new_answers_an_empty_page_when_its_wait_ends(handlers: Runtime) -> None:
+    route = {"stream": STREAM}
+    body = json.dumps({"messages": [{"value": "only"}]}).encode()
+    call(handlers, api.post_messages, ADMIN_KEY, method="POST", route=route, body=body)
+    run_trigger(handlers, handlers.services.queue_for(STREAM))
+    end = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route)[1]["next_offset"]
+    started = time.monotonic()
+    status, page = call(
+        handlers,
+        api.get_messages,
+        ADMIN_KEY,
+        method="GET",
+        route=route,
+        query={"from": str(end), "wait": "0.3"},
+    )
+    assert status == 200 and page["messages"] == [] and page["next_offset"] == end
+    assert time.monotonic() - started >= 0.3
+
+
+def test_a_closed_runtime_leaves_no_thread_of_its_own_running() -> None:
+    """Its writers, pools and read-ahead end with it: nothing leaks into the next runtime."""
+    before = set(threading.enumerate())
+    account = MemoryAccount()
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
+    runtime.services.ensure()
+    try:
+        stage(runtime.services, "b1", ["x" * 3000 for _ in range(50)])
+        assert run_trigger(runtime, runtime.services.queue_for(STREAM))  # an open writer and its threads
+        vault, offset = runtime.services.vault, 0
+        with vault.writer("reads", record_format=1) as w:  # format 1: pages of a few records each
+            w.append([Batch([NewMessage(bytes(1000), "k") for _ in range(40)])])
+        for _ in range(3):  # a sequential reader: the read-ahead prefetches on its own threads
+            data, state = runtime.read_ahead.fetch(vault.reader, "reads", offset, 4096)
+            result = vault.reader.decode_fetched("reads", offset, data, state, max_bytes=4096)
+            runtime.read_ahead.done(vault.reader, "reads", offset, result.next_offset, result.committed, 4096)
+            offset = result.next_offset
+        started = set(threading.enumerate()) - before
+        assert {t.name.split("_")[0] for t in started} >= {
+            "mv-readahead",
+            "mv-index-orders",
+            "mv-pages-orders",
+        }
+    finally:
+        runtime.close()
+    for t in started:
+        t.join(timeout=10)
+    assert [t.name for t in started if t.is_alive()] == []
+    assert runtime.read_ahead.held_bytes == 0
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,8 @@
   (Azurite) and in memory.
 * :class:`~vault_core.blobstore.BlobStore` (claim checks, owner-lease blobs): Azure Blob Storage
   (Azurite) and in memory.
+* :class:`~vault_core.aio.AsyncReads` (what long polls and /health read as coroutines) and the
+  account's read SAS: Azurite and in memory.
 * :class:`~vault_client.sources.Source` (what a consumer reads pages from): the HTTP API and the
   blob read directly with the SAS the API hands out.
 
@@ -19,16 +21,19 @@ claim-check and writer-function logic run in process on a memory account.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from urllib.parse import parse_qsl
 
 import pytest
 
-from vault_app.services import AppStorage
+from vault_app.config import load_settings
+from vault_app.services import AppStorage, Services
 from vault_client.api import Access, ApiClient
 from vault_client.direct import DirectSource, SasBlob
 from vault_client.rawlog import ApiLog
@@ -405,6 +410,42 @@ def test_an_owner_blob_has_one_holder_at_a_time(blobs: BlobStore) -> None:
     assert taken is not None and taken.id == theirs
     assert owner.acquire(15, mine) is None
     taken.release()
+
+
+# -- AsyncReads (a long poll's and /health's reads) and a read SAS ---------------------------------
+def test_the_async_reads_see_commit_records_queue_lengths_and_missing_streams(
+    backend: AppStorage, stream: str
+) -> None:
+    vault = Vault(backend).ensure()
+    write(vault, stream, batches=1, per_batch=3)
+    queue = backend.queue(fresh_name("q"))
+    queue.create_if_missing()
+    queue.send("one")
+    queue.send("two")
+    state = vault.blob(stream).state()
+
+    async def read() -> tuple[CommitState, dict[str, CommitState], int]:
+        reads = Services(load_settings({})).async_reads(backend)
+        with pytest.raises(StreamNotFound):
+            await reads.commit_state(vault.container_name, fresh_name("missing-"))
+        return (
+            await reads.commit_state(vault.container_name, stream),
+            await reads.commit_states(vault.container_name, 100_000),
+            await reads.queue_length(queue.name),
+        )
+
+    one, every, length = asyncio.run(read())
+    assert (one.committed, one.count, one.etag) == (state.committed, state.count, state.etag)
+    assert every[stream].committed == state.committed and length == 2
+
+
+def test_a_read_sas_is_read_only_for_one_blob_from_start_to_expiry(backend: AppStorage) -> None:
+    start = datetime(2026, 1, 2, 3, 4, 5, 600_000, tzinfo=timezone.utc)
+    url, sas = backend.read_sas("streams", "s-1", start=start, expiry=start + timedelta(minutes=15))
+    fields = dict(parse_qsl(sas))
+    assert url.endswith("/streams/s-1")
+    assert (fields["sp"], fields["sr"]) == ("r", "b")
+    assert (fields["st"], fields["se"]) == ("2026-01-02T03:04:05Z", "2026-01-02T03:19:05Z")
 
 
 # -- Source: where a consumer's pages come from ---------------------------------------------------

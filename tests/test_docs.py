@@ -19,7 +19,7 @@ import pytest
 
 from vault_core import pagelog, unitformat
 from vault_core import recordformat as fmt
-from vault_core.index import _minute_key, _offset_key, _time_key
+from vault_core.index import minute_key, offset_key, time_key
 from vault_core.pagelog import CommitState, CommittedBatch
 from vault_core.recordformat import NewMessage, encode, message_id
 
@@ -254,7 +254,7 @@ def test_the_message_id_example() -> None:
 
 
 def test_the_index_key_examples() -> None:
-    for key in (_offset_key(100), _time_key(TS, 100), _offset_key(0), _time_key(TS, 0), _minute_key(TS)):
+    for key in (offset_key(100), time_key(TS, 100), offset_key(0), time_key(TS, 0), minute_key(TS)):
         assert key in FORMAT_MD, key
 
 

@@ -1,8 +1,11 @@
-"""Read-ahead of the read API for sequential consumers, on a real Azurite."""
+"""Read-ahead of the read API for sequential consumers, on a real Azurite (its lifetime in memory)."""
 
 from __future__ import annotations
 
+import threading
+
 from vault_app.readahead import ReadAhead
+from vault_core.memory import MemoryAccount
 from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
 from vault_core.recordformat import NewMessage
@@ -16,9 +19,12 @@ class CountingReader(StreamReader):
     def __init__(self, vault: Vault) -> None:
         super().__init__(vault.reader.log, vault.reader.index)
         self.fetches: list[int] = []
+        self.threads: set[str] = set()
+        """Where the GETs ran: the reading thread, or the read-ahead's pool."""
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
         self.fetches.append(from_offset)
+        self.threads.add(threading.current_thread().name)
         return super().fetch(stream, from_offset, max_bytes)
 
 
@@ -47,8 +53,8 @@ def consume(ahead: ReadAhead, reader: StreamReader, stream: str, max_bytes: int)
 def test_a_sequential_consumer_reads_prefetched_ranges_and_every_message(vault: Vault, stream: str) -> None:
     fill(vault, stream)
     reader = CountingReader(vault)
-    ahead = ReadAhead()
-    got = consume(ahead, reader, stream, 8 * 1024)
+    with ReadAhead() as ahead:
+        got = consume(ahead, reader, stream, 8 * 1024)
     assert got == [m.value for m in vault.reader.scan(stream)]
     # Read-ahead starts with the second read: it is the first one known to be sequential.
     # Every read after that was fetched once, ahead of time, and never again.
@@ -59,30 +65,49 @@ def test_a_sequential_consumer_reads_prefetched_ranges_and_every_message(vault: 
 def test_random_reads_prefetch_nothing(vault: Vault, stream: str) -> None:
     fill(vault, stream, 2)
     reader = CountingReader(vault)
-    ahead = ReadAhead()
     offsets = [m.offset for m in vault.reader.scan(stream)][::37]
-    for offset in reversed(offsets):
-        data, state = ahead.fetch(reader, stream, offset, 4096)
-        result = reader.decode_fetched(stream, offset, data, state, max_bytes=4096)
-        ahead.done(reader, stream, offset, result.next_offset, result.committed, 4096)
+    with ReadAhead() as ahead:
+        for offset in reversed(offsets):
+            data, state = ahead.fetch(reader, stream, offset, 4096)
+            result = reader.decode_fetched(stream, offset, data, state, max_bytes=4096)
+            ahead.done(reader, stream, offset, result.next_offset, result.committed, 4096)
     assert reader.fetches == list(reversed(offsets))
 
 
 def test_held_bytes_stay_bounded_and_a_prefetch_is_handed_out_once(vault: Vault, stream: str) -> None:
     fill(vault, stream, 2)
     reader = CountingReader(vault)
-    ahead = ReadAhead(max_held_bytes=3 * 1024)
-    # Two sequential consumers on the same stream at different places; each wants 2 KiB ahead.
-    offsets = [m.offset for m in vault.reader.scan(stream)]
-    for start in (0, next(o for o in offsets if o >= 8192)):
-        data, state = ahead.fetch(reader, stream, start, 2048)
-        first = reader.decode_fetched(stream, start, data, state, max_bytes=2048)
-        ahead.done(reader, stream, start, first.next_offset, first.committed, 2048)
-        data, state = ahead.fetch(reader, stream, first.next_offset, 2048)
-        second = reader.decode_fetched(stream, first.next_offset, data, state, max_bytes=2048)
-        ahead.done(reader, stream, first.next_offset, second.next_offset, second.committed, 2048)
-    assert ahead._held <= 3 * 1024  # the older consumer's prefetch was dropped for the newer one
-    ahead.fetch(reader, stream, second.next_offset, 2048)  # the prefetched one: no new GET
-    assert reader.fetches.count(second.next_offset) == 1 and ahead._held == 0
-    ahead.fetch(reader, stream, second.next_offset, 2048)  # handed out once: a GET again
-    assert reader.fetches.count(second.next_offset) == 2
+    with ReadAhead(max_held_bytes=3 * 1024) as ahead:
+        # Two sequential consumers on the same stream at different places; each wants 2 KiB ahead.
+        offsets = [m.offset for m in vault.reader.scan(stream)]
+        for start in (0, next(o for o in offsets if o >= 8192)):
+            data, state = ahead.fetch(reader, stream, start, 2048)
+            first = reader.decode_fetched(stream, start, data, state, max_bytes=2048)
+            ahead.done(reader, stream, start, first.next_offset, first.committed, 2048)
+            data, state = ahead.fetch(reader, stream, first.next_offset, 2048)
+            second = reader.decode_fetched(stream, first.next_offset, data, state, max_bytes=2048)
+            ahead.done(reader, stream, first.next_offset, second.next_offset, second.committed, 2048)
+        assert ahead.held_bytes <= 3 * 1024  # the older consumer's prefetch was dropped for the newer one
+        ahead.fetch(reader, stream, second.next_offset, 2048)  # the prefetched one: no new GET
+        assert reader.fetches.count(second.next_offset) == 1 and ahead.held_bytes == 0
+        ahead.fetch(reader, stream, second.next_offset, 2048)  # handed out once: a GET again
+        assert reader.fetches.count(second.next_offset) == 2
+
+
+def test_a_closed_read_ahead_prefetches_nothing_holds_nothing_and_its_threads_end() -> None:
+    vault = Vault(MemoryAccount()).ensure()
+    fill(vault, "s", 2)
+    reader = CountingReader(vault)
+    before = set(threading.enumerate())
+    ahead = ReadAhead()
+    everything = consume(ahead, reader, "s", 2048)  # sequential: prefetched on the pool's threads
+    pool = [t for t in set(threading.enumerate()) - before if t.name.startswith("mv-readahead")]
+    assert pool and len(reader.threads) > 1
+    ahead.close()
+    reader.threads.clear()
+    assert consume(ahead, reader, "s", 2048) == everything  # reads still work, each its own GET
+    assert reader.threads == {threading.current_thread().name} and ahead.held_bytes == 0
+    for t in pool:
+        t.join(timeout=10)
+    assert not any(t.is_alive() for t in pool)
+    ahead.close()  # idempotent

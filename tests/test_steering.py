@@ -32,7 +32,7 @@ from vault_app.steering import (
     preference,
     send_steered,
 )
-from vault_app.writer_fn import _Renewer
+from vault_app.writer_fn import DrainRenewer
 from vault_core.errors import StorageUnavailable, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
@@ -288,7 +288,7 @@ class _RefusingQueue:
 def test_the_writer_stops_a_round_of_renewals_at_the_first_refusal() -> None:
     refusing = _RefusingQueue()
     queue = StagingQueue(0, "q", cast(Queue, refusing), cast(Queue, refusing))
-    renewer = _Renewer(queue, DrainedFile(None))
+    renewer = DrainRenewer(queue, DrainedFile(None))
     renewer.hold([QueuedMessage(str(i), "{}", "r") for i in range(32)])
     renewer.renew()
     assert refusing.renewals == 1  # not 32 requests to a queue that is already over its target

@@ -12,7 +12,6 @@ from typing import Any
 
 from vault_app.services import Services, StagingQueue
 from vault_app.tail import SWEEP_MAX_STREAMS, Tails
-from vault_core.aio import async_clients
 from vault_core.errors import VaultError
 from vault_core.pagelog import CommitState
 from vault_core.retry import budget
@@ -75,10 +74,10 @@ class LoopCaches:
 def _tails_on(svc: Services) -> Tails:
 
     async def commit_state(stream: str) -> CommitState:
-        return await async_clients(svc.vault_account).commit_state(svc.settings.streams_container, stream)
+        return await svc.async_reads(svc.vault_storage).commit_state(svc.settings.streams_container, stream)
 
     async def commit_states() -> dict[str, CommitState]:
-        clients = async_clients(svc.vault_account)
+        clients = svc.async_reads(svc.vault_storage)
         return await clients.commit_states(svc.settings.streams_container, SWEEP_MAX_STREAMS)
 
     return Tails(commit_state, commit_states)
@@ -91,14 +90,14 @@ async def _poison_counts(svc: Services) -> list[dict[str, Any]]:
     is down."""
     try:
         queues = svc.queues
-        accounts = svc.staging_accounts
+        accounts = svc.staging_storages
     except Exception:
         log.warning("health: the poison queues cannot be named", exc_info=True)
         return []
 
     async def count(q: StagingQueue) -> int | None:
         try:
-            return await async_clients(accounts[q.account]).queue_length(q.poison.name)
+            return await svc.async_reads(accounts[q.account]).queue_length(q.poison.name)
         except VaultError:
             return None
 

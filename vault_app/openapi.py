@@ -51,23 +51,22 @@ def _integer(lo: int, hi: int) -> dict[str, Any]:
     return {"type": "integer", "format": "int64", "minimum": lo, "maximum": hi}
 
 
+def _json(schema: str) -> dict[str, Any]:
+    """A JSON body of one of the components' schemas."""
+    return {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}}
+
+
+def _json_or_ndjson(schema: str) -> dict[str, Any]:
+    """A JSON body of ``schema``, or its messages as NDJSON lines (by Content-Type or Accept)."""
+    return {**_json(schema), "application/x-ndjson": {"schema": {"type": "string"}}}
+
+
 def _errors(*codes: int) -> dict[str, Any]:
-    return {
-        str(c): {
-            "description": "error",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-        }
-        for c in codes
-    }
+    return {str(c): {"description": "error", "content": _json("Error")} for c in codes}
 
 
 def _ok(status: int, schema: str, text: str = "ok") -> dict[str, Any]:
-    return {
-        str(status): {
-            "description": text,
-            "content": {"application/json": {"schema": {"$ref": f"#/components/schemas/{schema}"}}},
-        }
-    }
+    return {str(status): {"description": text, "content": _json(schema)}}
 
 
 STREAM_SCHEMA = {"type": "string", "pattern": anchored(STREAM_PATTERN)}
@@ -367,10 +366,7 @@ PATHS: dict[str, Any] = {
             ],
             "requestBody": {
                 "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": "#/components/schemas/Batch"}},
-                    "application/x-ndjson": {"schema": {"type": "string"}},
-                },
+                "content": _json_or_ndjson("Batch"),
             },
             "responses": {
                 **_ok(202, "BatchStatus", "staged"),
@@ -402,10 +398,7 @@ PATHS: dict[str, Any] = {
             "responses": {
                 "200": {
                     "description": "messages",
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/Messages"}},
-                        "application/x-ndjson": {"schema": {"type": "string"}},
-                    },
+                    "content": _json_or_ndjson("Messages"),
                 },
                 **_errors(400, 404, 416, 429),
             },

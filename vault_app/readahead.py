@@ -14,6 +14,10 @@ past them) prefetch nothing, and a prefetched range is handed out once and then 
 the memory held is bounded by :data:`MAX_HELD_BYTES` per process. A consumer whose next
 request goes to another instance costs one unused GET here: that is why read-ahead starts only
 after a sequential pattern has been seen on this instance.
+
+Its lifetime is its owner's (the app's :class:`~vault_app.runtime.Runtime`): built with it (the
+pool's threads start with the first prefetch) and closed with it, which cancels prefetches not
+yet started, drops what is held, and lets the pool's threads end.
 """
 
 from __future__ import annotations
@@ -40,7 +44,29 @@ class ReadAhead:
         self._ends: OrderedDict[tuple[str, int], None] = OrderedDict()
         self._ahead: OrderedDict[tuple[str, int], tuple[int, Future[Fetched]]] = OrderedDict()
         self._held = 0
+        self._closed = False
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="mv-readahead")
+
+    def __enter__(self) -> ReadAhead:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Prefetch nothing more and hold nothing: prefetches not started are cancelled and the
+        pool's threads end once the GETs in flight return. Reads still work, each one GET. Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._ends.clear()
+            self._ahead.clear()
+            self._held = 0
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def held_bytes(self) -> int:
+        """The bytes reserved for prefetched ranges not yet handed out."""
+        return self._held
 
     def fetch(self, reader: StreamReader, stream: str, offset: int, max_bytes: int) -> Fetched:
         """The bytes at ``offset``: prefetched if this read was foreseen, else one GET now."""
@@ -65,6 +91,8 @@ class ReadAhead:
             self._ends[(stream, next_offset)] = None
             while len(self._ends) > MAX_TRACKED:
                 self._ends.popitem(last=False)
+            if self._closed:
+                return
             if not sequential or next_offset >= committed or (stream, next_offset) in self._ahead:
                 return
             while self._ahead and self._held + max_bytes > self.max_held_bytes:

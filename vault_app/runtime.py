@@ -67,7 +67,9 @@ class Runtime:
 
     def close(self) -> None:
         """Close every open writer (catalog up to date, leases released) and release the owned
-        staging queues, so another instance takes over at once; then stop the pools. Idempotent."""
+        staging queues, so another instance takes over at once; then stop the read-ahead and the
+        pools. Idempotent."""
         self.writers.close_all()
+        self.read_ahead.close()
         self.writer_io.shutdown(wait=False)
         self.request_threads.shutdown(wait=False)

@@ -9,13 +9,14 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Protocol
+from typing import Protocol, cast
 
 from vault_app import config
 from vault_app.batches import BatchTable
 from vault_app.claimcheck import ClaimChecks
 from vault_app.config import VaultSettings
 from vault_app.steering import Steering
+from vault_core.aio import AsyncReads, async_clients
 from vault_core.azure import StorageAccount
 from vault_core.blobstore import BlobStore
 from vault_core.checkpoints import CheckpointStore
@@ -36,6 +37,12 @@ class AppStorage(Storage, Protocol):
     def blob_container(self, name: str) -> BlobStore: ...
 
 
+class OwnAsyncReads(Protocol):
+    """A storage that is not an Azure account brings its own async reads (the memory account)."""
+
+    def async_reads(self) -> AsyncReads: ...
+
+
 @dataclass(frozen=True)
 class StagingQueue:
     """One staging queue: which account (scale unit) and which queue in it."""
@@ -51,7 +58,7 @@ class Services:
 
     ``connect`` opens a storage connection by its setting name (``VaultStorage``,
     ``VaultStaging0``, ...); without it, the Azure accounts the settings describe. The async
-    reads of the request path's waits (:mod:`vault_core.aio`) always use the Azure accounts.
+    reads of the request path's waits (:meth:`async_reads`) use the same storage.
     """
 
     def __init__(self, settings: VaultSettings, connect: Callable[[str], AppStorage] | None = None) -> None:
@@ -112,17 +119,24 @@ class Services:
         return CheckpointStore.from_account(self.vault_storage, f"{self.settings.table_prefix}checkpoints")
 
     @cached_property
+    def staging_storages(self) -> Sequence[AppStorage]:
+        """The staging accounts' storage, in order (what ``connect`` opens, else the Azure accounts)."""
+        if self._connect is None:
+            return self.staging_accounts
+        return [self._connect(config.staging_connection(a)) for a in range(self.settings.staging_accounts)]
+
+    def async_reads(self, storage: AppStorage) -> AsyncReads:
+        """The async reads of the request path's waits on ``storage``, on the running event loop:
+        an Azure account's async clients, or what a storage of another kind brings."""
+        if isinstance(storage, StorageAccount):
+            return async_clients(storage)
+        return cast(OwnAsyncReads, storage).async_reads()
+
+    @cached_property
     def queues(self) -> list[StagingQueue]:
         """Every staging queue, account by account: the shards a stream hashes onto."""
         out = []
-        storages: Sequence[AppStorage]
-        if self._connect is None:
-            storages = self.staging_accounts
-        else:
-            storages = [
-                self._connect(config.staging_connection(a)) for a in range(self.settings.staging_accounts)
-            ]
-        for account, storage in enumerate(storages):
+        for account, storage in enumerate(self.staging_storages):
             for name in self.settings.queue_names:
                 out.append(StagingQueue(account, name, storage.queue(name), storage.queue(f"{name}-poison")))
         return out

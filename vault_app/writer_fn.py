@@ -127,7 +127,7 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
     telemetry.current().link(first.trace)
     plan = _Plan()
     _add(plan, _Work(first))
-    with _Renewer(queue, runtime.writers.drained(services, queue)) as renewer:
+    with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
         _drain(claims, runtime, queue, plan, renewer)
         runtime.fault("after-drain")
         for stream, work in plan.by_stream.items():
@@ -164,7 +164,7 @@ def _append(
     queue: StagingQueue,
     stream: str,
     work: list[_Work],
-    renewer: _Renewer,
+    renewer: DrainRenewer,
 ) -> None:
     tel = telemetry.current()
     started = time.monotonic()
@@ -220,7 +220,7 @@ def _batch(env: Envelope) -> Batch:
 
 
 def _drain(
-    claims: ClaimChecks, runtime: Runtime, queue: StagingQueue, plan: _Plan, renewer: _Renewer
+    claims: ClaimChecks, runtime: Runtime, queue: StagingQueue, plan: _Plan, renewer: DrainRenewer
 ) -> None:
     services = runtime.services
     while plan.bytes < DRAIN_BYTES:
@@ -368,7 +368,7 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
     telemetry.current().poisoned(queue.name, queue.account, stream)
 
 
-class _Renewer:
+class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
     Their visibility is short (DRAIN_VISIBILITY) and renewed every third of it, as the
@@ -388,7 +388,7 @@ class _Renewer:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="mv-drain-renewer", daemon=True)
 
-    def __enter__(self) -> _Renewer:
+    def __enter__(self) -> DrainRenewer:
         self._thread.start()
         return self
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import weakref
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from azure.core.credentials import AccessToken
 from azure.storage.blob.aio import BlobServiceClient
@@ -56,6 +56,17 @@ class _AsyncTokenCredential:
 
     async def __aexit__(self, *args: object) -> None:
         return None
+
+
+class AsyncReads(Protocol):
+    """What the request path's waits read, as coroutines (Azure: :class:`AsyncClients`; in
+    memory: :class:`vault_core.memory.MemoryAsyncReads`)."""
+
+    async def commit_state(self, container: str, stream: str) -> CommitState: ...
+
+    async def commit_states(self, container: str, most: int) -> dict[str, CommitState]: ...
+
+    async def queue_length(self, queue: str) -> int: ...
 
 
 @dataclass
@@ -117,6 +128,6 @@ def _make(account: StorageAccount) -> AsyncClients:
         )
     credential = _AsyncTokenCredential(account.credential)
     return AsyncClients(
-        BlobServiceClient(account._url(account.blob_url, "blob"), credential=credential, **_OPTIONS),
-        QueueServiceClient(account._url(account.queue_url, "queue"), credential=credential, **_OPTIONS),
+        BlobServiceClient(account.service_url("blob"), credential=credential, **_OPTIONS),
+        QueueServiceClient(account.service_url("queue"), credential=credential, **_OPTIONS),
     )

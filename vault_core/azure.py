@@ -143,38 +143,31 @@ class StorageAccount:
     def blob_service(self) -> BlobServiceClient:
         # Sub-second back-off: the SDKs type these as int, but use them as float.
         retry = _BlobRetry(initial_backoff=0.5, increment_base=2, retry_total=3, random_jitter_range=0.5)  # type: ignore[arg-type]
-        options: dict[str, Any] = {
-            "retry_policy": retry,
-            "transport": shared_transport(),
-            "raw_request_hook": request_hook,
-        }
-        if self.connection_string:
-            return BlobServiceClient.from_connection_string(self.connection_string, **options)
-        return BlobServiceClient(self._url(self.blob_url, "blob"), credential=self.credential, **options)
+        return self._client(BlobServiceClient, "blob", retry_policy=retry)
 
     def queue_service(self) -> QueueServiceClient:
         from azure.storage.queue import QueueServiceClient  # the `queue` extra, see _queue_retry
 
         retry = _queue_retry()(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)
-        options: dict[str, Any] = {
-            "retry_policy": retry,
-            "transport": shared_transport(),
-            "raw_request_hook": request_hook,
-        }
-        if self.connection_string:
-            return QueueServiceClient.from_connection_string(self.connection_string, **options)
-        return QueueServiceClient(self._url(self.queue_url, "queue"), credential=self.credential, **options)
+        return self._client(QueueServiceClient, "queue", retry_policy=retry)
 
     def table_service(self) -> TableServiceClient:
-        options: dict[str, Any] = {
-            "retry_total": 3,
-            "retry_backoff_factor": 0.5,
-            "transport": shared_transport(),
-            "raw_request_hook": request_hook,
-        }
+        return self._client(TableServiceClient, "table", retry_total=3, retry_backoff_factor=0.5)
+
+    def _client(self, sdk_class: Any, service: str, **options: Any) -> Any:
+        """A client of the SDK's ``sdk_class``: from the connection string, else from the
+        service's URI and the credential; on the shared transport, with the request hook."""
+        options.update(transport=shared_transport(), raw_request_hook=request_hook)
         if self.connection_string:
-            return TableServiceClient.from_connection_string(self.connection_string, **options)
-        return TableServiceClient(self._url(self.table_url, "table"), credential=self.credential, **options)
+            return sdk_class.from_connection_string(self.connection_string, **options)
+        return sdk_class(self.service_url(service), credential=self.credential, **options)
+
+    def service_url(self, service: str) -> str:
+        """The configured URI of the ``blob``, ``queue`` or ``table`` service."""
+        url = {"blob": self.blob_url, "queue": self.queue_url, "table": self.table_url}[service]
+        if not url:
+            raise ValueError(f"no {service} service URI configured for this storage connection")
+        return url
 
     # -- the adapters, on one SDK client per service of this account ---------------------------
     @cached_property
@@ -226,12 +219,6 @@ class StorageAccount:
         with translate_errors(blob):
             key = self._blobs.get_user_delegation_key(start, expiry)
         return client.url, generate_blob_sas(user_delegation_key=key, **common)
-
-    @staticmethod
-    def _url(url: str | None, service: str) -> str:
-        if not url:
-            raise ValueError(f"no {service} service URI configured for this storage connection")
-        return url
 
 
 def _identity_credential(env: Mapping[str, str], name: str) -> Any:

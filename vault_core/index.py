@@ -54,15 +54,18 @@ class CatalogEntry:
     updated: int
 
 
-def _offset_key(offset: int) -> str:
+def offset_key(offset: int) -> str:
+    """The row key of an index point in offset order (docs/FORMAT.md §8 spells out every key)."""
     return f"o{offset:016x}"
 
 
-def _time_key(ts: int, offset: int) -> str:
+def time_key(ts: int, offset: int) -> str:
+    """The row key of an index point by time, inverted so that the latest comes first (FORMAT.md §8.3)."""
     return f"t{_MAX48 - ts:012x}{_MAX48 - offset:012x}"
 
 
-def _minute_key(ts: int) -> str:
+def minute_key(ts: int) -> str:
+    """The row key of a minute mark: the first record of a minute."""
     return f"m{ts // MINUTE_MS:012x}"
 
 
@@ -134,11 +137,11 @@ class IndexTables:
         point it finds, so an index point in Tables must imply the marks written with it."""
         rows: list[tuple[str, Fields]] = []
         for m in minutes:
-            rows.append((_minute_key(m.timestamp), {"Offset": m.offset, "Ts": m.timestamp, "Count": m.count}))
+            rows.append((minute_key(m.timestamp), {"Offset": m.offset, "Ts": m.timestamp, "Count": m.count}))
         for p in points:
             fields = {"Offset": p.offset, "Ts": p.timestamp, "Count": p.count}
-            rows.append((_offset_key(p.offset), fields))
-            rows.append((_time_key(p.timestamp, p.offset), fields))
+            rows.append((offset_key(p.offset), fields))
+            rows.append((time_key(p.timestamp, p.offset), fields))
         for b in batches:
             fields = {"First": b.first_offset, "Next": b.next_offset, "Count": b.count, "Ts": b.timestamp}
             rows.append(("b" + b.batch_id, fields))
@@ -158,7 +161,7 @@ class IndexTables:
         """The latest index point whose timestamp is strictly before ``timestamp``."""
         if timestamp <= 0:
             return None
-        return self._first(stream, _time_key(timestamp - 1, _MAX48), "u")
+        return self._first(stream, time_key(timestamp - 1, _MAX48), "u")
 
     def point_at_or_before(
         self, stream: str, offset: int, within: int = 8 * 1024 * 1024
@@ -173,12 +176,12 @@ class IndexTables:
 
     def points(self, stream: str, start: int = 0, end: int | None = None) -> list[IndexPoint]:
         """Index points with ``start <= offset < end``, ascending (for planning parallel reads)."""
-        upper = _offset_key(end) if end is not None else "p"
-        return [_point(r) for r in self.index.query(stream, lo=_offset_key(start), hi=upper)]
+        upper = offset_key(end) if end is not None else "p"
+        return [_point(r) for r in self.index.query(stream, lo=offset_key(start), hi=upper)]
 
     def minute_marks(self, stream: str, start_ms: int, end_ms: int) -> list[IndexPoint]:
         """The first record of each minute from ``start_ms``'s minute to ``end_ms``'s, ascending."""
-        lo, hi = _minute_key(max(0, start_ms)), _minute_key(max(0, end_ms) + MINUTE_MS)  # hi: exclusive
+        lo, hi = minute_key(max(0, start_ms)), minute_key(max(0, end_ms) + MINUTE_MS)  # hi: exclusive
         return [_point(r) for r in self.index.query(stream, lo=lo, hi=hi)]
 
     def committed_batches(self, stream: str, batch_ids: Sequence[str]) -> dict[str, CommittedBatch]:

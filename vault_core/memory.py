@@ -8,7 +8,9 @@ rely on it: every page write and commit is conditional on the lease and the ETag
 (:class:`~vault_core.errors.StreamLeased`) until it expires by the injected clock, table writes
 are conditional on ETags, and rows come back in key order; a received queue message stays
 invisible for its visibility timeout, and only its latest receipt changes or deletes it;
-a blob is written once, and an owner-lease blob has one holder at a time. ``tests/test_contracts.py`` runs the
+a blob is written once, and an owner-lease blob has one holder at a time. It also answers the
+request path's async reads (``async_reads``: commit records and queue lengths, for long polls and
+/health) and hands out a read SAS's fields. ``tests/test_contracts.py`` runs the
 same contract against these and against Azurite, so a test of the writer's protocol, its lease
 renewal or its crash windows can run here in milliseconds (with a
 :class:`~vault_core.clock.ManualClock`), while the Azurite and kill -9 tests stay the end-to-end
@@ -24,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Protocol
+from urllib.parse import urlencode
 
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import (
@@ -33,6 +36,7 @@ from vault_core.errors import (
     StorageUnavailable,
     StreamLeased,
     StreamNotFound,
+    VaultError,
 )
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
 from vault_core.queueing import QueuedMessage
@@ -487,4 +491,40 @@ class MemoryAccount:
             return self._tables.setdefault(name, MemoryTable(name))
 
     def read_sas(self, container: str, blob: str, *, start: datetime, expiry: datetime) -> tuple[str, str]:
-        raise NotImplementedError("an in-memory account has no URL to hand out a SAS for")
+        """A read SAS's fields as Azure writes them (read-only, one blob, start and expiry), for
+        an address only this process knows: what the app hands out can be checked, not used."""
+        fields = {"st": _sas_time(start), "se": _sas_time(expiry), "sr": "b", "sp": "r"}
+        return f"memory://{container}/{blob}", urlencode(fields)
+
+    def async_reads(self) -> MemoryAsyncReads:
+        """The request path's async reads (:class:`vault_core.aio.AsyncReads`) of this account."""
+        return MemoryAsyncReads(self)
+
+
+def _sas_time(t: datetime) -> str:
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class MemoryAsyncReads:
+    """What a long poll or a health probe reads while it waits, from a memory account: the
+    same answers as :class:`vault_core.aio.AsyncClients` over Azure, at once."""
+
+    def __init__(self, account: MemoryAccount) -> None:
+        self._account = account
+
+    async def commit_state(self, container: str, stream: str) -> CommitState:
+        return self._account.page_blobs(container).blob(stream).state()
+
+    async def commit_states(self, container: str, most: int) -> dict[str, CommitState]:
+        found: dict[str, CommitState] = {}
+        for b in self._account.page_blobs(container).list():
+            try:
+                found[b.name] = CommitState.from_metadata(b.metadata, b.etag, b.size)
+            except VaultError:
+                continue  # not a stream of a format this reader knows, as over Azure
+            if len(found) > most:
+                break
+        return found
+
+    async def queue_length(self, queue: str) -> int:
+        return self._account.queue(queue).approximate_count() or 0

@@ -104,6 +104,25 @@ class _Group:
     batches: list[tuple[int, Batch]] = field(default_factory=list)
 
 
+class _IndexPoints:
+    """The index-point rule, written once: a point at the stream's first frame, then at each
+    frame that starts ``spacing`` bytes or more after the last point (never two at one offset).
+    A frame is where decoding can start: a version 1 record, or a version 2 unit. Collects the
+    points a commit (or a recovery) adds after ``last``."""
+
+    def __init__(self, spacing: int, last: IndexPoint | None) -> None:
+        self.spacing = spacing
+        self.last = last
+        self.added: list[IndexPoint] = []
+
+    def frame(self, offset: int, timestamp: int, count: int) -> None:
+        """A frame starts at ``offset`` with the stream's message number ``count``."""
+        last = self.last
+        if last is None or (offset > last.offset and offset - last.offset >= self.spacing):
+            self.last = IndexPoint(offset, timestamp, count)
+            self.added.append(self.last)
+
+
 def _round_up(n: int, to: int = PAGE_SIZE) -> int:
     return (n + to - 1) // to * to
 
@@ -245,25 +264,22 @@ class StreamWriter:
         from vault_core.reader import scan_log  # the reader depends on nothing in this module
 
         start = last.offset if last else 0
-        points: list[IndexPoint] = []
+        index = _IndexPoints(self.index_spacing, last)
         minutes: list[IndexPoint] = []
-        prev = last
         count = last.count if last else 0
         previous_ts: int | None = None
         starts_frame = True  # ``start`` is a record's or a unit's position
         for message in scan_log(self.blob, start, committed):
             at_frame, starts_frame = starts_frame, message.ends_frame
-            if at_frame and (prev is None or message.offset - prev.offset >= self.index_spacing):
-                prev = IndexPoint(message.offset, message.timestamp, count)
-                if not (last and prev.offset == last.offset):
-                    points.append(prev)
+            if at_frame:
+                index.frame(message.offset, message.timestamp, count)
             if (message.offset == 0 or previous_ts is not None) and starts_minute(
                 previous_ts, message.timestamp
             ):
                 minutes.append(IndexPoint(message.offset, message.timestamp, count))
             previous_ts = message.timestamp
             count += 1
-        return points, minutes
+        return index.added, minutes
 
     def _refresh(self) -> None:
         """After a failed call: recover as a new writer would (we still hold the lease).
@@ -344,16 +360,14 @@ class StreamWriter:
         offset = state.committed
         count = state.count
         pages = _PagePipeline(self._write, state.etag, self._uploader)
-        points: list[IndexPoint] = []
-        last_point = self._last_point
+        index = _IndexPoints(self.index_spacing, self._last_point)
         results: dict[int, AppendResult] = {}
         committed_batches: list[CommittedBatch] = []
         try:
             as_records = group.batches  # format 1: one record per message, laid out below
             if self.record_format == UNIT_VERSION:
-                laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, last_point)
-                offset, count, last_point, write_pos, spans, unit_points = laid
-                points += unit_points
+                laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, index)
+                offset, count, write_pos, spans = laid
                 as_records = []
                 for i, batch, first, nxt in spans:
                     result = AppendResult(batch.batch_id, first, nxt, batch.count, ts)
@@ -368,15 +382,11 @@ class StreamWriter:
                     buf += encoded.data
                     restamp(buf, at, encoded.starts, offset, ts)
                     for start in encoded.starts:
-                        if last_point is None or offset + start - last_point.offset >= self.index_spacing:
-                            last_point = IndexPoint(offset + start, ts, count)
-                            points.append(last_point)
+                        index.frame(offset + start, ts, count)
                         count += 1
                     offset += len(encoded.data)
                 for message in batch.messages:
-                    if last_point is None or offset - last_point.offset >= self.index_spacing:
-                        last_point = IndexPoint(offset, ts, count)
-                        points.append(last_point)
+                    index.frame(offset, ts, count)
                     offset += encode_into(buf, message, offset, ts)
                     count += 1
                     if len(buf) >= self.max_write:
@@ -416,7 +426,8 @@ class StreamWriter:
         etag = self.blob.commit(new_state, self.lease, etag)
         self.state = replace(new_state, etag=etag)
         self._tail = tail
-        self._last_point = last_point
+        self._last_point = index.last
+        points = index.added
         now = self.clock.now_ms()
         if points or committed_batches or minutes or now - self._catalog_written_ms >= CATALOG_INTERVAL_MS:
             self._record(points, committed_batches, minutes, now)
@@ -431,15 +442,15 @@ class StreamWriter:
         offset: int,
         count: int,
         ts: int,
-        last_point: IndexPoint | None,
-    ) -> tuple[int, int, IndexPoint | None, int, list[tuple[int, Batch, int, int]], list[IndexPoint]]:
+        index: _IndexPoints,
+    ) -> tuple[int, int, int, list[tuple[int, Batch, int, int]]]:
         """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
 
         Units hold consecutive messages, across batch boundaries, up to UNIT_TARGET_BYTES of
         payload, and only text keys or only binary keys. A message's offset is its unit's position
-        plus its index there, known once the unit is compressed. Returns the new offset, count,
-        last index point and write position, each batch's ``(i, batch, first, next)`` offsets,
-        and the new index points (at unit positions only: decoding starts there).
+        plus its index there, known once the unit is compressed. Returns the new offset, count
+        and write position, and each batch's ``(i, batch, first, next)`` offsets; index points
+        (at unit positions only: decoding starts there) go to ``index``.
         """
         keys: list[bytes] = []
         values: list[bytes] = []
@@ -449,13 +460,10 @@ class StreamWriter:
         unit_offsets: list[int] = []
         unit_firsts: list[int] = []  # index in the group of each unit's first message
         ranges: list[tuple[int, Batch, int, int]] = []
-        points: list[IndexPoint] = []
 
         def close() -> None:
-            nonlocal offset, count, last_point, write_pos, size
-            if last_point is None or offset - last_point.offset >= self.index_spacing:
-                last_point = IndexPoint(offset, ts, count)
-                points.append(last_point)
+            nonlocal offset, count, write_pos, size
+            index.frame(offset, ts, count)
             unit_offsets.append(offset)
             unit_firsts.append(seen - len(values))
             unit = encode_unit(keys, values, offset, ts, codec=self.codec, key_is_text=text)
@@ -490,7 +498,7 @@ class StreamWriter:
             return unit_offsets[u] + g - unit_firsts[u]
 
         spans = [(i, batch, offset_of(g0), offset_of(g1)) for i, batch, g0, g1 in ranges]
-        return offset, count, last_point, write_pos, spans, points
+        return offset, count, write_pos, spans
 
     def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
         """Send every whole ``max_write`` chunk at the front of ``buf``; the new write position."""

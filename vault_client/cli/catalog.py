@@ -2,31 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import click
-from rich.console import Console
 from rich.table import Table
 
 from vault_client.cli.args import stream_name
 from vault_client.cli.settings import connection_options, settings
+from vault_client.cli.show import console, number, print_json
 from vault_client.groups import group_lag
 from vault_client.wire import iso
-
-
-def _console() -> Console:
-    # Wide when not a terminal, so piped tables keep one row a line instead of wrapping at 80.
-    probe = Console()
-    return Console(width=None if probe.is_terminal else 200, soft_wrap=False)
-
-
-def _json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2))
-
-
-def _num(n: int | None) -> str:
-    return "" if n is None else f"{n:,}"
 
 
 @click.command()
@@ -39,19 +22,19 @@ def streams(as_json: bool) -> None:
     """
     rows = settings().api().streams()
     if as_json:
-        _json(rows)
+        print_json(rows)
         return
     table = Table("stream", "messages", "bytes", "first message", "last message", "updated", box=None)
     for r in sorted(rows, key=lambda r: r["stream"]):
         table.add_row(
             r["stream"],
-            _num(r.get("count")),
-            _num(r.get("committed")),
+            number(r.get("count")),
+            number(r.get("committed")),
             iso(r.get("first_timestamp")),
             iso(r.get("last_timestamp")),
             iso(r.get("updated")),
         )
-    _console().print(table)
+    console().print(table)
 
 
 @click.command()
@@ -65,12 +48,12 @@ def info(stream: str, as_json: bool) -> None:
     """
     doc = settings().api().stream(stream)
     if as_json:
-        _json(doc)
+        print_json(doc)
         return
     for label, value in (
         ("stream", doc["stream"]),
-        ("messages", _num(doc.get("count"))),
-        ("committed", f"{_num(doc.get('committed'))} bytes"),
+        ("messages", number(doc.get("count"))),
+        ("committed", f"{number(doc.get('committed'))} bytes"),
         ("first message", iso(doc.get("first_timestamp"))),
         ("last message", iso(doc.get("last_timestamp"))),
         ("created", iso(doc.get("created"))),
@@ -93,7 +76,7 @@ def groups(group: str | None, as_json: bool) -> None:
     api = s.api()
     rows = group_lag(s.checkpoints(), api.committed, group)
     if as_json:
-        _json(
+        print_json(
             [
                 {
                     "group": r.group,
@@ -113,8 +96,8 @@ def groups(group: str | None, as_json: bool) -> None:
         return
     table = Table("group", "stream", "checkpoint", "committed", "lag", "member", "updated", box=None)
     for r in rows:
-        committed = _num(r.committed) if r.committed is not None else "(stream gone)"
+        committed = number(r.committed) if r.committed is not None else "(stream gone)"
         table.add_row(
-            r.group, r.stream, _num(r.offset), committed, _num(r.lag), r.member or "", iso(r.updated)
+            r.group, r.stream, number(r.offset), committed, number(r.lag), r.member or "", iso(r.updated)
         )
-    _console().print(table)
+    console().print(table)

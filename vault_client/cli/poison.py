@@ -13,8 +13,8 @@ from rich.table import Table
 
 from vault_client.api import ApiClient
 from vault_client.cli.args import optional_batch_id, optional_stream_name
-from vault_client.cli.catalog import _console, _json, _num
 from vault_client.cli.settings import connection_options, settings
+from vault_client.cli.show import console, number, print_json
 from vault_client.wire import iso
 
 PREVIEW = 60
@@ -51,16 +51,16 @@ def list_command(stream: str | None, batch_id: str | None, as_json: bool) -> Non
     """
     doc = settings().api().poison(stream, batch_id)
     if as_json:
-        _json(doc)
+        print_json(doc)
         return
     if doc["messages"]:
-        _console().print(_table(doc["messages"]))
+        console().print(_table(doc["messages"]))
     else:
         click.echo("no poisoned messages" + (" match" if stream or batch_id else ""))
     for q in doc["queues"]:
         if q["truncated"]:
             click.echo(
-                f"{_queue(q)}-poison holds about {_num(q['poison_messages'])} messages; "
+                f"{_queue(q)}-poison holds about {number(q['poison_messages'])} messages; "
                 f"the {q['peeked']} oldest were looked at (vault poison replay reaches them all)"
             )
 
@@ -80,7 +80,7 @@ def _table(rows: list[dict[str, Any]]) -> Table:
             r["message_id"],
             r["batch_id"] or "",
             r["stream"] or "",
-            _num(r["count"]),
+            number(r["count"]),
             kind,
             iso(r["inserted"]),
             r["status"] or "",
@@ -103,12 +103,12 @@ def replay(stream: str | None, batch_id: str | None, as_json: bool) -> None:
     s = settings()
     result = _replay_all(s.api(), stream, batch_id)
     if as_json:
-        _json(result)
+        print_json(result)
         return
     if not s.quiet:
         for b in result["batches"]:
             click.echo(
-                f"replayed {b['batch_id']} ({_num(b['count'])} messages of stream {b['stream']}) "
+                f"replayed {b['batch_id']} ({number(b['count'])} messages of stream {b['stream']}) "
                 f"to {_queue(b)}"
             )
         for m in result["invalid_messages"]:

@@ -119,98 +119,84 @@ def _setter(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
 def connection_options(*, top: bool = False) -> Callable[[F], F]:
     """--url/--key/--storage/... as options of the group (``top``, with env vars) or of a command."""
 
-    def env(name: str) -> str | None:
-        return name if top else None
+    def setting(*names: str, field: str, env: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        """An option that sets ``field`` of the settings; read from ``env`` too, on the group only."""
+        return click.option(
+            *names,
+            envvar=env if top else None,
+            show_envvar=top and env is not None,
+            expose_value=False,
+            callback=_setter(field),
+            **kwargs,
+        )
 
     options = [
-        click.option(
+        setting(
             "--url",
+            field="url",
+            env=ENV_URL,
             metavar="URL",
-            envvar=env(ENV_URL),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("url"),
             help="The vault API, e.g. https://APP.azurewebsites.net/api.",
         ),
-        click.option(
+        setting(
             "--key",
+            field="key",
+            env=ENV_KEY,
             metavar="KEY",
-            envvar=env(ENV_KEY),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("key"),
             help="Function key (x-functions-key); what it may do is the vault's access policy.",
         ),
-        click.option(
+        setting(
             "--token",
+            field="token",
+            env=ENV_TOKEN,
             metavar="TOKEN",
-            envvar=env(ENV_TOKEN),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("token"),
             help="Bearer token for the vault's audience (az account get-access-token --scope SCOPE).",
         ),
-        click.option(
+        setting(
             "--use-azure-credential",
+            field="use_azure_credential",
+            env=ENV_AZURE_CREDENTIAL,
             is_flag=True,
             default=None,
-            envvar=env(ENV_AZURE_CREDENTIAL),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("use_azure_credential"),
             help="Sign in with DefaultAzureCredential (az login, managed identity, ...) for --scope.",
         ),
-        click.option(
+        setting(
             "--scope",
+            field="scope",
+            env=ENV_SCOPE,
             metavar="SCOPE",
-            envvar=env(ENV_SCOPE),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("scope"),
             help="The vault's scope for --use-azure-credential: api://<client-id>/.default.",
         ),
-        click.option(
+        setting(
             "--storage",
+            field="storage",
+            env=ENV_STORAGE,
             metavar="CONN",
-            envvar=env(ENV_STORAGE),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("storage"),
             help="Consumer-group checkpoints: a storage connection string or Table service URL.",
         ),
-        click.option(
+        setting(
             "--checkpoint-table",
+            field="table",
+            env=ENV_TABLE,
             metavar="NAME",
-            envvar=env(ENV_TABLE),
-            show_envvar=top,
-            expose_value=False,
-            callback=_setter("table"),
             help=f"Checkpoint table (default {DEFAULT_TABLE}).",
         ),
-        click.option(
+        setting(
             "--timeout",
+            field="timeout",
             type=click.FloatRange(min=0.1),
             metavar="SECONDS",
-            expose_value=False,
-            callback=_setter("timeout"),
             help="Seconds to wait for an answer (default 30).",
         ),
-        click.option(
+        setting(
             "--retries",
+            field="retries",
             type=click.IntRange(min=0),
             metavar="N",
-            expose_value=False,
-            callback=_setter("retries"),
             help="Retries of throttled or failed requests (default 3).",
         ),
-        click.option(
-            "-q",
-            "--quiet",
-            is_flag=True,
-            default=None,
-            expose_value=False,
-            callback=_setter("quiet"),
-            help="No progress bars or summaries.",
+        setting(
+            "-q", "--quiet", field="quiet", is_flag=True, default=None, help="No progress bars or summaries."
         ),
     ]
 
