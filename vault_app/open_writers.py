@@ -18,6 +18,7 @@ the leases run out.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -191,7 +192,7 @@ class OpenWriters:
             self._start_reaper()
         if owned.lock is not held:  # taken meanwhile by another invocation here
             held.release()
-        log.info("this instance now owns staging queue %s", key)
+        log.info("this instance now owns staging queue %s (process %d)", key, os.getpid())
         # A process of this instance that owned the queue and died: what it had drained.
         returned = self.drained(services, queue).return_to(queue.staging)
         if returned:
