@@ -209,11 +209,14 @@ class WorkerMode:
     workers: int
     visibility: int
     """host.json ``visibilityTimeout`` (s): when the killed invocation's trigger is retried."""
+    round_robin: bool = False
+    """Queue invocations to the live workers in turn, as Azure's host sends them."""
 
     @property
     def label(self) -> str:
         workers = "1 worker" if self.workers == 1 else f"{self.workers} workers"
-        return f"{workers}, visibilityTimeout {self.visibility} s"
+        turns = ", round robin as on Azure" if self.round_robin else ""
+        return f"{workers}{turns}, visibilityTimeout {self.visibility} s"
 
 
 WORKER_MODES = {
@@ -223,6 +226,7 @@ WORKER_MODES = {
         WorkerMode("two-10", 2, 10),  # a survivor takes over; its trigger retried as before
         WorkerMode("one-1", 1, 1),
         WorkerMode("two-1", 2, 1),  # this app's host.json
+        WorkerMode("two-1-rr", 2, 1, round_robin=True),
     )
 }
 
@@ -288,7 +292,8 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
     victims = victim_streams(streams)
     queues = [f"0/{prefix}-{q}" for q in VICTIM_QUEUES]
     settings = {"VAULT_QUEUE_PREFIX": prefix, "FUNCTIONS_WORKER_PROCESS_COUNT": str(mode.workers)}
-    args = ("--host-json", str(host_json(mode.visibility, scratch)))
+    args: tuple[str, ...] = ("--host-json", str(host_json(mode.visibility, scratch)))
+    args += ("--round-robin-queues",) if mode.round_robin else ()
     hosts: list[HostProcess] = []
     producers: Producers | None = None
     try:

@@ -111,6 +111,13 @@ def test_a_dead_workers_queue_functions_move_at_once_to_a_live_one_and_stay_ther
     assert queues.worker(0, [None, None, None]) is None  # the host waits for a replacement
 
 
+def test_round_robin_queue_dispatch_takes_the_live_workers_in_turn_as_the_functions_host_does() -> None:
+    queues = QueueAffinity(3, round_robin=True)
+    assert [queues.worker(0, [0, 0, 0]) for _ in range(4)] == [0, 1, 2, 0]
+    assert [queues.worker(0, [0, None, 0]) for _ in range(2)] == [0, 2]
+    assert queues.worker(0, [None, None, None]) is None
+
+
 def test_worker_settings_default_like_the_functions_host_and_validate() -> None:
     assert worker_settings({}) == (1, min(32, (os.cpu_count() or 1) + 4))
     env = {"FUNCTIONS_WORKER_PROCESS_COUNT": "10", "PYTHON_THREADPOOL_THREAD_COUNT": "3"}

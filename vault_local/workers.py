@@ -102,15 +102,23 @@ class QueueAffinity:
     least busy live one, which takes the queue over (the instance's lease id, its lock gone with
     the dead process), instead of waiting for the replacement to start. They stay there: moving
     back to the replacement would find the survivor owning the queue.
+
+    ``round_robin``: every invocation goes to the next live worker instead, as the Functions host
+    sends them (``./dev bench recovery`` measures what that costs the writer).
     """
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, round_robin: bool = False) -> None:
         self.workers = workers
+        self.round_robin = round_robin
         self._moved: dict[int, int] = {}
+        self._turn = itertools.count()
 
     def worker(self, function_index: int, loads: Sequence[int | None]) -> int | None:
         """The worker for this function now (``loads``: in flight per worker, None if dead);
         None while no worker is alive."""
+        if self.round_robin:
+            live = [i for i, load in enumerate(loads) if load is not None]
+            return live[next(self._turn) % len(live)] if live else None
         slot = self._moved.get(function_index, queue_worker(function_index, self.workers))
         if loads[slot] is not None:
             return slot
@@ -294,7 +302,15 @@ class _Worker:
 class Workers:
     """The host's language workers: started before serving, replaced when one dies."""
 
-    def __init__(self, count: int, threads: int, *, app_dir: Path, fault: str | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        threads: int,
+        *,
+        app_dir: Path,
+        fault: str | None = None,
+        round_robin_queues: bool = False,
+    ) -> None:
         if not 1 <= count <= MAX_WORKER_PROCESSES:
             raise ValueError(f"worker count must be 1..{MAX_WORKER_PROCESSES}, not {count}")
         self.count = count
@@ -304,7 +320,7 @@ class Workers:
         self.functions: frozenset[str] = frozenset()
         """The functions every worker found in the app (set by :meth:`start`)."""
         self._slots: list[_Worker] = []
-        self._queues = QueueAffinity(count)
+        self._queues = QueueAffinity(count, round_robin=round_robin_queues)
         self._changed = threading.Condition()
         self._turn = itertools.count()
         self._stopping = threading.Event()
