@@ -10,7 +10,8 @@ producers switch to B and A's whole process group is SIGKILLed, while A's writer
 queue and stream leases and drained messages. Measured: the time from the kill until every
 batch acknowledged (202) before it is committed (the ``b`` rows ``GET /streams/{s}/batches/{id}``
 reads, polled every 0.1 s), against a target of 30 s, which includes the 15 s for which A's
-leases and drained messages stay locked. Repeated ``--kills`` times; then every stream is read
+leases and drained messages stay locked; until B owns every staging queue (host log: A's owner
+leases ran out; target 15 s, the lease); and until the first batch posted after the kill commits. Repeated ``--kills`` times; then every stream is read
 back (lost or duplicated messages).
 
 **Worker kills.** One host under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is
@@ -106,6 +107,8 @@ class Kill:
     """Batches acknowledged before the kill and not yet committed at the kill."""
     first_commit: float
     """From the kill until the first batch posted after it (through B) is committed."""
+    owned: float
+    """From the kill until B owned every staging queue (host log): A's leases ran out."""
     last_append: float
     """From A's last commit to the kill: A's writer was busy when it died."""
     lost: int
@@ -172,10 +175,12 @@ def kill_once(env: Env) -> Kill:
             if not sampler.wait_all(timeout=60):
                 raise TimeoutError("batches acknowledged by B not committed after 60 s")
         found = audit(env.vault, acked, streams, PER_BATCH)
+        owned = owned_again(list(b.lines), [f"0/{prefix}-{q}" for q in range(QUEUES)], killed_at, victim=0)
         return Kill(
             recovered,
             pending,
             after,
+            float("nan") if owned is None else owned,
             killed_at - max(e.at for e in appends([a])),
             found.lost,
             found.duplicated,
@@ -511,6 +516,9 @@ def kill_figures(kills: list[Kill]) -> dict[str, Any]:
             [k.pending for k in kills], "{}"
         ),
         "kill: s from A's last commit to the kill, each run": _each([k.last_append for k in kills], "{:.2f}"),
+        "kill: s until B owns every staging queue (A's leases ran out), each run": _each(
+            [k.owned for k in kills], "{:.1f}"
+        ),
         "kill: s until the first batch posted after the kill commits, each run": _each(
             [k.first_commit for k in kills], "{:.1f}"
         ),
