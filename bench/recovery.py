@@ -11,8 +11,9 @@ queue and stream leases and drained messages. Measured: the time from the kill u
 batch acknowledged (202) before it is committed (the ``b`` rows ``GET /streams/{s}/batches/{id}``
 reads, polled every 0.1 s), against a target of 30 s, which includes the 15 s for which A's
 leases and drained messages stay locked; until B owns every staging queue (host log: A's owner
-leases ran out; target 15 s, the lease); and until the first batch posted after the kill commits. Repeated ``--kills`` times; then every stream is read
-back (lost or duplicated messages).
+leases ran out; target 15 s, the lease); and until the first batch posted after the kill
+commits. Repeated ``--kills`` times; then every stream is read back (lost or duplicated
+messages).
 
 **Worker kills.** One host under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is
 measured is the takeover, not a backlog's catch-up); the worker process that owns staging queues
@@ -272,10 +273,16 @@ def _owners(lines: Sequence[str], queue: str) -> list[tuple[float, int]]:
 
 
 def owned_again(lines: Sequence[str], queues: Sequence[str], killed: float, victim: int) -> float | None:
-    """Seconds from the kill (Unix time) until another process owned every one of ``queues``."""
+    """Seconds from the kill (Unix time) until another process owned every one of ``queues``
+    (0 for a queue that another process owned already)."""
     times = []
     for q in queues:
-        after = [t for t, pid in _owners(lines, q) if t >= killed and pid != victim]
+        owners = _owners(lines, q)
+        before = [pid for t, pid in owners if t < killed]
+        if before and before[-1] != victim:
+            times.append(killed)
+            continue
+        after = [t for t, pid in owners if t >= killed and pid != victim]
         if not after:
             return None
         times.append(min(after))
