@@ -10,20 +10,23 @@ producers switch to B and A's whole process group is SIGKILLed, while A's writer
 queue and stream leases and drained messages. Measured: the time from the kill until every
 batch acknowledged (202) before it is committed (the ``b`` rows ``GET /streams/{s}/batches/{id}``
 reads, polled every 0.1 s), against a target of 30 s, which includes the 15 s for which A's
-leases and drained messages stay locked. Repeated ``--kills`` times; then every stream is read
-back (lost or duplicated messages).
+leases and drained messages stay locked; until B owns every staging queue (host log: A's owner
+leases ran out; target 15 s, the lease); and until the first batch posted after the kill
+commits. Repeated ``--kills`` times; then every stream is read back (lost or duplicated
+messages).
 
-**Worker kills.** One host with two language workers (queues 0 and 2 pinned to worker 0, 1 and 3
-to worker 1) under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is measured is the
-takeover, not a backlog's catch-up); worker 0 is SIGKILLed ``--worker-kills`` times, the
-next kill once the previous one's takeover is measured and at least ``--kill-every`` seconds
-later. The host replaces it at once, on the same instance. Measured per kill: the time until
-the replacement reports ready, and until the first batch posted after the kill to a stream of
-worker 0's queues commits (the *takeover*; target 2 s), and that less the replacement's start
-(the host's and the interpreter's part, not the app's). Over the whole run: the seconds from
-each acknowledgement (202) to the commit, p50/p99/max. Run twice, one after the other: with the
-instance's lease id (the design, docs/ARCHITECTURE.md §3.7) and with ``--instance-per-process``
-(the baseline: each process its own lease id, so a replacement waits the leases out).
+**Worker kills.** One host under a lighter steady ingest (``--worker-rate``, 5 batches/s: what is
+measured is the takeover, not a backlog's catch-up); the worker process that owns staging queues
+0 and 2 (host log) is SIGKILLed ``--worker-kills`` times, the next kill once the previous one's
+takeover is measured, the host has replaced the dead worker, and at least ``--kill-every``
+seconds have passed. Run once per ``--worker-modes`` entry, one after the other: 1 or 2 language
+workers (``FUNCTIONS_WORKER_PROCESS_COUNT``) and host.json's ``visibilityTimeout`` at 10 s (before
+issue 24) or 1 s (this app's host.json). With one worker the replacement takes the queues over;
+with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill: the time
+until another process owns both queues (host log), until the first batch posted after the kill to
+a stream of those queues commits (the *takeover*; target 2 s), and until the replacement is
+ready. Over the whole run: the seconds from each acknowledgement (202) to the commit,
+p50/p99/max, and lost, duplicated and poisoned batches.
 
 **Stall.** One host under the same steady ingest; Azurite is frozen (SIGSTOP) for 10 s, then
 resumed (SIGCONT). The committed rate is counted in 1 s buckets from the host's ``appended``
@@ -41,9 +44,11 @@ the same Idempotency-Key, and the schedule's late batches go out as soon as they
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import statistics
+import tempfile
 import time
 import uuid
 import zlib
@@ -53,8 +58,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-
-import psutil
 
 from bench.cluster import (
     QUEUES,
@@ -74,21 +77,19 @@ from bench.cluster import (
     start_hosts,
     stop_hosts,
 )
-from bench.common import report
+from bench.common import ROOT, report
 from vault_core.azure import StorageAccount
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
-from vault_local.workers import queue_worker
 
 STREAMS = 4
 PER_BATCH = 100
 RECOVERY_TARGET_SECONDS = 30.0
 TAKEOVER_TARGET_SECONDS = 2.0
 """From a worker's kill until its replacement commits a batch of its queues (issue 24)."""
-WORKERS = 2
-VICTIM = 0
-"""The slot of the worker the worker-kill runs kill: queues 0 and 2 run there."""
+VICTIM_QUEUES = (0, 2)
+"""The queues whose owner the worker-kill runs kill (with two workers, worker 0's at the start)."""
 
 
 @dataclass
@@ -107,6 +108,8 @@ class Kill:
     """Batches acknowledged before the kill and not yet committed at the kill."""
     first_commit: float
     """From the kill until the first batch posted after it (through B) is committed."""
+    owned: float
+    """From the kill until B owned every staging queue (host log): A's leases ran out."""
     last_append: float
     """From A's last commit to the kill: A's writer was busy when it died."""
     lost: int
@@ -173,10 +176,12 @@ def kill_once(env: Env) -> Kill:
             if not sampler.wait_all(timeout=60):
                 raise TimeoutError("batches acknowledged by B not committed after 60 s")
         found = audit(env.vault, acked, streams, PER_BATCH)
+        owned = owned_again(list(b.lines), [f"0/{prefix}-{q}" for q in range(QUEUES)], killed_at, victim=0)
         return Kill(
             recovered,
             pending,
             after,
+            float("nan") if owned is None else owned,
             killed_at - max(e.at for e in appends([a])),
             found.lost,
             found.duplicated,
@@ -202,17 +207,46 @@ def _first_commit_after(producers: Producers, sampler: Sampler, killed: float) -
 
 
 # -- killed workers ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class WorkerMode:
+    """One worker-kill run's host: its language workers and the retry delay of a failed trigger."""
+
+    name: str
+    workers: int
+    visibility: int
+    """host.json ``visibilityTimeout`` (s): when the killed invocation's trigger is retried."""
+    round_robin: bool = False
+    """Queue invocations to the live workers in turn, as Azure's host sends them."""
+
+    @property
+    def label(self) -> str:
+        workers = "1 worker" if self.workers == 1 else f"{self.workers} workers"
+        turns = ", round robin as on Azure" if self.round_robin else ""
+        return f"{workers}{turns}, visibilityTimeout {self.visibility} s"
+
+
+WORKER_MODES = {
+    m.name: m
+    for m in (
+        WorkerMode("one-10", 1, 10),  # Azure's default worker count, host.json before issue 24
+        WorkerMode("two-10", 2, 10),  # a survivor takes over; its trigger retried as before
+        WorkerMode("one-1", 1, 1),
+        WorkerMode("two-1", 2, 1),  # this app's host.json
+        WorkerMode("two-1-rr", 2, 1, round_robin=True),
+    )
+}
+
+
 @dataclass
 class WorkerKills:
-    mode: str
-    """``instance`` (the design) or ``process`` (the baseline, ``--instance-per-process``)."""
+    mode: WorkerMode
     replaced: list[float]
-    """Per kill: s from the kill until the host logged the replacement ready."""
+    """Per kill: s from the kill until the host logged a replacement ready."""
     owned: list[float]
-    """Per kill: s from the replacement ready until it owned both of its queues (host log)."""
+    """Per kill: s from the kill until another process logged owning both victim queues."""
     takeovers: list[float]
     """Per kill: s from the kill until the first batch posted after it to a stream of the
-    killed worker's queues is committed."""
+    victim queues is committed."""
     lags: list[float]
     """Every acknowledged batch: s from its 202 until it was seen committed."""
     seconds: float
@@ -223,79 +257,90 @@ class WorkerKills:
 
 
 def victim_streams(streams: Sequence[str]) -> set[str]:
-    """The streams whose staging queue runs on the worker that gets killed."""
-    return {s for s in streams if queue_worker(zlib.crc32(s.encode()) % QUEUES, WORKERS) == VICTIM}
+    """The streams of the victim queues (0 and 2; with two workers, worker 0's at the start)."""
+    return {s for s in streams if zlib.crc32(s.encode()) % QUEUES in VICTIM_QUEUES}
 
 
-def _replacements(host: HostProcess) -> list[int]:
-    """Pids of the replacements of the victim's slot so far, from the host's log."""
-    marker = f"language worker {VICTIM} replaced (pid "
-    return [int(line.split(marker)[1].split(")")[0]) for line in list(host.lines) if marker in line]
+def _logged_at(line: str) -> float:
+    """A host log line's time (its asctime, local time) as a Unix time."""
+    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f").timestamp()
 
 
-def _logged_at(line: str) -> datetime:
-    return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+def _owners(lines: Sequence[str], queue: str) -> list[tuple[float, int]]:
+    """(time, pid) of each process that logged taking ``queue`` over."""
+    marker = f"now owns staging queue {queue} (process "
+    return [(_logged_at(x), int(x.split(marker)[1].split(")")[0])) for x in lines if marker in x]
 
 
-def ownership_after_replacement(host: HostProcess, prefix: str) -> list[float]:
-    """For each replacement of the victim's slot: seconds until it logged owning both of its
-    queues (the lease part of a takeover, apart from the replacement's start and its appends)."""
-    queues = [f"0/{prefix}-{q}" for q in range(QUEUES) if queue_worker(q, WORKERS) == VICTIM]
-    lines = list(host.lines)
-    out = []
-    for k, line in enumerate(lines):
-        if f"language worker {VICTIM} replaced" not in line:
+def owned_again(lines: Sequence[str], queues: Sequence[str], killed: float, victim: int) -> float | None:
+    """Seconds from the kill (Unix time) until another process owned every one of ``queues``
+    (0 for a queue that another process owned already)."""
+    times = []
+    for q in queues:
+        owners = _owners(lines, q)
+        before = [pid for t, pid in owners if t < killed]
+        if before and before[-1] != victim:
+            times.append(killed)
             continue
-        owned: dict[str, datetime] = {}
-        for later in lines[k + 1 :]:
-            if f"language worker {VICTIM} (pid" in later and "died" in later:
-                break
-            for q in queues:
-                if later.rstrip().endswith(f"now owns staging queue {q}"):
-                    owned.setdefault(q, _logged_at(later))
-        if len(owned) == len(queues):
-            out.append((max(owned.values()) - _logged_at(line)).total_seconds())
-    return out
+        after = [t for t, pid in owners if t >= killed and pid != victim]
+        if not after:
+            return None
+        times.append(min(after))
+    return max(times) - killed
 
 
-def worker_kills_once(env: Env, mode: str) -> WorkerKills:
+def host_json(visibility: int, directory: Path) -> Path:
+    """This app's host.json with another ``visibilityTimeout``."""
+    doc = json.loads((ROOT / "host.json").read_text())
+    doc["extensions"]["queues"]["visibilityTimeout"] = f"00:00:{visibility:02d}"
+    path = directory / f"host-visibility-{visibility}.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
+def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
     prefix = f"rw{uuid.uuid4().hex[:8]}"
     streams = spread_streams(f"rw-{uuid.uuid4().hex[:6]}", STREAMS)
     victims = victim_streams(streams)
-    settings = {"VAULT_QUEUE_PREFIX": prefix, "FUNCTIONS_WORKER_PROCESS_COUNT": str(WORKERS)}
-    args = ("--instance-per-process",) if mode == "process" else ()
+    queues = [f"0/{prefix}-{q}" for q in VICTIM_QUEUES]
+    settings = {"VAULT_QUEUE_PREFIX": prefix, "FUNCTIONS_WORKER_PROCESS_COUNT": str(mode.workers)}
+    args: tuple[str, ...] = ("--host-json", str(host_json(mode.visibility, scratch)))
+    args += ("--round-robin-queues",) if mode.round_robin else ()
     hosts: list[HostProcess] = []
     producers: Producers | None = None
     try:
         hosts.append(HostProcess(env.azurite.connection_string, settings=settings, args=args).start())
         host = hosts[0]
-        assert host.proc is not None
-        # The first workers are forked in slot order.
-        first = sorted(psutil.Process(host.proc.pid).children(), key=lambda p: (p.create_time(), p.pid))
-        pid = first[VICTIM].pid
         producers = Producers(
             hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.worker_rate
         )
         replaced: list[float] = []
+        owned: list[float] = []
         takeovers: list[float] = []
         started = time.perf_counter()
         with Sampler(env.vault) as sampler:
             producers.start()
             feed(producers, sampler, 3 + env.args.steady)
             for _ in range(env.args.worker_kills):
-                before = len(_replacements(host))
-                os.kill(pid, signal.SIGKILL)
-                killed = time.perf_counter()
+                # The worker that owns the victim queues now (the first kill: worker 0's; later,
+                # with two workers, the survivor that took them over).
+                victim = _owners(list(host.lines), queues[0])[-1][1]
+                before = sum("replaced (pid" in x for x in list(host.lines))
+                os.kill(victim, signal.SIGKILL)
+                killed, killed_at = time.perf_counter(), time.time()
                 ready: float | None = None
+                took: float | None = None
                 takeover: float | None = None
-                while takeover is None or time.perf_counter() < killed + env.args.kill_every:
+                while ready is None or takeover is None or time.perf_counter() < killed + env.args.kill_every:
                     if time.perf_counter() - killed > 120:
-                        raise TimeoutError("no batch of the killed worker's queues committed after 120 s")
+                        raise TimeoutError("no batch of the victim queues committed after 120 s")
                     acked = producers.snapshot()
                     sampler.watch(acked)
-                    now = _replacements(host)
-                    if ready is None and len(now) > before:
-                        ready, pid = time.perf_counter() - killed, now[-1]
+                    lines = list(host.lines)
+                    if ready is None and sum("replaced (pid" in x for x in lines) > before:
+                        ready = time.perf_counter() - killed
+                    if took is None:
+                        took = owned_again(lines, queues, killed_at, victim)
                     if takeover is None:
                         done = [
                             sampler.seen[x.batch_id]
@@ -304,10 +349,9 @@ def worker_kills_once(env: Env, mode: str) -> WorkerKills:
                         ]
                         takeover = min(done) - killed if done else None
                     time.sleep(0.05)
-                if ready is None:
-                    raise TimeoutError("the killed worker was not replaced")
                 replaced.append(ready)
                 takeovers.append(takeover)
+                owned.append(took if took is not None else float("nan"))
             feed(producers, sampler, 5)
             producers.stop()
             acked = producers.snapshot()
@@ -318,7 +362,7 @@ def worker_kills_once(env: Env, mode: str) -> WorkerKills:
         return WorkerKills(
             mode,
             replaced,
-            ownership_after_replacement(host, prefix),
+            owned,
             takeovers,
             [sampler.seen[x.batch_id] - x.acked for x in acked],
             time.perf_counter() - started,
@@ -333,45 +377,33 @@ def worker_kills_once(env: Env, mode: str) -> WorkerKills:
 
 def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
     figures: dict[str, Any] = {}
-    for mode, label in (
-        ("process", "before (lease id per process)"),
-        ("instance", "after (lease id per instance)"),
-    ):
-        done = [r for r in runs if r.mode == mode]
-        if not done:
-            continue
-        lags = [x for r in done for x in r.lags]
-        takeovers = [t for r in done for t in r.takeovers]
+    for r in runs:
+        label = r.mode.label
         figures |= {
-            f"worker kill, {label}: s until the replacement is ready, each kill": _each(
-                [x for r in done for x in r.replaced], "{:.1f}"
+            f"worker kill, {label}: s until the queues are owned again, each kill": _each(r.owned, "{:.2f}"),
+            f"worker kill, {label}: takeover s (kill to first commit), each kill": _each(
+                r.takeovers, "{:.1f}"
             ),
-            f"worker kill, {label}: takeover s (kill to first commit), each kill": _each(takeovers, "{:.1f}"),
-            f"worker kill, {label}: s from the replacement ready to the first commit, each kill": _each(
-                [t - ready for r in done for t, ready in zip(r.takeovers, r.replaced, strict=True)], "{:.1f}"
-            ),
-            f"worker kill, {label}: s from the replacement ready to owning its queues, each kill": _each(
-                [x for r in done for x in r.owned], "{:.2f}"
-            ),
-            f"worker kill, {label}: takeover max s (target <= {TAKEOVER_TARGET_SECONDS:g})": max(takeovers),
+            f"worker kill, {label}: takeover max s (target <= {TAKEOVER_TARGET_SECONDS:g})": max(r.takeovers),
+            f"worker kill, {label}: s until the replacement is ready, each kill": _each(r.replaced, "{:.1f}"),
             f"worker kill, {label}: ack to commit s, p50 / p99 / max (all batches)": (
-                f"{percentile(lags, 0.5):.2f} / {percentile(lags, 0.99):.2f} / {max(lags):.2f}"
+                f"{percentile(r.lags, 0.5):.2f} / {percentile(r.lags, 0.99):.2f} / {max(r.lags):.2f}"
             ),
-            f"worker kill, {label}: batches acknowledged; run s": (
-                f"{len(lags):,}; {sum(r.seconds for r in done):.0f}"
-            ),
+            f"worker kill, {label}: batches acknowledged; run s": f"{len(r.lags):,}; {r.seconds:.0f}",
             f"worker kill, {label}: poisoned / lost / duplicated": (
-                f"{sum(r.poisoned for r in done)} / {sum(r.lost for r in done)} / "
-                f"{sum(r.duplicated for r in done)}"
+                f"{r.poisoned} / {r.lost} / {r.duplicated}"
             ),
-            f"worker kill, {label}: HTTP answers": _statuses([r.statuses for r in done]),
+            f"worker kill, {label}: HTTP answers": _statuses([r.statuses]),
         }
-    before = [x for r in runs if r.mode == "process" for x in r.lags]
-    after = [x for r in runs if r.mode == "instance" for x in r.lags]
-    if before and after:
-        figures["worker kill: ack to commit p99, after / before"] = percentile(after, 0.99) / percentile(
-            before, 0.99
+    by_name = {r.mode.name: r for r in runs}
+    if "one-10" in by_name and "two-1" in by_name:
+        before, after = by_name["one-10"], by_name["two-1"]
+        figures["worker kill: takeover max, 2 workers 1 s / 1 worker 10 s"] = max(after.takeovers) / max(
+            before.takeovers
         )
+        figures["worker kill: ack to commit p99, 2 workers 1 s / 1 worker 10 s"] = percentile(
+            after.lags, 0.99
+        ) / percentile(before.lags, 0.99)
     return figures
 
 
@@ -491,6 +523,9 @@ def kill_figures(kills: list[Kill]) -> dict[str, Any]:
             [k.pending for k in kills], "{}"
         ),
         "kill: s from A's last commit to the kill, each run": _each([k.last_append for k in kills], "{:.2f}"),
+        "kill: s until B owns every staging queue (A's leases ran out), each run": _each(
+            [k.owned for k in kills], "{:.1f}"
+        ),
         "kill: s until the first batch posted after the kill commits, each run": _each(
             [k.first_commit for k in kills], "{:.1f}"
         ),
@@ -561,6 +596,11 @@ def main() -> None:
     parser.add_argument("--worker-kills", type=int, default=3, help="kills per worker-kill run (0: none)")
     parser.add_argument("--kill-every", type=float, default=10, help="least seconds between worker kills")
     parser.add_argument(
+        "--worker-modes",
+        default=",".join(WORKER_MODES),
+        help=f"worker-kill runs, in order, from {', '.join(WORKER_MODES)} (workers - visibilityTimeout s)",
+    )
+    parser.add_argument(
         "--worker-rate", type=float, default=5, help="batches/s of 100 x 1 KiB in the worker-kill runs"
     )
     parser.add_argument("--producers", type=int, default=8)
@@ -580,17 +620,18 @@ def main() -> None:
             kills.append(kill_once(env))
             print("kill:", kills[-1], flush=True)
         if args.worker_kills:
-            for mode in ("process", "instance"):
-                workers.append(worker_kills_once(env, mode))
-                w = workers[-1]
-                print(
-                    "worker kills:",
-                    mode,
-                    w.replaced,
-                    w.takeovers,
-                    f"p99 {percentile(w.lags, 0.99):.2f}",
-                    flush=True,
-                )
+            with tempfile.TemporaryDirectory() as scratch:
+                for name in args.worker_modes.split(","):
+                    workers.append(worker_kills_once(env, WORKER_MODES[name], Path(scratch)))
+                    w = workers[-1]
+                    print(
+                        "worker kills:",
+                        w.mode.label,
+                        w.owned,
+                        w.takeovers,
+                        f"p99 {percentile(w.lags, 0.99):.2f}",
+                        flush=True,
+                    )
         for _ in range(args.stalls):
             stalls.append(stall_once(env))
             print("stall:", stalls[-1], flush=True)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -27,6 +29,7 @@ from vault_app.claimcheck import claim_name
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, REFRESH_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
+from vault_app.instance import INSTANCE_ID_SETTING, Instance, lock_directory
 from vault_app.open_writers import OWNER_BLOB_PREFIX
 from vault_app.poison import PAGE, Selector, list_poison, replay
 from vault_app.runtime import Runtime
@@ -239,6 +242,36 @@ def test_a_queue_another_instance_owns_gets_its_batch_back_at_once(
     run_trigger(runtime, queue)
     assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]  # visible to the owner
     assert services.vault.index.committed_batches(STREAM, ["b1"]) == {}
+
+
+def test_a_queue_a_live_sibling_process_owns_gets_its_batch_back_at_once_and_without_the_pause(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Azure sends a queue's invocations to the workers of an instance in turn (§3.7): one that
+    does not own the queue passes the batch on and returns at once, since the host runs one
+    invocation of a queue per instance and the owner gets the next one in its turn."""
+    monkeypatch.setattr(writer_fn, "NOT_OWNER_PAUSE_SECONDS", 600)  # paused: the join times out
+    env = {"VAULT_STAGING_QUEUES": "1", INSTANCE_ID_SETTING: f"sibling-{uuid.uuid4().hex}"}
+    account = MemoryAccount()
+    runtime = Runtime(Services(load_settings(env), connect=lambda _name: account))
+    services = runtime.services
+    services.ensure()
+    queue = services.queue_for(STREAM)
+    sibling = Instance.from_env(env).try_lock(f"{OWNER_BLOB_PREFIX}{queue.account}/{queue.name}")
+    try:
+        assert sibling is not None
+        stage(services, "b1", ["a"])
+        invocation = threading.Thread(target=run_trigger, args=(runtime, queue), daemon=True)
+        invocation.start()
+        invocation.join(30)
+        assert not invocation.is_alive(), "the invocation paused"
+        assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]  # for the owner
+        assert services.vault.index.committed_batches(STREAM, ["b1"]) == {}
+    finally:
+        if sibling is not None:
+            sibling.release()
+        runtime.close()
+        shutil.rmtree(lock_directory(env[INSTANCE_ID_SETTING]), ignore_errors=True)
 
 
 def test_poison_is_listed_and_a_replayed_batch_is_staged_again_and_committed_once(

@@ -35,7 +35,7 @@ from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.channel import Channel
 from vault_local.process import HostProcess, local_env
-from vault_local.workers import ForkedProcess, least_busy, queue_worker, worker_settings
+from vault_local.workers import ForkedProcess, QueueAffinity, least_busy, queue_worker, worker_settings
 
 
 def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:
@@ -67,6 +67,13 @@ def logged(host: HostProcess, text: str) -> bool:
     return any(text in line for line in host.lines)
 
 
+def owners(host: HostProcess) -> list[tuple[str, int]]:
+    """(queue, pid) of each process that logged taking a staging queue over, in order."""
+    marker = "now owns staging queue "
+    found = [line.split(marker)[1].split(" (process ") for line in list(host.lines) if marker in line]
+    return [(queue, int(pid.rstrip().rstrip(")"))) for queue, pid in found]
+
+
 def post_and_wait(host: HostProcess, stream: str, values: list[str]) -> httpx.Response:
     return httpx.post(
         f"{host.url}/streams/{stream}/messages",
@@ -90,6 +97,25 @@ def test_http_goes_to_the_least_busy_live_worker_and_ties_rotate() -> None:
 def test_each_queue_function_stays_on_one_worker() -> None:
     assert [queue_worker(i, 2) for i in range(5)] == [0, 1, 0, 1, 0]
     assert {queue_worker(i, 1) for i in range(8)} == {0}
+    assert [QueueAffinity(3).worker(i, [0, 5, 0]) for i in range(4)] == [0, 1, 2, 0]
+
+
+def test_a_dead_workers_queue_functions_move_at_once_to_a_live_one_and_stay_there() -> None:
+    queues = QueueAffinity(3)
+    assert queues.worker(0, [None, 2, 1]) == 2  # the least busy live worker, not the replacement
+    assert queues.worker(3, [None, 2, 1]) == 2
+    assert queues.worker(1, [None, 2, 1]) == 1  # a live worker keeps its own
+    # Replaced: the moved functions stay with the survivor, which owns their queues now.
+    assert queues.worker(0, [0, 2, 1]) == 2 and queues.worker(3, [0, 2, 1]) == 2
+    assert queues.worker(0, [0, 2, None]) == 0  # that one dies in turn
+    assert queues.worker(0, [None, None, None]) is None  # the host waits for a replacement
+
+
+def test_round_robin_queue_dispatch_takes_the_live_workers_in_turn_as_the_functions_host_does() -> None:
+    queues = QueueAffinity(3, round_robin=True)
+    assert [queues.worker(0, [0, 0, 0]) for _ in range(4)] == [0, 1, 2, 0]
+    assert [queues.worker(0, [0, None, 0]) for _ in range(2)] == [0, 2]
+    assert queues.worker(0, [None, None, None]) is None
 
 
 def test_worker_settings_default_like_the_functions_host_and_validate() -> None:
@@ -156,7 +182,7 @@ def test_an_invalid_worker_count_stops_the_host_with_a_clear_message(
     assert host.proc is not None and host.proc.wait(10) != 0
 
 
-def test_a_killed_worker_fails_its_requests_and_is_replaced(
+def test_a_killed_worker_fails_its_requests_is_replaced_and_a_survivor_takes_its_queue_at_once(
     two_workers: HostProcess, vault: Vault, stream: str
 ) -> None:
     host = two_workers
@@ -203,10 +229,22 @@ def test_a_killed_worker_fails_its_requests_and_is_replaced(
     [replacement] = [w for pid, w in now.items() if pid != survivor.pid]
     assert replacement.cmdline()[1:3] == ["-m", "vault_local.worker"]
     assert post_and_wait(host, stream, ["through the host"]).status_code == 200
+    # Kill the worker that owns the stream's queue (and holds the stream's lease): the host sends
+    # the queue's next invocation to the live worker rather than waiting for a replacement, and
+    # that survivor takes the queue and the stream over at once (same instance: the dead one's
+    # lease id, its file locks gone with it; docs/ARCHITECTURE.md §3.7).
+    [(queue, owner)] = owners(host)
+    survivor = next(w.pid for w in workers_of(host) if w.pid != owner)
+    os.kill(owner, signal.SIGKILL)
+    wait_until(lambda: logged(host, f"(pid {owner}) died"))
+    r = post_and_wait(host, stream, ["after the owner's kill"])
+    assert r.status_code == 200 and r.json()["status"] == "committed", r.text
+    assert (queue, survivor) in owners(host)
     doc = httpx.get(
         f"{host.url}/streams/{stream}/messages", params={"from": 0}, headers=key_header(host)
     ).json()
-    assert [m["value"] for m in doc["messages"]] == ["before", "after the kill", "through the host"]
+    values = ["before", "after the kill", "through the host", "after the owner's kill"]
+    assert [m["value"] for m in doc["messages"]] == values
 
 
 def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_its_replacement_takes_over_at_once(

@@ -17,7 +17,9 @@ the leases run out.
 
 from __future__ import annotations
 
+import enum
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -43,6 +45,17 @@ OWNER_BLOB_PREFIX = "_owners/"
 """Owner leases of the staging queues: ``_owners/<account>/<queue>`` in the claim-check
 container. Empty page blobs: the lifecycle rule deletes only block blobs, and no claim-check
 blob starts with ``_`` (stream names begin with a letter or digit)."""
+
+
+class Owner(enum.Enum):
+    """Who owns a staging queue, as :meth:`OpenWriters.own` found it; true only for this process."""
+
+    THIS_PROCESS = "this process"
+    SIBLING = "another live process of this instance"
+    OTHER_INSTANCE = "another instance"
+
+    def __bool__(self) -> bool:
+        return self is Owner.THIS_PROCESS
 
 
 @dataclass
@@ -156,24 +169,25 @@ class OpenWriters:
         )
 
     # -- owning staging queues -------------------------------------------------------------
-    def own(self, services: Services, queue: StagingQueue) -> bool:
+    def own(self, services: Services, queue: StagingQueue) -> Owner:
         """Is this process the queue's owner (the one instance that writes its batches)?
 
-        True if it owns the queue already, or took its owner lease now (free, or held under this
-        instance's lease id by a process that is gone); then the caller must call :meth:`done`
-        when its invocation ends. False if another instance, or another live process of this
-        one, holds it. Raises StorageUnavailable if storage cannot say.
+        THIS_PROCESS (true) if it owns the queue already, or took its owner lease now (free, or
+        held under this instance's lease id by a process that is gone); then the caller must
+        call :meth:`done` when its invocation ends. Otherwise (false) who holds it: another live
+        process of this instance, or another instance. Raises StorageUnavailable if storage
+        cannot say.
         """
         key = _key(queue)
         with self._lock:
             owned = self._owned.get(key)
             if owned is not None:
                 owned.running += 1
-                return True
+                return Owner.THIS_PROCESS
         instance = self.instance(services)
         held = instance.try_lock(OWNER_BLOB_PREFIX + key)
         if held is None:
-            return False
+            return Owner.SIBLING
         try:
             lease = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key).acquire(
                 WRITER_LEASE_SECONDS, instance.lease_id
@@ -183,7 +197,7 @@ class OpenWriters:
             raise
         if lease is None:
             held.release()
-            return False
+            return Owner.OTHER_INSTANCE
         now = time.monotonic()
         with self._lock:
             owned = self._owned.setdefault(key, _Owned(lease, now, now, lock=held))
@@ -191,12 +205,12 @@ class OpenWriters:
             self._start_reaper()
         if owned.lock is not held:  # taken meanwhile by another invocation here
             held.release()
-        log.info("this instance now owns staging queue %s", key)
+        log.info("this instance now owns staging queue %s (process %d)", key, os.getpid())
         # A process of this instance that owned the queue and died: what it had drained.
         returned = self.drained(services, queue).return_to(queue.staging)
         if returned:
             log.info("%d messages a dead process had drained from %s are visible again", returned, key)
-        return True
+        return Owner.THIS_PROCESS
 
     def drained(self, services: Services, queue: StagingQueue) -> DrainedFile:
         """Where the owner of ``queue`` writes down the messages it holds (vault_app.drained)."""

@@ -38,6 +38,7 @@ from vault_app import envelope, telemetry
 from vault_app.claimcheck import AlreadyCommitted, ClaimChecks
 from vault_app.drained import DrainedFile
 from vault_app.envelope import Envelope, EnvelopeError
+from vault_app.open_writers import Owner
 from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
@@ -100,7 +101,7 @@ def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> No
         _hand_back_trigger(services, queue, trigger, exc)
         return
     if not owner:
-        _pass_to_owner(queue, trigger)
+        _pass_to_owner(queue, trigger, pause=owner is Owner.OTHER_INSTANCE)
         return
     try:
         _write_owned(runtime, queue, trigger)
@@ -314,14 +315,18 @@ def _hand_back_trigger(
     log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
 
 
-def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage) -> None:
-    """Another instance owns the queue: its batch goes back at once, visible to the owner's next
-    drain, and this invocation then pauses, so that this instance's poller of the queue takes
-    one message per NOT_OWNER_PAUSE_SECONDS instead of racing the owner for every batch."""
+def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage, *, pause: bool) -> None:
+    """Another process owns the queue: its batch goes back at once, visible to the owner's next
+    drain. If the owner is another instance, this invocation then pauses, so that this
+    instance's poller of the queue takes one message per NOT_OWNER_PAUSE_SECONDS instead of
+    racing the owner for every batch. Not for a sibling (another worker process of this
+    instance): the host runs one invocation of a queue per instance at a time, so the owner
+    is idle on it meanwhile, and a pause would only hold back the next one, which may reach it."""
     queue.staging.send(trigger.body)
     telemetry.current().requeued(queue.name, queue.account, "not_owner")
     log.info("batch of message %s handed back to %s for its owner", trigger.id, queue.name)
-    time.sleep(NOT_OWNER_PAUSE_SECONDS)
+    if pause:
+        time.sleep(NOT_OWNER_PAUSE_SECONDS)
 
 
 def _hand_back(

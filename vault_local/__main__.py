@@ -227,6 +227,12 @@ def main() -> None:
         help="benchmark baseline: no instance id for the workers, so a replacement waits out the "
         "leases of a worker that died (docs/ARCHITECTURE.md §3.7)",
     )
+    h.add_argument(
+        "--round-robin-queues",
+        action="store_true",
+        help="benchmark: queue invocations go to the live workers in turn, as the Functions host "
+        "sends them, instead of one worker per queue function (vault_local.workers.QueueAffinity)",
+    )
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
     d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
@@ -251,6 +257,7 @@ def main() -> None:
             drain_grace=DRAIN_GRACE if args.drain_grace is None else args.drain_grace,
             body_grace=BODY_GRACE_SECONDS if args.body_grace is None else args.body_grace,
             instance_per_process=args.instance_per_process,
+            round_robin_queues=args.round_robin_queues,
         )
     else:
         demo(args)

@@ -517,11 +517,13 @@ def run(
     drain_grace: float = DRAIN_GRACE,
     body_grace: float = BODY_GRACE_SECONDS,
     instance_per_process: bool = False,
+    round_robin_queues: bool = False,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app.
 
     ``instance_per_process``: the workers get no instance id, so each takes its leases under an
-    id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``)."""
+    id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``).
+    ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
@@ -548,7 +550,13 @@ def run(
     # The workers inherit this environment (local settings included) and import the same
     # function_app; the --fault seam goes to them, since the writer runs there. Started first,
     # while this process has only imported the app: they are forked from it (vault_local.workers).
-    workers = Workers(processes, threads, app_dir=Path(function_app.__file__).resolve().parent, fault=fault)
+    workers = Workers(
+        processes,
+        threads,
+        app_dir=Path(function_app.__file__).resolve().parent,
+        fault=fault,
+        round_robin_queues=round_robin_queues,
+    )
     try:
         workers.start()
         function_app.runtime.services.ensure()

@@ -3,9 +3,10 @@
 The Functions host serves HTTP and polls queues in its own process and hands every invocation
 to one or more Python *language worker* processes (``FUNCTIONS_WORKER_PROCESS_COUNT``).
 :class:`Workers` starts them (``python -m vault_local.worker``, :mod:`vault_local.worker`),
-sends invocations (HTTP: to the least busy worker; queue function ``i``: always to worker
-``i % count``), fails the in-flight invocations of a worker that dies, and starts a
-replacement, as the Functions host does.
+sends invocations (HTTP: to the least busy worker; a queue function: to one live worker, see
+:class:`QueueAffinity`), fails the in-flight invocations of a worker that dies, and starts a
+replacement in the background, as the Functions host does. Meanwhile invocations go to the live
+workers: with two or more, a survivor takes a dead worker's queues over at once.
 
 Starting: the first workers are forked from the host, which has just imported the app and done
 nothing else (no thread, no connection, no function listed), so each begins where a fresh
@@ -84,16 +85,49 @@ def least_busy(loads: Sequence[int | None], turn: int) -> int:
 
 
 def queue_worker(function_index: int, workers: int) -> int:
-    """The worker that runs every invocation of the ``function_index``-th queue function.
-
-    Pinned, unlike HTTP: the writer keeps a stream's blob lease and its open writer in the
-    process between invocations (``vault_app.writer_fn.OpenWriters``), and a stream lives on one
-    queue, so consecutive invocations of a queue landing on different workers would contend for
-    the queue's ownership and the stream leases. That stays correct (the loser passes its batch
-    on, docs/ARCHITECTURE.md §3.7) but is slow.
-    The real host promises no such affinity; the app does not depend on it.
-    """
+    """The worker that runs the ``function_index``-th queue function at the start."""
     return function_index % workers
+
+
+class QueueAffinity:
+    """Which worker runs each queue function's invocations: one live worker per function.
+
+    The Functions host sends each invocation to the next of its *live* worker channels in turn
+    (round robin, whatever the function) and restarts a dead one in the background; a queue's
+    invocations may land on any worker. Here a queue function keeps one worker instead, so the
+    writer's open stream writers and queue ownership, kept in the process between invocations
+    (``vault_app.open_writers``), stay useful; the app does not depend on it (a process of the
+    instance that does not own the queue passes its batch on, docs/ARCHITECTURE.md §3.7).
+    What is faithful is what a death does: the functions of a dead worker move at once to the
+    least busy live one, which takes the queue over (the instance's lease id, its lock gone with
+    the dead process), instead of waiting for the replacement to start. They stay there: moving
+    back to the replacement would find the survivor owning the queue.
+
+    ``round_robin``: every invocation goes to the next live worker instead, as the Functions host
+    sends them (``./dev bench recovery`` measures what that costs the writer).
+    """
+
+    def __init__(self, workers: int, *, round_robin: bool = False) -> None:
+        self.workers = workers
+        self.round_robin = round_robin
+        self._moved: dict[int, int] = {}
+        self._turn = itertools.count()
+
+    def worker(self, function_index: int, loads: Sequence[int | None]) -> int | None:
+        """The worker for this function now (``loads``: in flight per worker, None if dead);
+        None while no worker is alive."""
+        if self.round_robin:
+            live = [i for i, load in enumerate(loads) if load is not None]
+            return live[next(self._turn) % len(live)] if live else None
+        slot = self._moved.get(function_index, queue_worker(function_index, self.workers))
+        if loads[slot] is not None:
+            return slot
+        try:
+            moved = least_busy(loads, function_index)
+        except LookupError:
+            return None
+        self._moved[function_index] = moved
+        return moved
 
 
 class WorkerFailed(Exception):
@@ -268,7 +302,15 @@ class _Worker:
 class Workers:
     """The host's language workers: started before serving, replaced when one dies."""
 
-    def __init__(self, count: int, threads: int, *, app_dir: Path, fault: str | None = None) -> None:
+    def __init__(
+        self,
+        count: int,
+        threads: int,
+        *,
+        app_dir: Path,
+        fault: str | None = None,
+        round_robin_queues: bool = False,
+    ) -> None:
         if not 1 <= count <= MAX_WORKER_PROCESSES:
             raise ValueError(f"worker count must be 1..{MAX_WORKER_PROCESSES}, not {count}")
         self.count = count
@@ -278,6 +320,7 @@ class Workers:
         self.functions: frozenset[str] = frozenset()
         """The functions every worker found in the app (set by :meth:`start`)."""
         self._slots: list[_Worker] = []
+        self._queues = QueueAffinity(count, round_robin=round_robin_queues)
         self._changed = threading.Condition()
         self._turn = itertools.count()
         self._stopping = threading.Event()
@@ -329,19 +372,21 @@ class Workers:
         return self._pick(None).submit(HTTP, meta, body)
 
     def invoke_queue(self, function_index: int, meta: Mapping[str, Any], body: bytes) -> Future[None]:
-        return self._pick(queue_worker(function_index, self.count)).submit(QUEUE, meta, body)
+        return self._pick(function_index).submit(QUEUE, meta, body)
 
-    def _pick(self, slot: int | None) -> _Worker:
-        """A live worker (any, or the given slot's), waiting while a replacement starts."""
+    def _pick(self, queue_function: int | None) -> _Worker:
+        """A live worker (for HTTP: the least busy; for a queue function: its own, see
+        :class:`QueueAffinity`), waiting only while no worker is alive."""
         deadline = time.monotonic() + WAIT_FOR_WORKER
         with self._changed:
             while True:
-                if slot is not None and self._slots[slot].alive:
-                    return self._slots[slot]
-                if slot is None:
-                    loads = [w.load if w.alive else None for w in self._slots]
-                    if any(load is not None for load in loads):
-                        return self._slots[least_busy(loads, next(self._turn) % self.count)]
+                loads = [w.load if w.alive else None for w in self._slots]
+                if queue_function is not None:
+                    slot = self._queues.worker(queue_function, loads)
+                    if slot is not None:
+                        return self._slots[slot]
+                elif any(load is not None for load in loads):
+                    return self._slots[least_busy(loads, next(self._turn) % self.count)]
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping.is_set():
                     raise WorkerFailed("no language worker is running")
