@@ -35,7 +35,7 @@ from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_app.staging import Stager
 from vault_app.tail import Busy
-from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_line
+from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_lines
 from vault_core import __version__ as VERSION
 from vault_core.errors import OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
@@ -238,7 +238,7 @@ def _page(
     # Before formatting: a sequential consumer's next range downloads while this one is built.
     read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
-    lines = [wire_line(m, page.force_b64) for m in result.messages]
+    lines = wire_lines(result.messages, page.force_b64)
     if page.ndjson:
         return bool(lines), Response(200, ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
     body = WirePage(stream, result.next_offset, result.committed, lines)
