@@ -15,7 +15,7 @@ from typing import Any
 
 from vault_app import params, poison
 from vault_app.auth.policy import Action
-from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
+from vault_app.batches import COMMITTED, BatchStatus, batch_id_for, pieces_known
 from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
@@ -44,6 +44,7 @@ from vault_core.limits import (
     MAX_READ_BYTES,
     MAX_READ_MESSAGES,
 )
+from vault_core.prefix import UNIT_VERSION
 from vault_core.reader import ReadResult, StreamReader
 from vault_core.retry import budget
 
@@ -85,7 +86,8 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
     commit made durable: usually the answer is there, with no read of its own. Otherwise (the
     batch went in with an earlier commit between two polls) the batch table says, checked at
     each change and at least every :data:`BATCH_RECHECK_SECONDS` (its rows may trail the commit
-    record a little).
+    record a little). A batch in several format 2 units is answered from its row in the index,
+    which has its pieces (vault_app.batches).
     """
     try:
         async with rt.wait_slots.slot():
@@ -96,7 +98,7 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
                 if state is not None and state.committed > seen:
                     seen = state.committed
                     hit = next((b for b in state.batches if b.batch_id == batch_id), None)
-                    if hit is not None:
+                    if hit is not None and (state.format < UNIT_VERSION or pieces_known(hit)):
                         return BatchStatus.of_commit(stream, hit)
                 with budget():
                     found = await in_thread(rt, rt.services.batch_table.committed, stream, batch_id)
