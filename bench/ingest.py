@@ -29,6 +29,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
@@ -37,6 +38,7 @@ import urllib3
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobLeaseClient
 
+from bench.anonymous_post import host_pids
 from bench.common import MIB, cpu_seconds, report, timed
 from bench.events import events
 from vault_core.azure import StorageAccount
@@ -100,7 +102,7 @@ def ingest_bodies(
     label: str,
     bodies: list[list[bytes]],
     per_batch: int,
-    warm_up: dict[str, object],
+    warm_up: Mapping[str, object],
 ) -> float:
     """Messages/s from the first POST until every message is committed: producer ``i`` posts
     ``bodies[i]`` (JSON batches of ``per_batch`` messages each) to a stream of its own, after one
@@ -259,12 +261,17 @@ def ingest_formats(
     per_batch = 1000
     for size, label in (("small", "100 B"), ("large", "1 KiB")):
         rates: dict[int, list[float]] = {1: [], 2: []}
+        cpu: dict[int, list[float]] = {1: [], 2: []}
         for r in range(rounds):
             bodies = event_bodies(size, producers, batches, per_batch, seed=100 + r)  # the same for both
             warm_up = json.loads(bodies[0][0])
             for record_format, host in hosts.items():
                 tag = f"fmt{record_format}-{size}"
+                before = host_cpu_seconds(host)
                 rates[record_format].append(ingest_bodies(host, vault, tag, bodies, per_batch, warm_up))
+                cpu[record_format].append(
+                    (host_cpu_seconds(host) - before) * 1e6 / ((batches + 1) * per_batch * producers)
+                )
                 for e in vault.streams():  # in-memory Azurite: keep it small
                     if e.stream.startswith(f"ingest-{tag}-"):
                         drop(vault, e.stream)
@@ -273,7 +280,15 @@ def ingest_formats(
         figures[f"{label}: end-to-end ingest messages/s v2 / v1 (>= 1.0)"] = statistics.median(
             b / a for a, b in zip(rates[1], rates[2], strict=True)
         )
+        figures[f"{label}: ingest host CPU µs/message, v1"] = statistics.median(cpu[1])
+        figures[f"{label}: ingest host CPU µs/message, v2"] = statistics.median(cpu[2])
     return figures
+
+
+def host_cpu_seconds(host: HostProcess) -> float:
+    """CPU the host and its language workers have used so far: what a figure costs the server,
+    whatever share of the shared cores it got."""
+    return sum(cpu_seconds(pid) for pid in host_pids(host))
 
 
 def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: int) -> None:
@@ -313,15 +328,20 @@ def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: i
                 streams[record_format] = (stream, vault.reader.state(stream).committed)
             v1: list[float] = []
             v2: list[float] = []
+            cpu: dict[int, list[float]] = {1: [], 2: []}
             for _ in range(rounds):  # paired: v1 then v2, back to back
-                v1.append(len(messages) / read_api_messages_s(host, *streams[1]))
-                v2.append(len(messages) / read_api_messages_s(host, *streams[2]))
+                for record_format, rates in ((1, v1), (2, v2)):
+                    before = host_cpu_seconds(host)
+                    rates.append(len(messages) / read_api_messages_s(host, *streams[record_format]))
+                    cpu[record_format].append((host_cpu_seconds(host) - before) * 1e6 / len(messages))
             figures[f"{label}: messages per stream"] = float(len(messages))
             figures[f"{label}: read API NDJSON messages/s, v1"] = statistics.median(v1)
             figures[f"{label}: read API NDJSON messages/s, v2"] = statistics.median(v2)
             figures[f"{label}: read API NDJSON messages/s v2 / v1 (>= 1.5)"] = statistics.median(
                 b / a for a, b in zip(v1, v2, strict=True)
             )
+            figures[f"{label}: read API host CPU µs/message, v1"] = statistics.median(cpu[1])
+            figures[f"{label}: read API host CPU µs/message, v2"] = statistics.median(cpu[2])
             for stream, _ in streams.values():
                 drop(vault, stream)
         figures[f"ingest: batches of 1,000 per producer and round, {producers} producers"] = float(batches)
