@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import accumulate
@@ -38,6 +39,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.recordformat import HEADER_SIZE, NewMessage
+from vault_core.writer import Batch
 
 STREAM = "orders"
 NOW_MS = 1_750_000_000_000
@@ -422,6 +424,26 @@ def test_a_write_only_producer_learns_every_offset_from_the_wait_answer(record_f
         assert call(runtime, api.get_stream_batch, ADMIN_KEY, method="GET", route=batch) == (200, doc)
     finally:
         runtime.close()
+
+
+def test_pages_read_ahead_by_the_size_of_the_last_are_the_pages_of_plain_reads(handlers: Runtime) -> None:
+    """A sequential consumer's next range is prefetched as large as its last page (not
+    max_bytes); a page that needs more, here where large messages come, is read on past it."""
+    rng = random.Random(7)
+    sizes = [rng.choice([30, 120, 400]) if i % 700 else 60_000 for i in range(3000)]
+    with handlers.services.vault.writer(STREAM) as w:
+        sent = [NewMessage(rng.randbytes(n), "k") for n in sizes]
+        w.append([Batch(sent[i : i + 500]) for i in range(0, 3000, 500)])
+    reader = handlers.services.vault.reader
+    offset, limit, max_bytes = 0, 250, 300_000
+    route, query = {"stream": STREAM}, {"limit": str(limit), "max_bytes": str(max_bytes)}
+    while offset < reader.state(STREAM).committed:
+        query["from"] = str(offset)
+        status, page = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, query=query)
+        plain = reader.read(STREAM, offset, max_bytes=max_bytes, max_count=limit)
+        assert status == 200 and [m["offset"] for m in page["messages"]] == [m.offset for m in plain.messages]
+        assert page["next_offset"] == plain.next_offset
+        offset = plain.next_offset
 
 
 def test_the_handlers_refuse_bad_input_and_unknown_batches_with_json_errors(handlers: Runtime) -> None:
