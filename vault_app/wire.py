@@ -17,8 +17,11 @@ from vault_core.recordformat import FLAG_KEY_IS_TEXT, Message, message_id
 NDJSON = "application/x-ndjson"
 
 
-class WireLine(msgspec.Struct):
-    """One message of a read (docs/API.md "Consume")."""
+class WireLine(msgspec.Struct, gc=False):
+    """One message of a read (docs/API.md "Consume").
+
+    Untracked by the garbage collector (``gc=False``): it holds only numbers and strings, so it
+    can be in no reference cycle, and a page makes ten thousand of them at a time."""
 
     offset: int
     timestamp: int
