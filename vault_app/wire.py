@@ -77,7 +77,9 @@ def wire_lines(messages: list[Message], force_b64: bool) -> list[WireLine]:
     if not messages:
         return []
     n = len(messages)
-    text_keys = sum(map(FLAG_KEY_IS_TEXT.__and__, map(_FLAGS, messages))) // FLAG_KEY_IS_TEXT
+    text_keys = n  # only base64 tells text keys from binary ones
+    if force_b64:
+        text_keys = sum(map(FLAG_KEY_IS_TEXT.__and__, map(_FLAGS, messages))) // FLAG_KEY_IS_TEXT
     try:
         if force_b64:
             values = list(map(bytes.decode, map(_B64, map(_VALUE, messages))))
@@ -85,7 +87,7 @@ def wire_lines(messages: list[Message], force_b64: bool) -> list[WireLine]:
                 raise _PerMessage
         else:
             values = list(map(bytes.decode, map(_VALUE, messages)))
-        if force_b64 and text_keys == 0:
+        if text_keys == 0:
             keys, key_encoding = list(map(bytes.decode, map(_B64, map(_KEY, messages)))), "base64"
         else:
             keys, key_encoding = list(map(bytes.decode, map(_KEY, messages))), "utf-8"
