@@ -11,9 +11,13 @@ Ratios measured in one run against the raw primitives on the same Azurite:
 
     ./dev bench ingest --formats   (results: ingest_format)
 
-The read API on record format 2 against format 1: the same generated JSON events (~100 B and
-~1 KiB, bench/events.py) written once in each format, read through the host as NDJSON pages of
-up to 10,000 messages; messages/s, paired rounds, and the ratio v2 / v1.
+Record format 2 against format 1, on the same generated JSON events (~100 B and ~1 KiB,
+bench/events.py), in paired rounds (v1 then v2, back to back), with the ratio v2 / v1:
+  * end-to-end ingest messages/s: POST -> staging -> writer -> committed through two local hosts
+    on one Azurite, one with ``VAULT_RECORD_FORMAT=1`` and one with ``2`` (own staging queues
+    each); every batch holds other events, so no codec sees a repeat
+  * the read API: the events written once in each format, read through the host as NDJSON
+    pages of up to 10,000 messages
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import statistics
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
@@ -33,6 +38,7 @@ import urllib3
 from azure.core.exceptions import ResourceExistsError
 from azure.storage.blob import BlobLeaseClient
 
+from bench.anonymous_post import host_pids
 from bench.common import MIB, cpu_seconds, report, timed
 from bench.events import events
 from vault_core.azure import StorageAccount
@@ -85,15 +91,32 @@ def committed_count(vault: Vault, stream: str) -> int:
 
 def ingest(host: HostProcess, vault: Vault, size: int, batches: int, per_batch: int, producers: int) -> float:
     """Messages/s from the first POST until every message is committed (several streams)."""
-    streams = [f"ingest-{size}-{uuid.uuid4().hex[:6]}-{i}" for i in range(producers)]
     body = {"messages": [{"key": f"k{i % 50}", "value": "v" * size} for i in range(per_batch)]}
     encoded = json.dumps(body).encode()  # serialise once: the load generator shares the 2 cores
+    return ingest_bodies(host, vault, str(size), [[encoded] * batches] * producers, per_batch, body)
 
-    def produce(stream: str) -> None:
+
+def ingest_bodies(
+    host: HostProcess,
+    vault: Vault,
+    label: str,
+    bodies: list[list[bytes]],
+    per_batch: int,
+    warm_up: Mapping[str, object],
+) -> float:
+    """Messages/s from the first POST until every message is committed: producer ``i`` posts
+    ``bodies[i]`` (JSON batches of ``per_batch`` messages each) to a stream of its own, after one
+    ``warm_up`` batch of as many messages per stream."""
+    producers = len(bodies)
+    batches = len(bodies[0])
+    streams = [f"ingest-{label}-{uuid.uuid4().hex[:6]}-{i}" for i in range(producers)]
+    body = warm_up
+
+    def produce(i: int) -> None:
         with httpx.Client(base_url=host.url, timeout=120) as client:
-            for _ in range(batches):
+            for encoded in bodies[i]:
                 r = client.post(
-                    f"/streams/{stream}/messages",
+                    f"/streams/{streams[i]}/messages",
                     params={"code": host.key},
                     content=encoded,
                     headers={"Content-Type": "application/json"},
@@ -108,7 +131,7 @@ def ingest(host: HostProcess, vault: Vault, size: int, batches: int, per_batch: 
             assert r.status_code == 200, r.text
     start = time.perf_counter()
     with ThreadPoolExecutor(producers) as pool:
-        list(pool.map(produce, streams))
+        list(pool.map(produce, range(producers)))
     total = (batches + 1) * per_batch * producers
     while sum(committed_count(vault, s) for s in streams) < total:
         time.sleep(0.05)
@@ -213,13 +236,82 @@ def read_api_messages_s(host: HostProcess, stream: str, committed: int) -> float
     return timed(api)
 
 
-def formats_main(rounds: int, mib: int) -> None:
+def event_bodies(size: str, producers: int, batches: int, per_batch: int, seed: int) -> list[list[bytes]]:
+    """JSON batch bodies of generated events, other events in every batch (``bodies[producer]``)."""
+    messages = events(producers * batches * per_batch, size, seed=seed)
+    bodies = []
+    for p in range(producers):
+        mine = messages[p * batches * per_batch : (p + 1) * batches * per_batch]
+        bodies.append(
+            [
+                json.dumps(
+                    {"messages": [{"key": m.key, "value": m.value.decode()} for m in mine[b : b + per_batch]]}
+                ).encode()
+                for b in range(0, len(mine), per_batch)
+            ]
+        )
+    return bodies
+
+
+def ingest_formats(
+    hosts: dict[int, HostProcess], vault: Vault, rounds: int, batches: int, producers: int
+) -> dict[str, float]:
+    """End-to-end ingest messages/s of each format's host, paired rounds (v1 then v2)."""
+    figures: dict[str, float] = {}
+    per_batch = 1000
+    for size, label in (("small", "100 B"), ("large", "1 KiB")):
+        rates: dict[int, list[float]] = {1: [], 2: []}
+        cpu: dict[int, list[float]] = {1: [], 2: []}
+        for r in range(rounds):
+            bodies = event_bodies(size, producers, batches, per_batch, seed=100 + r)  # the same for both
+            warm_up = json.loads(bodies[0][0])
+            for record_format, host in hosts.items():
+                tag = f"fmt{record_format}-{size}"
+                before = host_cpu_seconds(host)
+                rates[record_format].append(ingest_bodies(host, vault, tag, bodies, per_batch, warm_up))
+                cpu[record_format].append(
+                    (host_cpu_seconds(host) - before) * 1e6 / ((batches + 1) * per_batch * producers)
+                )
+                for e in vault.streams():  # in-memory Azurite: keep it small
+                    if e.stream.startswith(f"ingest-{tag}-"):
+                        drop(vault, e.stream)
+        figures[f"{label}: end-to-end ingest messages/s, v1"] = statistics.median(rates[1])
+        figures[f"{label}: end-to-end ingest messages/s, v2"] = statistics.median(rates[2])
+        figures[f"{label}: end-to-end ingest messages/s v2 / v1 (>= 1.0)"] = statistics.median(
+            b / a for a, b in zip(rates[1], rates[2], strict=True)
+        )
+        figures[f"{label}: ingest host CPU µs/message, v1"] = statistics.median(cpu[1])
+        figures[f"{label}: ingest host CPU µs/message, v2"] = statistics.median(cpu[2])
+    return figures
+
+
+def host_cpu_seconds(host: HostProcess) -> float:
+    """CPU the host and its language workers have used so far: what a figure costs the server,
+    whatever share of the shared cores it got."""
+    return sum(cpu_seconds(pid) for pid in host_pids(host))
+
+
+def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: int) -> None:
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
-    host = HostProcess(azurite.connection_string).start()
+    # One host per format, each with staging queues of its own (a queue is drained by its host).
+    hosts = {
+        record_format: HostProcess(
+            azurite.connection_string,
+            settings={
+                "VAULT_RECORD_FORMAT": str(record_format),
+                "VAULT_QUEUE_PREFIX": f"mv-staging-v{record_format}",
+                "FUNCTIONS_WORKER_PROCESS_COUNT": str(workers),
+            },
+        )
+        for record_format in (1, 2)
+    }
     try:
+        for host in hosts.values():
+            host.start()
+        host = hosts[2]  # reads do not depend on the format a host writes
         vault = Vault(StorageAccount(connection_string=azurite.connection_string))
-        figures: dict[str, float] = {}
+        figures: dict[str, float] = {"host worker processes": workers}
         for size, label in (("small", "100 B"), ("large", "1 KiB")):
             messages = events(mib * MIB // (110 if size == "small" else 1010), size)
             streams = {}
@@ -236,19 +328,30 @@ def formats_main(rounds: int, mib: int) -> None:
                 streams[record_format] = (stream, vault.reader.state(stream).committed)
             v1: list[float] = []
             v2: list[float] = []
+            cpu: dict[int, list[float]] = {1: [], 2: []}
             for _ in range(rounds):  # paired: v1 then v2, back to back
-                v1.append(len(messages) / read_api_messages_s(host, *streams[1]))
-                v2.append(len(messages) / read_api_messages_s(host, *streams[2]))
+                for record_format, rates in ((1, v1), (2, v2)):
+                    before = host_cpu_seconds(host)
+                    rates.append(len(messages) / read_api_messages_s(host, *streams[record_format]))
+                    cpu[record_format].append((host_cpu_seconds(host) - before) * 1e6 / len(messages))
             figures[f"{label}: messages per stream"] = float(len(messages))
             figures[f"{label}: read API NDJSON messages/s, v1"] = statistics.median(v1)
             figures[f"{label}: read API NDJSON messages/s, v2"] = statistics.median(v2)
             figures[f"{label}: read API NDJSON messages/s v2 / v1 (>= 1.5)"] = statistics.median(
                 b / a for a, b in zip(v1, v2, strict=True)
             )
+            figures[f"{label}: read API host CPU µs/message, v1"] = statistics.median(cpu[1])
+            figures[f"{label}: read API host CPU µs/message, v2"] = statistics.median(cpu[2])
+            for stream, _ in streams.values():
+                drop(vault, stream)
+        figures[f"ingest: batches of 1,000 per producer and round, {producers} producers"] = float(batches)
+        figures.update(ingest_formats(hosts, vault, rounds, batches, producers))
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("ingest_format", f"./dev bench ingest --formats --format-mib {mib} --rounds {rounds}", figures)
+        command = f"./dev bench ingest --formats --format-mib {mib} --rounds {rounds}"
+        report("ingest_format", command + f" --batches {batches}", figures)
     finally:
-        host.stop()
+        for host in hosts.values():
+            host.stop()
         azurite.cleanup()
 
 
@@ -259,11 +362,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="paired raw/ingest rounds per figure")
     parser.add_argument("--workers", type=int, default=2, help="FUNCTIONS_WORKER_PROCESS_COUNT of the host")
     parser.add_argument("--latency-samples", type=int, default=40)
-    parser.add_argument("--formats", action="store_true", help="read API, format 2 against 1 (ingest_format)")
+    parser.add_argument(
+        "--formats", action="store_true", help="ingest and read API, format 2 against 1 (ingest_format)"
+    )
     parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
     args = parser.parse_args()
     if args.formats:
-        formats_main(args.rounds, args.format_mib)
+        formats_main(args.rounds, args.format_mib, args.batches, args.producers, args.workers)
         return
     t0 = time.monotonic()
     # On disk: an in-memory Azurite stalled for minutes once it held a few hundred MiB.

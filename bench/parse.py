@@ -4,7 +4,8 @@
 
 No storage: this is the per-message code on the request path (issue 12 asks to measure it
 before and after choosing a decoder). The stdlib ``json.loads`` of the same body is measured
-beside it, as the floor a JSON parser in Python starts from.
+beside it, as the floor a JSON parser in Python starts from. A read page is built message by
+message (``wire_line``) and column by column (``wire_lines``, what the read API does, issue 23).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from bench.common import report
 from vault_app.config import Limits
 from vault_app.ingest import parse_batch
-from vault_app.wire import ENCODER, WirePage, wire_line
+from vault_app.wire import ENCODER, WirePage, wire_line, wire_lines
 from vault_core.recordformat import Message
 
 MESSAGES = 1000
@@ -55,9 +56,15 @@ def main() -> None:
             lambda b=as_json: json.loads(b)  # type: ignore[misc]
         )
         rows = [Message(i * 64, 1_700_000_000_000, b"user-%d" % i, b"x" * size, 1) for i in range(MESSAGES)]
-        figures[f"read page (JSON), {label} values: CPU ms / 1,000 msgs"] = cpu_ms_per_1000(
+        by_message = cpu_ms_per_1000(
             lambda r=rows: ENCODER.encode(WirePage("s", 0, 0, [wire_line(m, False) for m in r]))  # type: ignore[misc]
         )
+        by_column = cpu_ms_per_1000(
+            lambda r=rows: ENCODER.encode(WirePage("s", 0, 0, wire_lines(r, False)))  # type: ignore[misc]
+        )
+        figures[f"read page (JSON), {label} values: CPU ms / 1,000 msgs"] = by_message
+        figures[f"read page (JSON) column by column, {label}: CPU ms / 1,000 msgs"] = by_column
+        figures[f"read page, column by column / message by message, {label}"] = by_column / by_message
     report("parse", "./dev bench parse", figures)
 
 

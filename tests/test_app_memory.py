@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
+from itertools import accumulate
 from typing import Any
 
 import pytest
@@ -36,10 +38,11 @@ from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
 from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
+from vault_client.results import offset_in_pieces
 from vault_core.clock import ManualClock
 from vault_core.errors import StreamNotFound
 from vault_core.memory import MemoryAccount
-from vault_core.recordformat import NewMessage
+from vault_core.recordformat import HEADER_SIZE, NewMessage
 from vault_core.writer import Batch
 
 STREAM = "orders"
@@ -349,8 +352,16 @@ ADMIN_KEY, WRITER_KEY = "admin-key-0123456789abcdef", "writer-key-0123456789abcd
 @pytest.fixture
 def handlers() -> Iterator[Runtime]:
     """A runtime with authentication on: key ``admin`` may do anything, ``writer`` may write ``orders``."""
+    runtime = handlers_runtime()
+    yield runtime
+    runtime.close()
+
+
+def handlers_runtime(**settings: str) -> Runtime:
+    """The runtime of :func:`handlers`, with more ``settings``."""
     account = MemoryAccount()
     env = {
+        **settings,
         "VAULT_STAGING_QUEUES": "1",
         "VAULT_FUNCTION_KEYS": json.dumps({"admin": ADMIN_KEY, "writer": WRITER_KEY}),
         "VAULT_ACCESS_POLICY": json.dumps(
@@ -364,8 +375,7 @@ def handlers() -> Iterator[Runtime]:
     }
     runtime = Runtime(Services(load_settings(env), connect=lambda _name: account))
     runtime.services.ensure()
-    yield runtime
-    runtime.close()
+    return runtime
 
 
 def call(
@@ -403,6 +413,71 @@ def test_the_handlers_stage_a_post_and_serve_its_status_and_messages(handlers: R
     ndjson = {"accept": "application/x-ndjson"}
     status, lines = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, headers=ndjson)
     assert status == 200 and [json.loads(line)["key"] for line in lines.splitlines()] == ["k", ""]
+
+
+@pytest.mark.parametrize("record_format", [2, 1])
+def test_a_write_only_producer_learns_every_offset_from_the_wait_answer(record_format: int) -> None:
+    """Format 2: the answer's pieces place each message (a batch in two units here), and the
+    batch's status has the same; format 1: the record sizes do, as before. No read of the stream."""
+    runtime = handlers_runtime(VAULT_RECORD_FORMAT=str(record_format))
+    try:
+        sent = [f"{i:05d}" + "x" * 200 for i in range(1500)]  # 1,500 x 210 bytes: two 256 KiB units
+        body = json.dumps({"messages": [{"key": "k", "value": v} for v in sent]}).encode()
+        queue = runtime.services.queue_for(STREAM)
+
+        def write_once_staged() -> None:
+            while not run_trigger(runtime, queue):
+                time.sleep(0.01)
+
+        async def post_and_write() -> Response:
+            post = Request(
+                method="POST",
+                route={"stream": STREAM},
+                query={"wait": "10"},
+                body=body,
+                headers={"x-functions-key": WRITER_KEY},
+            )
+            answer, _ = await asyncio.gather(
+                api.post_messages(runtime, post), asyncio.to_thread(write_once_staged)
+            )
+            return answer
+
+        response = asyncio.run(post_and_write())
+        doc = json.loads(response.body)
+        assert response.status == 200 and doc["status"] == COMMITTED
+        offsets = [m.offset for m in runtime.services.vault.reader.scan(STREAM)]
+        if record_format == 2:
+            assert len(doc["pieces"]) == 2
+            assert [offset_in_pieces(doc["pieces"], i) for i in range(len(sent))] == offsets
+        else:
+            assert "pieces" not in doc
+            assert list(accumulate((HEADER_SIZE + 1 + len(v) for v in sent[:-1]), initial=0)) == [
+                o - doc["first_offset"] for o in offsets
+            ]
+        batch = {"stream": STREAM, "id": doc["batch_id"]}
+        assert call(runtime, api.get_stream_batch, ADMIN_KEY, method="GET", route=batch) == (200, doc)
+    finally:
+        runtime.close()
+
+
+def test_pages_read_ahead_by_the_size_of_the_last_are_the_pages_of_plain_reads(handlers: Runtime) -> None:
+    """A sequential consumer's next range is prefetched as large as its last page (not
+    max_bytes); a page that needs more, here where large messages come, is read on past it."""
+    rng = random.Random(7)
+    sizes = [rng.choice([30, 120, 400]) if i % 700 else 60_000 for i in range(3000)]
+    with handlers.services.vault.writer(STREAM) as w:
+        sent = [NewMessage(rng.randbytes(n), "k") for n in sizes]
+        w.append([Batch(sent[i : i + 500]) for i in range(0, 3000, 500)])
+    reader = handlers.services.vault.reader
+    offset, limit, max_bytes = 0, 250, 300_000
+    route, query = {"stream": STREAM}, {"limit": str(limit), "max_bytes": str(max_bytes)}
+    while offset < reader.state(STREAM).committed:
+        query["from"] = str(offset)
+        status, page = call(handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, query=query)
+        plain = reader.read(STREAM, offset, max_bytes=max_bytes, max_count=limit)
+        assert status == 200 and [m["offset"] for m in page["messages"]] == [m.offset for m in plain.messages]
+        assert page["next_offset"] == plain.next_offset
+        offset = plain.next_offset
 
 
 def test_the_handlers_refuse_bad_input_and_unknown_batches_with_json_errors(handlers: Runtime) -> None:

@@ -477,6 +477,30 @@ def test_message_offsets_follow_record_sizes_in_the_batch() -> None:
     assert [r.result().offset for r in results] == [1000, 1000 + sizes[0], 1000 + sizes[0] + sizes[1]]
 
 
+def test_message_offsets_follow_the_pieces_of_a_format_2_batch_without_a_read() -> None:
+    answer = {
+        "batch_id": "b",
+        "stream": "s",
+        "status": "committed",
+        "count": 3,
+        "first_offset": 1000,
+        "next_offset": 1250,
+        "timestamp": 1,
+        "pieces": [[1000, 2], [1200, 1]],  # two units: the second begins at 1200
+    }
+    asked: list[str] = []
+
+    def committed(request: httpx.Request) -> httpx.Response:
+        asked.append(request.method)
+        return httpx.Response(200, json=answer)
+
+    api = ApiClient("http://vault.test", transport=httpx.MockTransport(committed))
+    with Producer(api=api, wait=5) as producer:
+        results = [producer.send("s", v) for v in ("a", "b", "c")]
+    assert [r.result().offset for r in results] == [1000, 1001, 1200]
+    assert asked == ["POST"]
+
+
 def test_full_buffer_raises_when_asked_not_to_block() -> None:
     gate = threading.Event()
 

@@ -32,6 +32,7 @@ from vault_core.pageblob import StreamBlob
 from vault_core.queueing import MessageQueue
 from vault_core.recordformat import Message
 from vault_local.azurite import free_port
+from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
 
 COMMIT_WAIT = 30.0
@@ -153,6 +154,18 @@ def test_producer_batches_by_count_and_every_message_arrives_in_order(api: ApiCl
         results = [producer.send(stream, v) for v in sent]
     assert len({r.result().batch_id for r in results}) == 3
     assert read_all(api, stream) == sent
+
+
+def test_a_write_only_producer_gets_every_offset_of_a_batch_in_several_units(
+    vault_host: HostProcess, dev_issuer: DevIssuer, api: ApiClient, stream: str
+) -> None:
+    token = dev_issuer.mint("writer-only", roles=[f"Vault.Write.{stream}"])
+    sent = [f"{i:05d}" + "x" * 200 for i in range(1500)]  # one batch of two 256 KiB units
+    options: dict[str, Any] = {"batch_max_messages": 1500, "linger": 5, "wait": COMMIT_WAIT}
+    with Producer(vault_host.url, token=token, **options) as producer:
+        results = [producer.send(stream, v) for v in sent]
+    assert [r.result().offset for r in results] == [m.offset for m in Consumer.connect(None, stream, api=api)]
+    assert len({r.result().offset for r in results}) == len(sent)
 
 
 def test_producer_sends_after_linger_without_a_flush(api: ApiClient, stream: str) -> None:

@@ -2,7 +2,8 @@
 
 The body parser, the query parameters, the Range parser and the record decoder are the
 places where bytes from outside meet the code; these pin that no input makes them raise
-anything but their documented error, and that the decoder never returns wrong data.
+anything but their documented error, and that the decoder never returns wrong data. The read
+path's page renderer is pinned to its message-by-message definition.
 """
 
 from __future__ import annotations
@@ -18,8 +19,17 @@ from vault_app.config import Limits
 from vault_app.http import HttpError, Request
 from vault_app.ingest import parse_batch
 from vault_app.params import int_param, parse_range, parse_time, wait_param
+from vault_app.wire import wire_line, wire_lines
 from vault_core.errors import FormatError, InvalidInput
-from vault_core.recordformat import MAX_TIMESTAMP_MS, NewMessage, decode, encode
+from vault_core.recordformat import (
+    FLAG_KEY_IS_TEXT,
+    MAX_OFFSET,
+    MAX_TIMESTAMP_MS,
+    Message,
+    NewMessage,
+    decode,
+    encode,
+)
 from vault_core.times import to_millis
 
 LIMITS = Limits(max_message_bytes=4096, max_batch_messages=50, max_batch_bytes=64 * 1024)
@@ -258,3 +268,25 @@ def test_a_flipped_bit_is_detected_never_returned_as_data(
     except FormatError:
         return
     assert got == original  # only a flip in bytes no record covers (page padding) may pass
+
+
+text_or_binary = st.text(max_size=8).map(str.encode) | st.binary(max_size=8)
+read_messages = st.lists(
+    st.builds(
+        Message,
+        st.integers(0, MAX_OFFSET),
+        st.integers(0, MAX_TIMESTAMP_MS),
+        text_or_binary,
+        text_or_binary,
+        st.sampled_from([0, FLAG_KEY_IS_TEXT]),
+    ),
+    max_size=6,
+)
+
+
+@SOME
+@given(read_messages, st.booleans())
+def test_a_page_made_column_by_column_has_the_lines_made_message_by_message(
+    messages: list[Message], force_b64: bool
+) -> None:
+    assert wire_lines(messages, force_b64) == [wire_line(m, force_b64) for m in messages]

@@ -215,6 +215,13 @@ def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: M
     assert tags(vault) == [b"before"] * 10 + [b"redelivered"] * 3000
     entry = vault.index.catalog_entry(STREAM)
     assert entry is not None and entry.count == 3010 and vault.index.last_point(STREAM) is not None
+    # The batch's pieces (two units), which the commit record does not carry, were re-derived
+    # from the log; the writers after that keep them.
+    offsets = [m.offset for m in vault.reader.scan(STREAM)][10:]
+    assert len(first.pieces) == 2 and again.pieces == first.pieces
+    assert [o + i for o, n in first.pieces for i in range(n)] == offsets
+    vault.writer(STREAM).close()
+    assert vault.index.committed_batches(STREAM, ["batch-1"])["batch-1"].pieces == first.pieces
 
 
 def test_a_successor_under_the_dead_writers_lease_id_takes_over_at_once_and_the_dead_one_cannot_write(

@@ -15,7 +15,7 @@ from typing import Any
 
 from vault_app import params, poison
 from vault_app.auth.policy import Action
-from vault_app.batches import COMMITTED, BatchStatus, batch_id_for
+from vault_app.batches import COMMITTED, BatchStatus, batch_id_for, pieces_known
 from vault_app.guard import Caller, anyone, on_some_stream, on_stream, secured
 from vault_app.http import HttpError, Request, Response, guarded, in_thread, json_response
 from vault_app.ingest import parse_batch
@@ -35,7 +35,7 @@ from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_app.staging import Stager
 from vault_app.tail import Busy
-from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_line
+from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_lines
 from vault_core import __version__ as VERSION
 from vault_core.errors import OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
@@ -44,7 +44,8 @@ from vault_core.limits import (
     MAX_READ_BYTES,
     MAX_READ_MESSAGES,
 )
-from vault_core.reader import ReadResult, StreamReader
+from vault_core.prefix import UNIT_VERSION
+from vault_core.reader import MIN_READ, ReadResult, StreamReader
 from vault_core.retry import budget
 
 BATCH_RECHECK_SECONDS = 1.0
@@ -85,7 +86,8 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
     commit made durable: usually the answer is there, with no read of its own. Otherwise (the
     batch went in with an earlier commit between two polls) the batch table says, checked at
     each change and at least every :data:`BATCH_RECHECK_SECONDS` (its rows may trail the commit
-    record a little).
+    record a little). A batch in several format 2 units is answered from its row in the index,
+    which has its pieces (vault_app.batches).
     """
     try:
         async with rt.wait_slots.slot():
@@ -96,7 +98,7 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
                 if state is not None and state.committed > seen:
                     seen = state.committed
                     hit = next((b for b in state.batches if b.batch_id == batch_id), None)
-                    if hit is not None:
+                    if hit is not None and (state.format < UNIT_VERSION or pieces_known(hit)):
                         return BatchStatus.of_commit(stream, hit)
                 with budget():
                     found = await in_thread(rt, rt.services.batch_table.committed, stream, batch_id)
@@ -236,9 +238,10 @@ def _page(
     stream, max_bytes = page.stream, page.max_bytes
     result = _read(read_ahead, reader, stream, offset, page.limit, max_bytes)
     # Before formatting: a sequential consumer's next range downloads while this one is built.
-    read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
+    full = len(result.messages) >= page.limit
+    read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes, by_count=full)
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
-    lines = [wire_line(m, page.force_b64) for m in result.messages]
+    lines = wire_lines(result.messages, page.force_b64)
     if page.ndjson:
         return bool(lines), Response(200, ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
     body = WirePage(stream, result.next_offset, result.committed, lines)
@@ -257,7 +260,15 @@ def _read(
 ) -> ReadResult:
     try:
         data, state = read_ahead.fetch(reader, stream, offset, max_bytes)
-        return reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+        result = reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+        # A prefetch sized to the consumer's last page may end before this page is full: then
+        # the rest of what one GET of max_bytes reads, and the page that GET's bytes make.
+        base = offset if state.read_at is None else state.read_at
+        end = min(base + max(max_bytes, MIN_READ), state.committed)
+        if len(result.messages) < limit and result.next_offset < state.committed and base + len(data) < end:
+            data += reader.log(stream).read(base + len(data), end - base - len(data))
+            result = reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+        return result
     except OffsetPastEnd as exc:
         raise HttpError(416, "invalid_offset", str(exc)) from exc
 

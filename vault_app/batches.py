@@ -19,6 +19,13 @@ always before its next commit record (vault_core.writer). So a committed batch i
 latest commit record or by the index, and a status read asks the record first, then the index:
 a batch a producer's ``?wait=`` saw committed (from the record) is never "staged" here after.
 
+A committed batch's **pieces** (docs/FORMAT.md §11.6) say where its messages lie when it was
+written as format 2 units: ``[offset, count]`` runs of consecutive offsets, one per unit it spans.
+A producer computes each message's offset from them without reading the stream. The commit
+record carries first and next offsets only, which are the pieces of a batch in one unit (its
+offsets are then consecutive); the index's batch row carries them for a batch in several units,
+and a status read from the record waits a moment for that row when it needs it.
+
 A POST **reserves** the row with an insert that fails if it exists (never check-then-act), and
 answers 202 only after the queue message is sent; the row exists before any 202, so every 202
 has a status. A retry that finds ``staging`` (the first attempt died, or is still running)
@@ -37,13 +44,16 @@ from typing import Any
 from vault_core.errors import InvalidInput
 from vault_core.index import IndexTables
 from vault_core.names import validate_producer_batch_id
-from vault_core.pagelog import CommittedBatch
+from vault_core.pagelog import CommittedBatch, Pieces
 from vault_core.recordformat import NewMessage
-from vault_core.retry import with_retries
+from vault_core.retry import poll, with_retries
 from vault_core.rows import Fields, Row, Table
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
 REASON_MAX = 1000
+BATCH_ROW_WAIT_SECONDS = 2.0
+"""How long a status read waits for the index row of a batch the commit record names, when it
+needs the row's pieces: the writer records it right after the commit (and before its next one)."""
 
 
 class IdempotencyMismatch(InvalidInput):
@@ -60,6 +70,8 @@ class BatchStatus:
     next_offset: int | None = None
     timestamp: int | None = None
     reason: str | None = None
+    pieces: list[list[int]] | None = None
+    """``[offset, count]`` runs of the batch's message offsets, if it is in format 2 units."""
 
     def to_json(self) -> dict[str, Any]:
         return {k: v for k, v in self.__dict__.items() if v is not None}
@@ -75,7 +87,19 @@ class BatchStatus:
             batch.first_offset,
             batch.next_offset,
             batch.timestamp,
+            pieces=[list(p) for p in pieces_known(batch)] or None,
         )
+
+
+def pieces_known(batch: CommittedBatch) -> Pieces:
+    """The batch's pieces as far as ``batch`` alone tells: its own, or the one run of a batch whose
+    offsets are consecutive (a batch in one unit: a record is longer than one byte, so never one
+    of records); none otherwise (records, or units whose pieces only the index row has)."""
+    if batch.pieces:
+        return batch.pieces
+    if batch.count > 0 and batch.next_offset - batch.first_offset == batch.count:
+        return ((batch.first_offset, batch.count),)
+    return ()
 
 
 def batch_id_for(stream: str, idempotency_key: str | None, producer_batch_id: str | None) -> str:
@@ -176,15 +200,30 @@ class BatchTable:
         on an id does not depend on the streams that are not visible."""
         return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id) if visible(r.key)]
 
-    def committed(self, stream: str, batch_id: str) -> BatchStatus | None:
+    def committed(
+        self, stream: str, batch_id: str, *, row_wait: float = BATCH_ROW_WAIT_SECONDS
+    ) -> BatchStatus | None:
         """The batch's offsets if it is committed to ``stream`` (needs no status row).
 
         The commit record before the index: read in the other order, a commit landing in
-        between could move the batch out of the record after the index was found without it."""
+        between could move the batch out of the record after the index was found without it.
+        A batch the record names whose pieces it cannot tell is looked up in the index too,
+        waiting up to ``row_wait`` seconds for the writer to record it."""
         found = next((b for b in self.latest_commit(stream) if b.batch_id == batch_id), None)
         if found is None:
             found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
+        elif not pieces_known(found):
+            found = self.indexed(stream, found, row_wait) or found
         return None if found is None else BatchStatus.of_commit(stream, found)
+
+    def indexed(self, stream: str, batch: CommittedBatch, wait: float = 0.0) -> CommittedBatch | None:
+        """The index's row of a batch a commit record named (with its pieces, if in units),
+        polled for up to ``wait`` seconds: the writer records it right after the commit."""
+        return poll(
+            lambda: self.index.committed_batches(stream, [batch.batch_id]).get(batch.batch_id),
+            lambda row: row is not None,
+            wait,
+        )
 
     def _status(self, batch_id: str, stream: str, row: Row, *, check_index: bool = True) -> BatchStatus:
         if check_index and (committed := self.committed(stream, batch_id)) is not None:

@@ -139,6 +139,12 @@ SCHEMAS: dict[str, Any] = {
             "first_offset": _int,
             "next_offset": _int,
             "timestamp": _int,
+            "pieces": {
+                "type": "array",
+                "description": "a committed batch written as format 2 units: [offset, count] per unit it "
+                "spans, runs of consecutive message offsets in order (docs/API.md 'Batch status')",
+                "items": {"type": "array", "items": _int, "minItems": 2, "maxItems": 2},
+            },
             "reason": {"type": "string"},
         },
     },

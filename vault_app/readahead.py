@@ -18,6 +18,12 @@ after a sequential pattern has been seen on this instance.
 Its lifetime is its owner's (the app's :class:`~vault_app.runtime.Runtime`): built with it (the
 pool's threads start with the first prefetch) and closed with it, which cancels prefetches not
 yet started, drops what is held, and lets the pool's threads end.
+
+A consumer whose pages end at its message ``limit`` rather than at ``max_bytes`` gets the bytes
+its last page took (and some more), not ``max_bytes``: pages of 10,000 small compressed messages
+take a few hundred KiB, and fetching 4 MiB for each would cost the storage and this process ten
+times what the page needs. Should the next page need more, the read continues past the
+prefetched bytes (vault_app.api).
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ MAX_HELD_BYTES = 64 * 1024 * 1024
 """Prefetched bytes held at most per process (the oldest are dropped first)."""
 MAX_TRACKED = 1024
 """Read ends remembered to recognise a sequential consumer (the oldest are forgotten)."""
+PREFETCH_SLACK = 128 * 1024
+"""Bytes a prefetch sized to the consumer's last page reads beyond a quarter more than it: pages
+of as many messages vary in size, and one starting inside a format 2 unit is read from its start."""
 
 Fetched = tuple[bytes, CommitState]
 
@@ -69,12 +78,13 @@ class ReadAhead:
         return self._held
 
     def fetch(self, reader: StreamReader, stream: str, offset: int, max_bytes: int) -> Fetched:
-        """The bytes at ``offset``: prefetched if this read was foreseen, else one GET now."""
+        """The bytes at ``offset``: prefetched if this read was foreseen (then possibly fewer than
+        ``max_bytes``: as many as the consumer's last page took, and more), else one GET now."""
         with self._lock:
             found = self._ahead.pop((stream, offset), None)
             if found is not None:
                 self._held -= found[0]
-        if found is not None and found[0] >= max_bytes:
+        if found is not None:
             try:
                 return found[1].result()
             except Exception:  # a failed prefetch is retried as an ordinary read, which reports it
@@ -82,9 +92,22 @@ class ReadAhead:
         return reader.fetch(stream, offset, max_bytes)
 
     def done(
-        self, reader: StreamReader, stream: str, offset: int, next_offset: int, committed: int, max_bytes: int
+        self,
+        reader: StreamReader,
+        stream: str,
+        offset: int,
+        next_offset: int,
+        committed: int,
+        max_bytes: int,
+        *,
+        by_count: bool = False,
     ) -> None:
-        """Note a read of ``[offset, next_offset)``; prefetch what a sequential reader wants next."""
+        """Note a read of ``[offset, next_offset)``; prefetch what a sequential reader wants next.
+
+        ``by_count``: the read ended at the consumer's message limit (not at ``max_bytes``)."""
+        size = max_bytes
+        if by_count:
+            size = min(max_bytes, (next_offset - offset) * 5 // 4 + PREFETCH_SLACK)
         with self._lock:
             sequential = (stream, offset) in self._ends  # it starts where a read of ours ended
             self._ends.pop((stream, offset), None)
@@ -95,11 +118,11 @@ class ReadAhead:
                 return
             if not sequential or next_offset >= committed or (stream, next_offset) in self._ahead:
                 return
-            while self._ahead and self._held + max_bytes > self.max_held_bytes:
-                _, (size, _) = self._ahead.popitem(last=False)
-                self._held -= size
-            if self._held + max_bytes > self.max_held_bytes:
+            while self._ahead and self._held + size > self.max_held_bytes:
+                _, (dropped, _) = self._ahead.popitem(last=False)
+                self._held -= dropped
+            if self._held + size > self.max_held_bytes:
                 return
-            self._held += max_bytes
-            future = self._pool.submit(reader.fetch, stream, next_offset, max_bytes)
-            self._ahead[(stream, next_offset)] = (max_bytes, future)
+            self._held += size
+            future = self._pool.submit(reader.fetch, stream, next_offset, size)
+            self._ahead[(stream, next_offset)] = (size, future)

@@ -211,13 +211,6 @@ class Producer:
         with self.api.copy() as api:
             return api.batch(batch_id, stream)
 
-    def _batch_offsets(self, stream: str, first: int, count: int) -> list[int]:
-        """The offsets of a committed batch's ``count`` messages from ``first``, read back."""
-        if not (self._closed and self._owns_api):
-            return _read_offsets(self.api, stream, first, count)
-        with self.api.copy() as api:
-            return _read_offsets(api, stream, first, count)
-
     def stats(self) -> ProducerStats:
         with self._cv:
             return ProducerStats(
@@ -285,17 +278,4 @@ class Producer:
             self._sent_batches += 1
             self._sent_bytes += len(body)
         batch.outcome.log_bytes = batch.log_bytes
-        batch.outcome.read_offsets = self._batch_offsets
         batch.outcome.resolve(ack)
-
-
-def _read_offsets(api: ApiClient, stream: str, first: int, count: int) -> list[int]:
-    offsets: list[int] = []
-    offset = first
-    while len(offsets) < count:
-        page = api.read(stream, offset, limit=min(count - len(offsets), limits.MAX_READ_MESSAGES))
-        if not page.messages:
-            break
-        offsets += [m.offset for m in page.messages]
-        offset = page.next_offset
-    return offsets[:count]

@@ -1,12 +1,11 @@
 """What ``Producer.send`` returns: a future-like handle on one message's fate.
 
 Results of one batch share one :class:`BatchOutcome` (one event per batch, not per message).
-A message's offset is its batch's first offset plus the record sizes of the messages before
-it in the batch: the client knows those sizes (header + key + value), so every message gets
-its exact offset from the one batch answer. That holds for format 1 records. In format 2
-(docs/FORMAT.md §11.6) offsets depend on how the writer cut the batch into compressed units,
-which the answer does not say: when the batch's bytes are not its records' sizes, the offsets
-are read back once per batch (one read of its messages) and shared by its results.
+Every message gets its exact offset from the one batch answer, without reading the stream. In
+format 2 (docs/FORMAT.md §11.6) offsets depend on how the writer cut the batch into compressed
+units, and the answer says how: its ``pieces``, ``[offset, count]`` runs of consecutive offsets,
+one per unit the batch spans. In format 1 (an answer without pieces) a message's offset is the
+batch's first offset plus the record sizes (header + key + value) of the messages before it.
 """
 
 from __future__ import annotations
@@ -17,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from vault_client.errors import Unauthorized
 from vault_core.retry import poll as poll_until
 
 COMMITTED = "committed"
@@ -47,9 +45,6 @@ class BatchOutcome:
         self.error: BaseException | None = None
         self.log_bytes: int | None = None
         """What the batch's records take in format 1 (set when it is sent)."""
-        self.read_offsets: Callable[[str, int, int], list[int]] | None = None
-        """Reads the offsets of ``count`` messages from a first offset (for a format 2 batch)."""
-        self._offsets: list[int] | None = None
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
@@ -82,18 +77,6 @@ class BatchOutcome:
     @property
     def done(self) -> bool:
         return self._done.is_set()
-
-    def message_offsets(self, first: int, count: int) -> list[int] | None:
-        """The offsets of the batch's messages, read back once (None if they cannot be read).
-
-        A producer that may write the stream but not read it cannot read them back: its
-        committed results carry no offset rather than failing a batch that was written."""
-        if self._offsets is None and self.read_offsets is not None:
-            try:
-                self._offsets = self.read_offsets(self.stream, first, count)
-            except Unauthorized:
-                self.read_offsets = None
-        return self._offsets
 
     def update(self, ack: dict[str, Any]) -> None:
         """A later status (``committed`` after polling) replaces the first answer."""
@@ -169,11 +152,13 @@ class SendResult:
         ack = outcome.ack or {}
         first, nxt = ack.get("first_offset"), ack.get("next_offset")
         offset = None if first is None else int(first) + self._delta
+        pieces = ack.get("pieces")
+        span = None if first is None or nxt is None else int(nxt) - int(first)
         records = outcome.log_bytes  # what the batch takes as format 1 records
-        if first is not None and nxt is not None and records is not None and int(nxt) - int(first) != records:
-            # not format 1 records: format 2 units, whose offsets only the log can tell
-            offsets = outcome.message_offsets(int(first), int(ack.get("count") or 0))
-            offset = offsets[self._index] if offsets and self._index < len(offsets) else None
+        if pieces is not None:  # format 2 units
+            offset = offset_in_pieces(pieces, self._index)
+        elif span is not None and records is not None and span != records:
+            offset = None  # not format 1 records, and the answer does not say where units put it
         return Delivery(
             stream=outcome.stream,
             batch_id=str(ack.get("batch_id")),
@@ -181,3 +166,12 @@ class SendResult:
             offset=offset,
             timestamp=ack.get("timestamp"),
         )
+
+
+def offset_in_pieces(pieces: list[list[int]], index: int) -> int | None:
+    """The offset of a batch's message ``index`` from the batch's ``pieces`` (docs/API.md)."""
+    for offset, count in pieces:
+        if index < count:
+            return int(offset) + index
+        index -= count
+    return None

@@ -11,7 +11,8 @@ Tables and keys (``<p>`` is the configured prefix, default ``mv``):
 ``<p>index``    PartitionKey = stream name, four row families:
                 ``o<offset:016x>``                    an index point, ascending by offset
                 ``t<~ts:012x><~offset:012x>``         the same point, *descending* by time
-                ``b<batch id>``                       a committed producer batch (exactly-once)
+                ``b<batch id>``                       a committed producer batch (exactly-once),
+                                                      with its pieces if it is in units
                 ``m<minute:012x>``                    the first record of each minute that has
                                                       records (ingest rates, docs/ARCHITECTURE.md §11)
 
@@ -26,12 +27,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from vault_core.pagelog import CommitState, CommittedBatch
+from vault_core.pagelog import CommitState, CommittedBatch, Pieces
 from vault_core.rows import Fields, Row, Table
 
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"
 MINUTE_MS = 60_000
+MAX_STORED_PIECES = 1000
+"""Pieces a batch row keeps at most (about 24 characters each: well within a Tables property).
+A batch of units spans one unit per 256 KiB of payload, and more only where its keys switch
+between text and binary; a batch of more pieces keeps none (its offsets are then unknown)."""
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,15 @@ def offset_key(offset: int) -> str:
 def time_key(ts: int, offset: int) -> str:
     """The row key of an index point by time, inverted so that the latest comes first (FORMAT.md §8.3)."""
     return f"t{_MAX48 - ts:012x}{_MAX48 - offset:012x}"
+
+
+def encode_pieces(pieces: Pieces) -> str:
+    """``"offset:count,offset:count"``: how a batch row stores its pieces."""
+    return ",".join(f"{offset}:{count}" for offset, count in pieces)
+
+
+def decode_pieces(text: str) -> Pieces:
+    return tuple((int(o), int(c)) for o, c in (p.split(":") for p in text.split(","))) if text else ()
 
 
 def minute_key(ts: int) -> str:
@@ -143,8 +157,15 @@ class IndexTables:
             rows.append((offset_key(p.offset), fields))
             rows.append((time_key(p.timestamp, p.offset), fields))
         for b in batches:
-            fields = {"First": b.first_offset, "Next": b.next_offset, "Count": b.count, "Ts": b.timestamp}
-            rows.append(("b" + b.batch_id, fields))
+            batch: dict[str, int | str] = {
+                "First": b.first_offset,
+                "Next": b.next_offset,
+                "Count": b.count,
+                "Ts": b.timestamp,
+            }
+            if b.pieces and len(b.pieces) <= MAX_STORED_PIECES:
+                batch["Pieces"] = encode_pieces(b.pieces)
+            rows.append(("b" + b.batch_id, batch))
         self.index.replace_all(stream, rows)
 
     def register_stream(self, stream: str, now_ms: int) -> None:
@@ -190,7 +211,12 @@ class IndexTables:
         for r in self.index.rows(stream, ["b" + bid for bid in batch_ids]):
             bid = r.key[1:]
             found[bid] = CommittedBatch(
-                bid, r.number("First"), r.number("Next"), r.number("Count"), r.number("Ts")
+                bid,
+                r.number("First"),
+                r.number("Next"),
+                r.number("Count"),
+                r.number("Ts"),
+                decode_pieces(r.text("Pieces")),
             )
         return found
 

@@ -15,7 +15,7 @@ renews itself), :class:`vault_client.rawlog.ApiLog` (the API's raw log route) an
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -40,6 +40,21 @@ KNOWN_FORMATS = ("1", "2")
 """``mv_format`` values this code reads: 2 is a log of version 1 records and/or version 2 units."""
 
 
+Pieces = tuple[tuple[int, int], ...]
+"""Runs of consecutive message offsets, ``(first offset, count)`` each (CommittedBatch.pieces)."""
+
+
+def pieces_of(offsets: Iterable[int]) -> Pieces:
+    """The runs of consecutive offsets in ``offsets`` (ascending), as ``(first offset, count)``."""
+    runs: list[tuple[int, int]] = []
+    for offset in offsets:
+        if runs and runs[-1][0] + runs[-1][1] == offset:
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((offset, 1))
+    return tuple(runs)
+
+
 @dataclass(frozen=True)
 class CommittedBatch:
     """A producer batch that a commit made durable: its id and the offsets it got."""
@@ -49,6 +64,11 @@ class CommittedBatch:
     next_offset: int
     count: int
     timestamp: int
+    pieces: Pieces = field(default=(), compare=False)
+    """Where the messages of a batch written as version 2 units lie (docs/FORMAT.md §11.6): each
+    ``(offset, count)`` is a run of consecutive message offsets, one per unit the batch spans, in
+    order; the counts add up to ``count``. Empty for version 1 records, and where not known: the
+    commit record does not carry them (the index's batch row does), and they identify nothing."""
 
     def encode(self) -> str:
         return f"{self.batch_id}:{self.first_offset}:{self.next_offset}:{self.count}:{self.timestamp}"

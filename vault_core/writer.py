@@ -27,7 +27,7 @@ from types import TracebackType
 
 from vault_core import codecs
 from vault_core.clock import Clock, SystemClock
-from vault_core.errors import LeaseLost, StreamFull, VaultError
+from vault_core.errors import FormatError, LeaseLost, StreamFull, VaultError
 from vault_core.index import IndexPoint, IndexTables, starts_minute
 from vault_core.names import validate_batch_id
 from vault_core.pagelog import (
@@ -38,6 +38,8 @@ from vault_core.pagelog import (
     CommittedBatch,
     HeldLease,
     PageLog,
+    Pieces,
+    pieces_of,
 )
 from vault_core.recordformat import (
     FLAG_KEY_IS_TEXT,
@@ -97,6 +99,9 @@ class AppendResult:
     timestamp: int
     duplicate: bool = False
     """True when the batch id was already committed; the offsets are the original ones."""
+    pieces: Pieces = ()
+    """Where the messages of a batch written as version 2 units lie: ``(offset, count)`` runs of
+    consecutive offsets, one per unit it spans (CommittedBatch.pieces); empty for records."""
 
 
 @dataclass
@@ -252,9 +257,42 @@ class StreamWriter:
         self.index.register_stream(self.stream, self.clock.now_ms())
         last = self.index.last_point(self.stream)
         points, minutes = self._reindex(last, state.committed) if state.committed else ([], [])
-        self.index.record_commit(self.stream, state, points, state.batches, self.clock.now_ms(), minutes)
+        batches = self._with_pieces(state)
+        self.index.record_commit(self.stream, state, points, batches, self.clock.now_ms(), minutes)
         self._last_point = points[-1] if points else last
         self._stale = False
+
+    def _with_pieces(self, state: CommitState) -> tuple[CommittedBatch, ...]:
+        """The last commit's batches with their pieces, which the commit record does not carry:
+        as the index's batch rows have them, else re-derived from the log (the last writer died
+        before it recorded the commit). A commit in units begins with a unit, where its first
+        batch begins; where that does not hold (a first batch without id), none are derived."""
+        from vault_core.reader import scan_log  # the reader depends on nothing in this module
+
+        if state.format < UNIT_VERSION or not state.batches:
+            return state.batches
+        recorded = self.index.committed_batches(self.stream, [b.batch_id for b in state.batches])
+        missing = [b for b in state.batches if b.batch_id not in recorded]
+        if not missing:
+            return tuple(recorded[b.batch_id] for b in state.batches)
+        start = min(b.first_offset for b in state.batches)
+        missing.sort(key=lambda b: b.first_offset)
+        firsts = [b.first_offset for b in missing]
+        offsets: dict[str, list[int]] = {b.batch_id: [] for b in missing}
+        try:
+            for m in scan_log(self.blob, start, missing[-1].next_offset):
+                b = missing[bisect.bisect_right(firsts, m.offset) - 1]
+                if b.first_offset <= m.offset < b.next_offset and m.end:  # in a unit (not a record)
+                    offsets[b.batch_id].append(m.offset)
+        except FormatError as exc:
+            log.info("pieces of the last commit of %s not derived: %s", self.stream, exc)
+            return state.batches
+        derived = {
+            b.batch_id: replace(b, pieces=pieces_of(offsets[b.batch_id]))
+            for b in missing
+            if len(offsets[b.batch_id]) == b.count
+        }
+        return tuple(recorded.get(b.batch_id) or derived.get(b.batch_id) or b for b in state.batches)
 
     def _reindex(self, last: IndexPoint | None, committed: int) -> tuple[list[IndexPoint], list[IndexPoint]]:
         """Index points and minute marks after the last recorded point, re-derived from the log.
@@ -369,11 +407,13 @@ class StreamWriter:
                 laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, index)
                 offset, count, write_pos, spans = laid
                 as_records = []
-                for i, batch, first, nxt in spans:
-                    result = AppendResult(batch.batch_id, first, nxt, batch.count, ts)
+                for i, batch, first, nxt, pieces in spans:
+                    result = AppendResult(batch.batch_id, first, nxt, batch.count, ts, pieces=pieces)
                     results[i] = result
                     if batch.batch_id:
-                        committed_batches.append(CommittedBatch(batch.batch_id, first, nxt, result.count, ts))
+                        committed_batches.append(
+                            CommittedBatch(batch.batch_id, first, nxt, result.count, ts, pieces)
+                        )
             for i, batch in as_records:
                 first = offset
                 if batch.encoded is not None:
@@ -443,14 +483,15 @@ class StreamWriter:
         count: int,
         ts: int,
         index: _IndexPoints,
-    ) -> tuple[int, int, int, list[tuple[int, Batch, int, int]]]:
+    ) -> tuple[int, int, int, list[tuple[int, Batch, int, int, Pieces]]]:
         """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
 
         Units hold consecutive messages, across batch boundaries, up to UNIT_TARGET_BYTES of
         payload, and only text keys or only binary keys. A message's offset is its unit's position
         plus its index there, known once the unit is compressed. Returns the new offset, count
-        and write position, and each batch's ``(i, batch, first, next)`` offsets; index points
-        (at unit positions only: decoding starts there) go to ``index``.
+        and write position, and each batch's ``(i, batch, first, next, pieces)`` (its pieces: one
+        run of consecutive offsets per unit it spans); index points (at unit positions only:
+        decoding starts there) go to ``index``.
         """
         keys: list[bytes] = []
         values: list[bytes] = []
@@ -497,7 +538,19 @@ class StreamWriter:
             u = bisect.bisect_right(unit_firsts, g) - 1
             return unit_offsets[u] + g - unit_firsts[u]
 
-        spans = [(i, batch, offset_of(g0), offset_of(g1)) for i, batch, g0, g1 in ranges]
+        def pieces(g0: int, g1: int) -> Pieces:
+            if g0 == g1:
+                return ()
+            u = bisect.bisect_right(unit_firsts, g0) - 1
+            runs = []
+            while u < len(unit_firsts) and unit_firsts[u] < g1:
+                start = max(g0, unit_firsts[u])
+                stop = min(g1, unit_firsts[u + 1] if u + 1 < len(unit_firsts) else seen)
+                runs.append((unit_offsets[u] + start - unit_firsts[u], stop - start))
+                u += 1
+            return tuple(runs)
+
+        spans = [(i, batch, offset_of(g0), offset_of(g1), pieces(g0, g1)) for i, batch, g0, g1 in ranges]
         return offset, count, write_pos, spans
 
     def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
@@ -606,4 +659,6 @@ def _keyed(batch: Batch) -> Iterator[tuple[bytes, bool, bytes]]:
 
 
 def _duplicate(b: CommittedBatch) -> AppendResult:
-    return AppendResult(b.batch_id, b.first_offset, b.next_offset, b.count, b.timestamp, duplicate=True)
+    return AppendResult(
+        b.batch_id, b.first_offset, b.next_offset, b.count, b.timestamp, duplicate=True, pieces=b.pieces
+    )
