@@ -1,17 +1,24 @@
 """The staging tier at Azure's scalability targets, scaled down, through the throttling front (issue 24).
 
-    ./dev bench throttled [--factor 200] [--seconds 8] [--quick]     (python -m bench.throttled)
+    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick]
+                                                                     (python -m bench.throttled)
 
 One Azurite with three accounts behind one throttling front (``vault_local.throttle``, a process
 of its own): ``devstoreaccount1`` is the vault account (tables, stream blobs), ``devstoreaccount2``
 and ``devstoreaccount3`` the staging accounts. Every target is Azure's divided by ``--factor``
 (per queue 2,000 / factor requests/s, per account 20,000 / factor). For each configuration of
 1, 2, 4 and 8 queues in all, over 1 and 2 staging accounts (the queues split evenly), a host of
-its own (1 language worker) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
+its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
 
+* **closed loop** first, on empty queues: ``IN_FLIGHT_PER_QUEUE`` producers per queue, each
+  sending its next POST only once its last one is committed (``?wait=``), for ``--sustain``
+  seconds; the steady window after ``--warm-up`` counts the messages committed (the streams'
+  counts) and the staging queue operations (the front's): what the tier **sustains**, which the
+  capacity model (``vault_client.capacity.staging_throughput``) predicts;
 * **open loop**, offered at 0.5, 1, 2 and 3 × the configuration's capacity for ``--seconds``
   each: every answer is counted by status (202, 503, 500, other, timeouts), and every 503 must
-  carry ``Retry-After``;
+  carry ``Retry-After``; the 3 × run also counts, in its last two thirds, the POSTs admitted
+  (answered 202) and the messages committed meanwhile;
 * **vault_client producers** at 3 × capacity (4 queues over 1 account, 8 over 2): producers
   with the client's retry policy (which honours ``Retry-After``) send each batch until it is
   accepted; goodput is the messages accepted per second;
@@ -40,7 +47,11 @@ Results: ``bench/results/throttled.json``. Besides ``command``, ``recorded`` and
     a POST with no answer in 30 s), ``missing_retry_after``, ``staging_requests_per_s``
     (admitted by the front on the staging accounts), ``staging_requests_per_batch``,
     ``vault_requests_per_post`` (on the vault account), ``refused`` (``{target: n}``: which
-    target the front refused requests on).
+    target the front refused requests on). The 3 × run and the closed-loop one (``load``
+    ``"sustained"``, with ``in_flight``) add their steady window: ``steady_seconds``,
+    ``committed_msgs_per_s``, ``admitted_msgs_per_s``, ``queue_ops_per_s`` (the configuration's
+    staging queues, as the front admitted them), ``queue_ops_per_committed_batch``,
+    ``busiest_queue_ops_per_s``.
 ``readback``
     per configuration: ``accepted`` POSTs, ``lost`` (accepted, not in the stream), ``duplicated``
     (in the stream more than once), ``still_queued`` (messages left in the queues when the

@@ -2,7 +2,7 @@
 
 Pure and fast: arithmetic, the app's envelope code, and the command in-process. The worked
 examples of docs/CAPACITY.md are checked by tests/test_docs.py; the model against a measured
-run of the throttled benchmark is the last test here (it needs bench/results/throttled.json).
+run of the throttled benchmark are the last two tests here (they need bench/results/throttled.json).
 """
 
 from __future__ import annotations
@@ -308,7 +308,13 @@ def _throttled() -> dict[str, Any]:
 
 
 def _predicted(settings: dict[str, Any], run: dict[str, Any]) -> model.Throughput:
-    w = Workload(1.0, settings["message_bytes"], settings["messages_per_post"], streams=settings["streams"])
+    w = Workload(
+        1.0,
+        settings["message_bytes"],
+        settings["messages_per_post"],
+        streams=settings["streams"],
+        key_bytes=2,
+    )
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
     return model.staging_throughput(
         w,
@@ -318,15 +324,16 @@ def _predicted(settings: dict[str, Any], run: dict[str, Any]) -> model.Throughpu
     )
 
 
-def test_the_model_predicts_what_the_throttled_benchmark_commits() -> None:
+def test_the_throttled_benchmark_commits_at_most_the_model_and_as_much_where_storage_binds() -> None:
     """Each configuration's committed messages/s with closed-loop producers (every batch staged
     is drained before its producer sends another), against the model's committed throughput
     for the benchmark's workload on steered staging at the benchmark's factor.
 
     Where the run kept its staging queues at their target, storage bound, and the model must
-    be within 15 %. Where it did not, something the model leaves out bound first (on the
-    benchmark's shared machine, the writers' latency, docs/CAPACITY.md §7), and the model, a
-    storage limit, must not be below what was measured. BENCHMARKS.md shows each ratio."""
+    be within 15 %. Where it did not, something the model leaves out bound first (waits after
+    refusals and on one writer invocation per queue, docs/CAPACITY.md §7: every run recorded
+    so far), and the model, a storage limit, must not be below what was measured.
+    BENCHMARKS.md shows each ratio."""
     doc = _throttled()
     settings = doc["settings"]
     runs = [r for r in doc["runs"] if r["load"] == "sustained"]
@@ -352,16 +359,21 @@ def test_the_model_predicts_what_the_throttled_benchmark_commits() -> None:
     assert not misses, "\n".join(misses)
 
 
-def test_the_model_predicts_what_the_throttled_benchmark_admits_over_capacity() -> None:
-    """At 3 x in the open loop producers' sends take the queues' tokens: what was admitted is
-    the model's admission (every token a send) within 15 %, and far more than was committed."""
+def test_the_throttled_benchmark_admits_at_most_the_model_and_on_one_queue_as_much() -> None:
+    """At 3 x in the open loop producers' sends take the queues' tokens and the writers get what
+    is left: admitted is at most the model's admission (every token a send), within 15 % of it
+    on one queue (a tier with nowhere to steer retries its one queue), and far above what the
+    tier commits meanwhile. On 2 to 8 queues the steered tier admitted 0.62-0.98 of it
+    (docs/CAPACITY.md §7)."""
     doc = _throttled()
     runs = [r for r in doc["runs"] if r["load"] == 3.0 and "admitted_msgs_per_s" in r]
     assert runs
     for r in runs:
-        p = _predicted(doc["settings"], r)
-        assert r["admitted_msgs_per_s"] / p.admitted == pytest.approx(1, abs=WITHIN), r
-        assert r["committed_msgs_per_s"] < r["admitted_msgs_per_s"] / 2
+        ratio = r["admitted_msgs_per_s"] / _predicted(doc["settings"], r).admitted
+        assert ratio <= 1 + WITHIN, r
+        if r["queues"] == 1:
+            assert ratio == pytest.approx(1, abs=WITHIN), r
+        assert r["committed_msgs_per_s"] < r["admitted_msgs_per_s"] / 2, r
 
 
 def test_the_command_has_help() -> None:
