@@ -1,17 +1,24 @@
 """The staging tier at Azure's scalability targets, scaled down, through the throttling front (issue 24).
 
-    ./dev bench throttled [--factor 200] [--seconds 8] [--quick]     (python -m bench.throttled)
+    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick]
+                                                                     (python -m bench.throttled)
 
 One Azurite with three accounts behind one throttling front (``vault_local.throttle``, a process
 of its own): ``devstoreaccount1`` is the vault account (tables, stream blobs), ``devstoreaccount2``
 and ``devstoreaccount3`` the staging accounts. Every target is Azure's divided by ``--factor``
 (per queue 2,000 / factor requests/s, per account 20,000 / factor). For each configuration of
 1, 2, 4 and 8 queues in all, over 1 and 2 staging accounts (the queues split evenly), a host of
-its own (1 language worker) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
+its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
 
+* **closed loop** first, on empty queues: ``IN_FLIGHT_PER_QUEUE`` producers per queue, each
+  sending its next POST only once its last one is committed (``?wait=``), for ``--sustain``
+  seconds; the steady window after ``--warm-up`` counts the messages committed (the streams'
+  counts) and the staging queue operations (the front's): what the tier **sustains**, which the
+  capacity model (``vault_client.capacity.staging_throughput``) predicts;
 * **open loop**, offered at 0.5, 1, 2 and 3 × the configuration's capacity for ``--seconds``
   each: every answer is counted by status (202, 503, 500, other, timeouts), and every 503 must
-  carry ``Retry-After``;
+  carry ``Retry-After``; the 3 × run also counts, in its last two thirds, the POSTs admitted
+  (answered 202) and the messages committed meanwhile;
 * **vault_client producers** at 3 × capacity (4 queues over 1 account, 8 over 2): producers
   with the client's retry policy (which honours ``Retry-After``) send each batch until it is
   accepted; goodput is the messages accepted per second;
@@ -40,7 +47,11 @@ Results: ``bench/results/throttled.json``. Besides ``command``, ``recorded`` and
     a POST with no answer in 30 s), ``missing_retry_after``, ``staging_requests_per_s``
     (admitted by the front on the staging accounts), ``staging_requests_per_batch``,
     ``vault_requests_per_post`` (on the vault account), ``refused`` (``{target: n}``: which
-    target the front refused requests on).
+    target the front refused requests on). The 3 × run and the closed-loop one (``load``
+    ``"sustained"``, with ``in_flight``) add their steady window: ``steady_seconds``,
+    ``committed_msgs_per_s``, ``admitted_msgs_per_s``, ``queue_ops_per_s`` (the configuration's
+    staging queues, as the front admitted them), ``queue_ops_per_committed_batch``,
+    ``busiest_queue_ops_per_s``.
 ``readback``
     per configuration: ``accepted`` POSTs, ``lost`` (accepted, not in the stream), ``duplicated``
     (in the stream more than once), ``still_queued`` (messages left in the queues when the
@@ -68,6 +79,7 @@ import psutil
 from azure.storage.queue import QueueServiceClient
 
 from bench.common import RESULTS, cpu_seconds, report
+from vault_client import capacity
 from vault_client.api import ApiClient
 from vault_client.retry import RetryPolicy
 from vault_core.azure import AZURITE_CONNECTION_STRING, StorageAccount
@@ -79,9 +91,12 @@ from vault_local.throttle import Targets, ThrottleProcess
 
 VAULT_ACCOUNT = "devstoreaccount1"
 STAGING_ACCOUNTS = ("devstoreaccount2", "devstoreaccount3")
-CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (8, 2))
+CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2), (8, 2))
 """(queues in all, staging accounts)."""
 LOADS = (0.5, 1.0, 2.0, 3.0)
+OVERLOAD = 3.0
+"""The open-loop load whose steady window (its last two thirds) also counts what the tier
+commits while it admits all it can."""
 MESSAGES_PER_POST = 20
 MESSAGE_BYTES = 100
 STREAMS = 32
@@ -89,6 +104,14 @@ REQUESTS_PER_BATCH = 2.0
 """Staging requests one batch costs its queue: the producer's send and the writer's delete
 (the writer's receives, 32 messages each, add about 1/32 more, and an idle queue's polls)."""
 POST_TIMEOUT = 30.0
+IN_FLIGHT_PER_QUEUE = 8
+"""Closed-loop producers per staging queue: enough batches waiting that each writer invocation
+drains several (a saturated queue), few enough that none waits out its ``?wait=``."""
+
+
+Mark = tuple[float, int, dict[str, int]]
+"""A point of a steady window: when, messages committed so far, each staging queue's admitted
+requests so far."""
 
 
 def dev_key() -> str:
@@ -169,14 +192,39 @@ class Config:
         vault = admitted(self.vault_front.stats(), "account_requests", (VAULT_ACCOUNT,))
         return staging, vault, refused(stats)
 
-    def open_loop(self, load: float, seconds: float) -> dict[str, Any]:
-        """POSTs offered at ``load`` × capacity for ``seconds``, whatever the answers."""
+    def committed(self, vault: Vault) -> int:
+        """Messages committed so far over this configuration's streams (read from the vault
+        account directly, not through the fronts, so counting costs no target anything)."""
+        total = 0
+        for stream in self.streams:
+            try:
+                total += vault.reader.state(stream).count
+            except StreamNotFound:
+                pass
+        return total
+
+    def open_loop(
+        self, load: float, seconds: float, *, vault: Vault | None = None, warm_up: float = 0.0
+    ) -> dict[str, Any]:
+        """POSTs offered at ``load`` × capacity for ``seconds``, whatever the answers.
+
+        With ``vault``, the run also measures the **steady window**, from ``warm_up`` seconds in
+        to the end of the offering: the messages committed in it (the streams' counts at both
+        ends), the POSTs answered 202 in it, and the staging requests the front admitted in it,
+        so that what the tier sustains is compared with what the model predicts."""
         rate = load * self.capacity
         total = max(1, round(rate * seconds))
         statuses: Counter[str] = Counter()
         missing_retry_after = 0
         accepted_in_window = 0
+        accepted_at: list[float] = []
         before = self.snapshot()
+        marks: dict[str, Mark] = {}
+
+        def mark(name: str) -> None:
+            assert vault is not None
+            marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
+
         client = httpx.Client(
             base_url=self.host.url,
             headers={"x-functions-key": self.host.key, "Content-Type": "application/json"},
@@ -198,21 +246,123 @@ class Config:
                 if r.status_code == 202:
                     self.accepted[post] = stream
                     accepted_in_window += 1
+                    accepted_at.append(time.monotonic())
                 else:
                     self.refused.add(post)
                     if r.status_code == 503 and not r.headers.get("Retry-After"):
                         missing_retry_after += 1
 
         start = time.monotonic()
+        sampler = None
+        if vault is not None:
+            sampler = threading.Timer(warm_up, mark, ("from",))
+            sampler.start()
         with ThreadPoolExecutor(64) as pool:
             for i in range(total):
                 delay = start + i / rate - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
                 pool.submit(one, i)
+            if sampler is not None:
+                time.sleep(max(0.0, start + total / rate - time.monotonic()))
+                sampler.join()
+                mark("to")
         client.close()
         window = total / rate  # every POST offered in it is counted, whenever its answer came
-        return self._run(load, before, statuses, missing_retry_after, rate, accepted_in_window, window)
+        run = self._run(load, before, statuses, missing_retry_after, rate, accepted_in_window, window)
+        if sampler is not None:
+            run.update(self._steady(marks["from"], marks["to"], accepted_at))
+        return run
+
+    def _steady(self, first: Mark, last: Mark, at: list[float]) -> dict[str, Any]:
+        """The steady window's figures: committed and admitted messages/s, and the staging
+        queues' operations per committed batch (each queue's, as the front counted them)."""
+        seconds = last[0] - first[0]
+        committed = last[1] - first[1]
+        admitted = sum(1 for t in at if first[0] <= t <= last[0])
+        ops = diff(last[2], first[2])
+        return {
+            "steady_seconds": seconds,
+            "committed_msgs_per_s": committed / seconds,
+            "admitted_msgs_per_s": admitted * MESSAGES_PER_POST / seconds,
+            "queue_ops_per_s": sum(ops.values()) / seconds,
+            "queue_ops_per_committed_batch": (
+                sum(ops.values()) / (committed / MESSAGES_PER_POST) if committed else None
+            ),
+            "busiest_queue_ops_per_s": max(ops.values(), default=0) / seconds,
+        }
+
+    def front_queue_ops(self) -> dict[str, int]:
+        """Requests the front admitted so far on each of this configuration's staging queues."""
+        stats = self.front.stats().get("queue_messages", {})
+        return {p: c["admitted"] for p, c in stats.items() if p.split("/", 1)[-1].startswith(self.prefix)}
+
+    def closed_loop(self, vault: Vault, seconds: float, warm_up: float, in_flight: int) -> dict[str, Any]:
+        """What the tier **sustains**: ``in_flight`` producers, each sending its next POST only
+        once its last one is committed (``?wait=``; a 503 waits out its ``Retry-After``), so the
+        tier never holds more than ``in_flight`` batches and every staged batch is also drained.
+        The steady window (after ``warm_up``, to the end) counts the messages committed in it."""
+        statuses: Counter[str] = Counter()
+        before = self.snapshot()
+        client = httpx.Client(
+            base_url=self.host.url,
+            headers={"x-functions-key": self.host.key, "Content-Type": "application/json"},
+            timeout=POST_TIMEOUT + 10,
+            limits=httpx.Limits(max_connections=in_flight, max_keepalive_connections=in_flight),
+        )
+        start = time.monotonic()
+        stop = start + seconds
+
+        def producer(_: int) -> None:
+            while time.monotonic() < stop:
+                post, stream = self.new_post()
+                try:
+                    r = client.post(
+                        f"/streams/{stream}/messages",
+                        params={"wait": POST_TIMEOUT},
+                        content=body(post),
+                        headers={"Idempotency-Key": f"c{self.prefix}{post}"},
+                    )
+                except httpx.TimeoutException:
+                    with self._lock:
+                        statuses["timeout"] += 1
+                    continue
+                with self._lock:
+                    statuses[str(r.status_code)] += 1
+                    if r.status_code in (200, 202):
+                        self.accepted[post] = stream
+                    else:
+                        self.refused.add(post)
+                if r.status_code == 503:
+                    if not r.headers.get("Retry-After"):
+                        statuses["503 without Retry-After"] += 1
+                    time.sleep(float(r.headers.get("Retry-After") or 1))
+
+        marks: dict[str, Mark] = {}
+
+        def mark(name: str) -> None:
+            marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
+
+        sampler = threading.Timer(warm_up, mark, ("from",))
+        sampler.start()
+        with ThreadPoolExecutor(in_flight) as pool:
+            for n in range(in_flight):
+                pool.submit(producer, n)
+            time.sleep(max(0.0, stop - time.monotonic()))
+            sampler.join()
+            mark("to")
+        client.close()
+        refusals = self.snapshot()[2]
+        return {
+            "queues": self.queues,
+            "accounts": self.accounts,
+            "queues_per_account": self.queues // self.accounts,
+            "load": "sustained",
+            "in_flight": in_flight,
+            "statuses": dict(sorted(statuses.items())),
+            "refused": diff(refusals, before[2]),
+            **self._steady(marks["from"], marks["to"], []),
+        }
 
     def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
         """vault_client producers offering ``load`` × capacity, each batch retried until accepted."""
@@ -295,7 +445,7 @@ class Config:
             "refused": diff(refusals, before[2]),
         }
 
-    def read_back(self, vault: Vault, azurite: Azurite, timeout: float = 240.0) -> dict[str, int]:
+    def read_back(self, vault: Vault, azurite: Azurite, timeout: float = 120.0) -> dict[str, int]:
         """Wait for the writer to commit every accepted POST (it drains at the queues' rate, so a
         backlog built over capacity takes a while), then read every stream. A POST not in its
         stream while its queue still holds messages is ``still_queued``, not lost."""
@@ -428,9 +578,16 @@ def _kind(partition: str, streams: list[str], config: Config) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--factor", type=float, default=800.0, help="Azure's targets divided by this")
-    parser.add_argument("--seconds", type=float, default=10.0, help="seconds of offered load per point")
+    parser.add_argument("--seconds", type=float, default=8.0, help="seconds of offered load per point")
+    parser.add_argument(
+        "--sustain", type=float, default=45.0, help="seconds of closed-loop producers (what a tier sustains)"
+    )
+    parser.add_argument(
+        "--warm-up", type=float, default=15.0, help="seconds of the closed loop before its window opens"
+    )
     parser.add_argument("--quick", action="store_true", help="1 and 8 queues over 1 account only")
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
+    parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
     parser.add_argument(
         "--summarize",
         action="store_true",
@@ -462,10 +619,16 @@ def main() -> None:
             config.host.start()
             before = processes_cpu(config, azurite, front, vault_front)
             try:
+                # First what the tier sustains, on empty queues; then the open loop, whose
+                # overload leaves a backlog behind.
+                in_flight = IN_FLIGHT_PER_QUEUE * queues
+                runs.append(config.closed_loop(vault, args.sustain, args.warm_up, in_flight))
+                print(json.dumps(runs[-1]), flush=True)
                 for load in LOADS:
-                    runs.append(config.open_loop(load, args.seconds))
-                    print(json.dumps(runs[-1]), flush=True)
                     time.sleep(2.0)  # cool-downs end, buckets refill: the next load starts fresh
+                    steady = {"vault": vault, "warm_up": args.seconds / 3} if load == OVERLOAD else {}
+                    runs.append(config.open_loop(load, args.seconds, **steady))
+                    print(json.dumps(runs[-1]), flush=True)
                 if (queues, accounts) in ((4, 1), (8, 2)):
                     runs.append(config.client_producers(3.0, args.seconds * 1.5))
                     print(json.dumps(runs[-1]), flush=True)
@@ -479,7 +642,7 @@ def main() -> None:
         config = Config(azurite, vault_front, vault_front, targets, 4, 1)
         config.host.start()
         try:
-            for scenario in HOTSPOTS:
+            for scenario in () if args.no_hotspots else HOTSPOTS:
                 hotspots.append(hotspot(config, vault_front, scenario, args.seconds))
                 print(json.dumps(hotspots[-1]), flush=True)
         finally:
@@ -539,6 +702,44 @@ def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
+def predicted(targets: Targets, run: dict[str, Any]) -> capacity.Throughput:
+    """The capacity model's figures for a run's configuration, at the front's factor."""
+    w = capacity.Workload(1.0, MESSAGE_BYTES, MESSAGES_PER_POST, streams=STREAMS, key_bytes=2)
+    staging = capacity.Staging(run["accounts"], run["queues_per_account"], steered=True)
+    scaled = capacity.Targets().scaled(1 / targets.factor)
+    waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
+    return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting)
+
+
+def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Measured against the capacity model (docs/CAPACITY.md §7): what each configuration
+    committed with closed-loop producers, and what it admitted at 3 x in the open loop."""
+    figures: dict[str, Any] = {}
+    for r in runs:
+        name = f"{r['queues']} q / {r['accounts']} acct"
+        if r["load"] == "sustained":
+            p = predicted(targets, r)
+            figures[f"{name}, sustained: committed msgs/s (model: {p.committed_binding})"] = r[
+                "committed_msgs_per_s"
+            ]
+            figures[f"{name}, sustained: committed ÷ model"] = r["committed_msgs_per_s"] / p.committed
+            figures[
+                f"{name}, sustained: queue ops per committed batch (model {p.operations_per_batch:.2f})"
+            ] = r["queue_ops_per_committed_batch"]
+            figures[f"{name}, sustained: queue operations ÷ the queues' target"] = r["queue_ops_per_s"] / (
+                r["queues"] * targets.rate("queue_messages")
+            )
+        elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
+            p = predicted(targets, r)
+            figures[f"{name}, {OVERLOAD:g}x open loop: admitted ÷ model"] = (
+                r["admitted_msgs_per_s"] / p.admitted
+            )
+            figures[f"{name}, {OVERLOAD:g}x open loop: committed ÷ admitted"] = (
+                r["committed_msgs_per_s"] / r["admitted_msgs_per_s"] if r["admitted_msgs_per_s"] else None
+            )
+    return figures
+
+
 def processes_cpu(config: Config, azurite: Azurite, *fronts: ThrottleProcess) -> dict[str, int]:
     """CPU so far, in ms: the host with its workers, Azurite, the fronts."""
     assert config.host.proc is not None and azurite.process is not None
@@ -564,7 +765,7 @@ def summarize(
         "queue target, scaled (requests/s)": targets.rate("queue_messages"),
         "staging account target, scaled (requests/s)": targets.rate("account_requests"),
     }
-    open_runs = [r for r in runs if r["load"] != "client"]
+    open_runs = [r for r in runs if isinstance(r["load"], float)]
     for r in open_runs:
         figures[
             f"{r['queues']} q / {r['accounts']} acct, {r['load']:g}x: accepted ÷ min(offered, capacity)"
@@ -573,11 +774,16 @@ def summarize(
     for r in runs:
         total.update(r["statuses"])
     figures["POSTs answered 202"] = total["202"]
+    figures["POSTs answered 200 (closed loop: committed within ?wait=)"] = total["200"]
     figures["POSTs answered 503"] = total["503"]
-    figures["503 without Retry-After"] = sum(r["missing_retry_after"] for r in open_runs)
+    figures["503 without Retry-After"] = (
+        sum(r["missing_retry_after"] for r in open_runs) + total["503 without Retry-After"]
+    )
     figures["POSTs answered 500"] = total["500"]
     figures["POSTs answered otherwise"] = sum(
-        v for k, v in total.items() if k not in ("202", "503", "500", "timeout")
+        v
+        for k, v in total.items()
+        if k not in ("200", "202", "503", "500", "timeout", "503 without Retry-After")
     )
     figures["POST timeouts (30 s)"] = total["timeout"]
     for r in runs:
@@ -585,6 +791,7 @@ def summarize(
             figures[f"{r['queues']} q / {r['accounts']} acct, vault_client at 3x: goodput ÷ capacity"] = r[
                 "accepted_over_capacity"
             ]
+    figures.update(model_figures(targets, runs))
     by_load = {(r["queues"], r["accounts"], r["load"]): r for r in open_runs}
     for many in ((8, 1), (8, 2)):
         one, more = by_load.get((1, 1, 1.0)), by_load.get((*many, 1.0))

@@ -618,3 +618,55 @@ def stream_fills_in_seconds(w: Workload) -> float:
 def account_fills_in_seconds(w: Workload) -> float:
     """How long until the vault account holds its default maximum (streams are never trimmed)."""
     return ACCOUNT_CAPACITY_BYTES / w.log_bytes_per_second
+
+
+# -- a staging tier at its targets: what it commits and what it admits ---------------------------
+def saturated_queue_operations(batches_per_invocation: float) -> float:
+    """Operations per batch on a staging queue at its target with batches waiting, so that each
+    writer invocation takes ``batches_per_invocation`` of them: the batch's put and delete, and
+    per invocation the host's get of the trigger and the drain's receives of 32 until a short
+    one. One batch per invocation costs 4 (as :func:`queue_operations`); many, towards 2 + 1/32."""
+    n = max(batches_per_invocation, 1.0)
+    receives = 2 + math.floor((n - 1) / DRAIN_MESSAGES)
+    return 2 + receives / n
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """What a steered staging tier does when more is offered than it takes, in messages/s.
+
+    ``committed`` is what it **sustains**: every batch staged is also received and deleted by
+    its queue's writer within the queues' and accounts' targets and the writers' one vCPU each.
+    ``admitted`` is what it accepts when producers do not wait for their batches: a send is one
+    request and a refused one costs no token, so sends can take every token of a queue and
+    leave its writer none (docs/CAPACITY.md §7)."""
+
+    committed: float
+    committed_binding: str
+    """What stops more being committed: a staging queue, a staging account, a queue's writer."""
+    admitted: float
+    admitted_binding: str
+    operations_per_batch: float
+    """Staging queue operations per committed batch."""
+
+
+def staging_throughput(
+    w: Workload, staging: Staging, targets: Targets, *, batches_per_invocation: float | None = None
+) -> Throughput:
+    """The most a steered staging tier commits and admits with a workload's batches (its shape:
+    the rate is what is found). ``batches_per_invocation``: batches waiting on a queue when its
+    writer starts an invocation; by default a writer cycle's worth at half the queue's target
+    (Azure's scale), behind a throttling front as many as producers keep in flight per queue."""
+    per_queue = targets.queue_messages
+    if batches_per_invocation is None:
+        batches_per_invocation = per_queue / 2 * WRITER_CYCLE_SECONDS
+    ops = saturated_queue_operations(batches_per_invocation)
+    account_bound = staging.queues_per_account * per_queue > targets.account_requests
+    per_account = targets.account_requests if account_bound else staging.queues_per_account * per_queue
+    requests = staging.accounts * per_account  # staging requests/s the tier's queues get
+    where = "staging account" if account_bound else "staging queue"
+    committed, binding = requests / ops, where
+    by_writers = staging.queues / writer_cpu_seconds(1.0, w)  # one vCPU per queue's writer
+    if by_writers < committed:
+        committed, binding = by_writers, "queue writer CPU"
+    return Throughput(committed * w.batch_messages, binding, requests * w.batch_messages, where, ops)
