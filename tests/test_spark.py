@@ -245,6 +245,46 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
         assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
 
 
+def test_a_unit_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type() -> None:
+    """decode_pieces: one piece per format 2 unit and one per run of format 1 records, which
+    decode_columns joins; and no Python value left for pyarrow to type (it looks for the optional
+    dateutil on every such call: ~0.7 ms each, more than a unit's columns cost)."""
+    import builtins
+
+    from vault_core.recordformat import encode
+    from vault_core.spark.columnar import decode_columns, decode_pieces
+    from vault_core.unitformat import encode_unit
+
+    base = 4096
+    buf = encode([NewMessage(b"v1-%d" % i, "k") for i in range(30)], base, T0)
+    sizes: tuple[int, ...] = (30,)
+    for n, codec in ((500, 1), (7, 0)):
+        values = [b'{"n":%d}' % i for i in range(n)]
+        buf += encode_unit([b"k"] * n, values, base + len(buf), T0 + n, codec=codec, key_is_text=True)
+        sizes += (n,)
+    pieces = decode_pieces(buf, base, last=True, stream="s")
+    assert tuple(p.rows for p in pieces.parts) == sizes and pieces.end == len(buf) and pieces.error is None
+    whole = decode_columns(buf, base, last=True, stream="s")
+    joined = [[v for p in pieces.parts for v in p.arrays[i].to_pylist()] for i in range(5)]
+    assert joined == [a.to_pylist() for a in whole.arrays] and whole.rows == sum(sizes)
+    assert joined[3][30:32] == [b'{"n":0}', b'{"n":1}'] and joined[4][-1] == "k"
+
+    attempted: list[str] = []
+    real_import = builtins.__import__
+
+    def watching(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name not in sys.modules:
+            attempted.append(name)
+        return real_import(name, *args, **kwargs)
+
+    builtins.__import__ = watching
+    try:
+        decode_pieces(buf, base, last=True, stream="s")
+    finally:
+        builtins.__import__ = real_import
+    assert attempted == []
+
+
 # -- batch reads through the data source --------------------------------------------------
 
 

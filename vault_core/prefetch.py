@@ -12,13 +12,24 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
 
 from vault_core.errors import StorageFailure
-from vault_core.pagelog import ReadableLog
+
+
+class RangeReads(Protocol):
+    """What the downloader needs of a log (a :class:`~vault_core.pagelog.ReadableLog` is one)."""
+
+    @property
+    def stream(self) -> str: ...
+
+    def read(self, start: int, length: int) -> bytes:
+        """Bytes ``[start, start+length)``; safe to call from several threads at once."""
+        ...
 
 
 def prefetched_chunks(
-    log: ReadableLog, start: int, end: int, *, chunk: int, prefetch: int
+    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int
 ) -> Generator[tuple[bytes, bool], None, None]:
     """``[start, end)`` of ``log`` in order, as ``(bytes, is_last)`` pieces of ``chunk`` bytes
     (the last may be shorter), with up to ``prefetch`` ranged reads in flight.
