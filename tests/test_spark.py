@@ -11,6 +11,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, cast
@@ -37,7 +38,7 @@ from vault_core.spark.capture import main as capture_main
 from vault_core.spark.files import LocalFiles
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_skip_reports
-from vault_core.spark.plan import StreamRange, plan_read, split_range
+from vault_core.spark.plan import StreamRange, even_cuts, plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
@@ -159,6 +160,13 @@ def test_split_range_cuts_at_the_furthest_boundary_within_the_limit() -> None:
     assert split_range(10, 40, [0, 10, 25, 40, 70], 100) == [(10, 40)]  # outside boundaries ignored
 
 
+def test_even_cuts_pick_the_boundaries_nearest_equal_shares() -> None:
+    tens = [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert even_cuts(0, 100, tens, 2) == [50] and even_cuts(0, 100, tens, 3) == [30, 70]
+    assert even_cuts(0, 100, [12, 95], 4) == [12, 95]  # no boundary twice, none outside
+    assert even_cuts(0, 100, [], 4) == [] and even_cuts(0, 100, tens, 1) == []
+
+
 def test_plan_covers_the_range_with_bounded_partitions_on_index_points(
     azurite: Any, vault: Vault, big: str
 ) -> None:
@@ -181,6 +189,11 @@ def test_plan_covers_the_range_with_bounded_partitions_on_index_points(
     import pickle
 
     assert pickle.loads(pickle.dumps(parts[0])) == parts[0]
+    spread = plan_read(replace(opts, max_partition_bytes=1 << 30, min_partitions=3))
+    sizes = [p.end - p.start for p in spread]  # at the index points nearest thirds (one per 32 KiB)
+    assert (
+        len(spread) == 3 and spread[-1].end == committed and max(sizes) - min(sizes) < 2 * (32 * KiB + 70_100)
+    )
     assert azurite.connection_string not in repr(parts[0])  # secrets stay out of logs and the UI
 
 
