@@ -58,6 +58,7 @@ TASKS = 2
 PREFETCH = 4  # vault_core.spark.options.DEFAULT_PREFETCH
 CHUNK = 4 * MIB
 RUNS = 3
+FORMAT_ROUNDS = 5
 
 try:
     import psutil
@@ -334,7 +335,8 @@ def format_main(messages: int) -> int:
     spark_read_format): count() and groupBy(key).count() rows/s; count() on format 2 against a
     parallel raw download of the same format 2 blob; and against Spark's own ceiling for a Python
     source, the same rows served from memory as the same Arrow batches in the same partitions
-    (:class:`CachedRowsSource`), with the cost of a query over no rows at all."""
+    (:class:`CachedRowsSource`), with the cost of a query over no rows at all. The queries run in
+    FORMAT_ROUNDS rounds, each round every query once, and ratios are medians of per-round ratios."""
     azurite = Azurite(in_memory=True).start()
     saved = tempfile.mkdtemp(prefix="mv-bench-format-")
     try:
@@ -377,40 +379,64 @@ def format_main(messages: int) -> int:
         pid = azurite.process.pid
         figures: dict[str, Any] = {"load average (1 min) at start": round(os.getloadavg()[0], 2)}
         figures["messages (~100 B JSON events)"] = messages
-        counts: dict[int, float] = {}
-        cpu: dict[int, dict[str, float]] = {}
-        for f in (1, 2):
-            counts[f], cpu[f] = measure(partial(_count, df(f)), pid)
-        groups = {f: median_of(RUNS, partial(_group_count, df(f))) for f in (1, 2)}
-        download_s, download_cpu = measure(partial(download_all, vault, CACHED_STREAM, committed[2]), pid)
-        memory_s, memory_cpu = measure(memory.count, pid)
-        empty_s, empty_cpu = measure(empty.count, pid)
+        # Rounds of every query in turn: a load that comes and goes on the shared machine slows
+        # the queries of one round alike, and each ratio is the median of its per-round ratios.
+        queries: dict[str, Callable[[], object]] = {
+            "v1": partial(_count, df(1)),
+            "v2": partial(_count, df(2)),
+            "memory": memory.count,
+            "empty": empty.count,
+            "download": partial(download_all, vault, CACHED_STREAM, committed[2]),
+            "v1 groupBy": partial(_group_count, df(1)),
+            "v2 groupBy": partial(_group_count, df(2)),
+        }
+        walls: dict[str, list[float]] = {q: [] for q in queries}
+        cpu: dict[str, dict[str, float]] = {q: {} for q in queries}
+        for _ in range(FORMAT_ROUNDS):
+            for q, fn in queries.items():
+                before = cpu_by_process(pid)
+                walls[q].append(timed(fn))
+                after = cpu_by_process(pid)
+                for k in after:
+                    cpu[q][k] = cpu[q].get(k, 0.0) + (after[k] - before.get(k, 0.0)) / FORMAT_ROUNDS
+
+        def wall(q: str) -> float:
+            return statistics.median(walls[q])
+
+        def ratio(slow: str, fast: str) -> float:
+            """How many times faster ``fast`` ran than ``slow``: the median over the rounds."""
+            return round(statistics.median(s / f for s, f in zip(walls[slow], walls[fast], strict=True)), 3)
+
         for f in (1, 2):
             figures[f"v{f}: stream MiB"] = round(committed[f] / MIB, 2)
-            figures[f"v{f}: count() rows/s"] = round(messages / counts[f])
-            figures[f"v{f}: groupBy(key).count() rows/s"] = round(messages / groups[f])
-        figures["count() rows/s v2 / v1 (>= 3)"] = round(counts[1] / counts[2], 3)
-        figures["groupBy(key).count() rows/s v2 / v1 (>= 2)"] = round(groups[1] / groups[2], 3)
-        figures[f"v2 download s ({TASKS * PREFETCH} threads x 4 MiB GETs)"] = round(download_s, 3)
-        figures["v2 count() / raw parallel download of the v2 blob (>= 0.7)"] = round(
-            download_s / counts[2], 3
-        )
+            figures[f"v{f}: count() rows/s"] = round(messages / wall(f"v{f}"))
+            figures[f"v{f}: groupBy(key).count() rows/s"] = round(messages / wall(f"v{f} groupBy"))
+        figures["count() rows/s v2 / v1 (>= 3)"] = ratio("v1", "v2")
+        figures["groupBy(key).count() rows/s v2 / v1 (>= 2)"] = ratio("v1 groupBy", "v2 groupBy")
+        figures[f"v2 download s ({TASKS * PREFETCH} threads x 4 MiB GETs)"] = round(wall("download"), 3)
+        figures["v2 count() / raw parallel download of the v2 blob (>= 0.7)"] = ratio("download", "v2")
         figures[f"v2 partitions (minPartitions {TASKS})"] = len(plan)
         figures["in-memory Arrow source count() rows/s (same rows, batches, partitions)"] = round(
-            messages / memory_s
+            messages / wall("memory")
         )
-        figures["v2 count() / in-memory Arrow source count() (Spark's ceiling)"] = round(
-            memory_s / counts[2], 3
+        figures["v2 count() / in-memory Arrow source count() (Spark's ceiling)"] = ratio("memory", "v2")
+        figures["download / in-memory Arrow source count() (the best any Python source can do)"] = ratio(
+            "download", "memory"
         )
-        figures["download / in-memory Arrow source count() (the best any Python source can do)"] = round(
-            download_s / memory_s, 3
+        figures["in-memory Arrow source / v1 count() rows/s (v2 / v1 at Spark's ceiling)"] = ratio(
+            "v1", "memory"
         )
-        figures["count() s of the same partitions with no rows (Spark's cost per query)"] = round(empty_s, 3)
-        figures["CPU s/run: v1 count()"] = cpu_text(cpu[1])
-        figures["CPU s/run: v2 count()"] = cpu_text(cpu[2])
-        figures["CPU s/run: in-memory Arrow source count()"] = cpu_text(memory_cpu)
-        figures["CPU s/run: count() over no rows"] = cpu_text(empty_cpu)
-        figures["CPU s/run: v2 download"] = cpu_text(download_cpu)
+        figures["count() s of the same partitions with no rows (Spark's cost per query)"] = round(
+            wall("empty"), 3
+        )
+        for q, label in (
+            ("v1", "v1 count()"),
+            ("v2", "v2 count()"),
+            ("memory", "in-memory Arrow source count()"),
+            ("empty", "count() over no rows"),
+            ("download", "v2 download"),
+        ):
+            figures[f"CPU s/run: {label}"] = cpu_text({k: round(v, 2) for k, v in cpu[q].items()})
         report("spark_read_format", f"./dev bench spark_read --format {messages}", figures)
         spark.stop()
     finally:
