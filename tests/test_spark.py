@@ -11,6 +11,7 @@ import random
 import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, cast
@@ -37,7 +38,7 @@ from vault_core.spark.capture import main as capture_main
 from vault_core.spark.files import LocalFiles
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_skip_reports
-from vault_core.spark.plan import StreamRange, plan_read, split_range
+from vault_core.spark.plan import StreamRange, even_cuts, plan_read, split_range
 from vault_core.spark.progress import Progress
 from vault_core.spark.schema import SPARK_SCHEMA
 
@@ -159,6 +160,13 @@ def test_split_range_cuts_at_the_furthest_boundary_within_the_limit() -> None:
     assert split_range(10, 40, [0, 10, 25, 40, 70], 100) == [(10, 40)]  # outside boundaries ignored
 
 
+def test_even_cuts_pick_the_boundaries_nearest_equal_shares() -> None:
+    tens = [10, 20, 30, 40, 50, 60, 70, 80, 90]
+    assert even_cuts(0, 100, tens, 2) == [50] and even_cuts(0, 100, tens, 3) == [30, 70]
+    assert even_cuts(0, 100, [12, 95], 4) == [12, 95]  # no boundary twice, none outside
+    assert even_cuts(0, 100, [], 4) == [] and even_cuts(0, 100, tens, 1) == []
+
+
 def test_plan_covers_the_range_with_bounded_partitions_on_index_points(
     azurite: Any, vault: Vault, big: str
 ) -> None:
@@ -181,6 +189,11 @@ def test_plan_covers_the_range_with_bounded_partitions_on_index_points(
     import pickle
 
     assert pickle.loads(pickle.dumps(parts[0])) == parts[0]
+    spread = plan_read(replace(opts, max_partition_bytes=1 << 30, min_partitions=3))
+    sizes = [p.end - p.start for p in spread]  # at the index points nearest thirds (one per 32 KiB)
+    assert (
+        len(spread) == 3 and spread[-1].end == committed and max(sizes) - min(sizes) < 2 * (32 * KiB + 70_100)
+    )
     assert azurite.connection_string not in repr(parts[0])  # secrets stay out of logs and the UI
 
 
@@ -243,6 +256,46 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
         with pytest.raises(FormatError) as raised:
             decode(bytes(bad), 4096, stream="s", complete=True)
         assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
+
+
+def test_a_unit_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type() -> None:
+    """decode_pieces: one piece per format 2 unit and one per run of format 1 records, which
+    decode_columns joins; and no Python value left for pyarrow to type (it looks for the optional
+    dateutil on every such call: ~0.7 ms each, more than a unit's columns cost)."""
+    import builtins
+
+    from vault_core.recordformat import encode
+    from vault_core.spark.columnar import decode_columns, decode_pieces
+    from vault_core.unitformat import encode_unit
+
+    base = 4096
+    buf = encode([NewMessage(b"v1-%d" % i, "k") for i in range(30)], base, T0)
+    sizes: tuple[int, ...] = (30,)
+    for n, codec in ((500, 1), (7, 0)):
+        values = [b'{"n":%d}' % i for i in range(n)]
+        buf += encode_unit([b"k"] * n, values, base + len(buf), T0 + n, codec=codec, key_is_text=True)
+        sizes += (n,)
+    pieces = decode_pieces(buf, base, last=True, stream="s")
+    assert tuple(p.rows for p in pieces.parts) == sizes and pieces.end == len(buf) and pieces.error is None
+    whole = decode_columns(buf, base, last=True, stream="s")
+    joined = [[v for p in pieces.parts for v in p.arrays[i].to_pylist()] for i in range(5)]
+    assert joined == [a.to_pylist() for a in whole.arrays] and whole.rows == sum(sizes)
+    assert joined[3][30:32] == [b'{"n":0}', b'{"n":1}'] and joined[4][-1] == "k"
+
+    attempted: list[str] = []
+    real_import = builtins.__import__
+
+    def watching(name: str, *args: Any, **kwargs: Any) -> Any:
+        if name not in sys.modules:
+            attempted.append(name)
+        return real_import(name, *args, **kwargs)
+
+    builtins.__import__ = watching
+    try:
+        decode_pieces(buf, base, last=True, stream="s")
+    finally:
+        builtins.__import__ = real_import
+    assert attempted == []
 
 
 # -- batch reads through the data source --------------------------------------------------

@@ -9,9 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 from vault_core.boundaries import Boundaries
@@ -26,6 +24,7 @@ from vault_core.errors import (
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
+from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
 from vault_core.unitformat import UNIT_HEADER_SIZE
@@ -75,22 +74,12 @@ def scan_log(
     """
     if start >= end:
         return
-    ranges = [(p, min(chunk, end - p)) for p in range(start, end, chunk)]
-    pool = ThreadPoolExecutor(max_workers=max(1, prefetch), thread_name_prefix="mv-scan")
-    pending: deque[Future[bytes]] = deque()
+    chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch)
     try:
-        for p, n in ranges[:prefetch]:
-            pending.append(pool.submit(log.read, p, n))
-        next_range = len(pending)
         carry = b""
         base = start
         skip_to = start  # after a corrupt record: the proven boundary where reading resumes
-        while pending:
-            data = pending.popleft().result()
-            last = next_range == len(ranges) and not pending
-            if next_range < len(ranges):
-                pending.append(pool.submit(log.read, *ranges[next_range]))
-                next_range += 1
+        for data, last in chunks:
             buf = carry + data if carry else data
             if skip_to > base:  # still skipping: drop what lies before the boundary
                 drop = min(len(buf), skip_to - base)
@@ -123,9 +112,7 @@ def scan_log(
                 offset=base,
             )
     finally:
-        for f in pending:
-            f.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
+        chunks.close()
 
 
 def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:

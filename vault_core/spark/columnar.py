@@ -70,6 +70,16 @@ _BINARY = pa.binary()
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
+def _i64(value: int) -> pa.Scalar:
+    """``value`` as the int64 scalar a Python int in a compute call becomes, given explicitly:
+    inferring it costs ~0.7 ms a call where pyarrow's optional ``dateutil`` is not installed
+    (pyarrow looks for it, and fails, on every call), more than a whole unit's columns."""
+    return pa.scalar(value, pa.int64())
+
+
+_ZERO, _ONE, _TWO, _SEVEN, _MS_TO_US = (_i64(v) for v in (0, 1, 2, 7, 1000))
+
+
 @dataclass(frozen=True)
 class Columns:
     """Verified records of one buffer, as Arrow arrays (``offset, timestamp, key, value, key_text``)."""
@@ -96,6 +106,38 @@ def decode_columns(
     A record cut off by ``end`` is left for the caller (``Columns.end`` points at it) unless
     ``last`` says ``end`` is where the range ends, where it is an error, as in ``decode``.
     """
+    pieces = decode_pieces(buf, base, start, end, last=last, stream=stream)
+    parts = pieces.parts
+    pos, error = pieces.end, pieces.error
+    if not parts:
+        return Columns((), 0, pos, error)
+    if len(parts) == 1:
+        return Columns(parts[0].arrays, parts[0].rows, pos, error)
+    arrays = tuple(pa.concat_arrays(list(column)) for column in zip(*(p.arrays for p in parts), strict=True))
+    return Columns(arrays, sum(p.rows for p in parts), pos, error)
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """What :func:`decode_pieces` found: columns per unit or run of records, in log order."""
+
+    parts: list[Columns]
+    end: int
+    """Buffer position after the last verified record or unit (as ``Columns.end``)."""
+    error: FormatError | None = None
+
+
+def decode_pieces(
+    buf: bytes,
+    base: int,
+    start: int = 0,
+    end: int | None = None,
+    *,
+    last: bool = False,
+    stream: str | None = None,
+) -> Pieces:
+    """:func:`decode_columns` without joining the pieces: one per version 2 unit (arrays over its
+    decompressed payload, never copied) and one per run of version 1 records, none empty."""
     end = len(buf) if end is None else end
     if end - start >= 1 << 31:
         raise ValueError("decode_columns takes at most 2 GiB at a time (Arrow binary offsets are 32-bit)")
@@ -115,17 +157,12 @@ def decode_columns(
             pos += unit.length
             continue
         records = _records(buf, base, pos, end, last, stream)
-        parts.append(records)
+        if records.rows:
+            parts.append(records)
         pos, error = records.end, records.error
         if not _at_unit(buf, pos, end):
             break  # cut off (or an error): nothing more here
-    parts = [p for p in parts if p.rows]
-    if not parts:
-        return Columns((), 0, pos, error)
-    if len(parts) == 1:
-        return Columns(parts[0].arrays, parts[0].rows, pos, error)
-    arrays = tuple(pa.concat_arrays(list(column)) for column in zip(*(p.arrays for p in parts), strict=True))
-    return Columns(arrays, sum(p.rows for p in parts), pos, error)
+    return Pieces(parts, pos, error)
 
 
 def _at_unit(buf: bytes, pos: int, end: int) -> bool:
@@ -146,8 +183,8 @@ def _unit_columns(unit: Unit) -> tuple[pa.Array, ...]:
     values = pa.Array.from_buffers(
         _BINARY, n, [None, payload.slice(width, width), payload.slice(values_start)]
     )
-    offset = pc.add(_arange(n).cast(pa.int64()), unit.offset)
-    timestamp = pa.repeat(pa.scalar(unit.timestamp * 1000, pa.int64()), n).cast(_TIMESTAMP)
+    offset = pc.add(_arange(n).cast(pa.int64()), _i64(unit.offset))
+    timestamp = pa.repeat(pa.scalar(unit.timestamp * 1000, _TIMESTAMP), n)
     key_text = keys.cast(pa.string()) if unit.flags & FLAG_KEY_IS_TEXT else pa.nulls(n, pa.string())
     return offset, timestamp, keys, values, key_text
 
@@ -225,7 +262,7 @@ def _assemble(
     of the verified prefix and its length. ``crcs`` are the computed CRCs (None: already checked)."""
     n = len(bodies)
     lengths = pc.binary_length(bodies)
-    short = pc.index(pc.greater_equal(lengths, _BODY_HEADER), False).as_py()
+    short = pc.index(pc.greater_equal(lengths, _i64(_BODY_HEADER)), False).as_py()
     if short >= 0:  # too short for a header: only the prefix before it can be checked
         n = short
         bodies, lengths = bodies.slice(0, n), lengths.slice(0, n)
@@ -235,18 +272,18 @@ def _assemble(
         return (), 0
     headers = pc.binary_slice(bodies, 0, _BODY_HEADER).cast(pa.binary(_BODY_HEADER))
     words = pa.Array.from_buffers(pa.uint32(), 7 * n, [None, headers.buffers()[1]])
-    seven = pc.multiply(_arange(n), 7)
-    crc, vf_klen, vlen, off_lo, off_hi, ts_lo, ts_hi = (words.take(pc.add(seven, i)) for i in range(7))
-    klen = pc.shift_right(vf_klen, 16)
+    seven = pc.multiply(_arange(n), _SEVEN)
+    crc, vf_klen, vlen, off_lo, off_hi, ts_lo, ts_hi = (words.take(pc.add(seven, _i64(i))) for i in range(7))
+    klen = pc.shift_right(vf_klen, _i64(16))
     offset = _int64(off_lo, off_hi)
-    record_size = pc.add(lengths.cast(pa.int64()), len(MAGIC))
-    position = pc.add(pc.subtract(pc.cumulative_sum(record_size), record_size), first_offset)
+    record_size = pc.add(lengths.cast(pa.int64()), _i64(len(MAGIC)))
+    position = pc.add(pc.subtract(pc.cumulative_sum(record_size), record_size), _i64(first_offset))
     checks = [
-        pc.equal(pc.bit_wise_and(vf_klen, _VERSION_FLAGS_MASK), FORMAT_VERSION),
-        pc.less_equal(klen, MAX_KEY_BYTES),
-        pc.less_equal(vlen, MAX_VALUE_BYTES),
+        pc.equal(pc.bit_wise_and(vf_klen, _i64(_VERSION_FLAGS_MASK)), _i64(FORMAT_VERSION)),
+        pc.less_equal(klen, _i64(MAX_KEY_BYTES)),
+        pc.less_equal(vlen, _i64(MAX_VALUE_BYTES)),
         pc.equal(
-            pc.add(pc.add(klen.cast(pa.int64()), vlen.cast(pa.int64())), _BODY_HEADER),
+            pc.add(pc.add(klen.cast(pa.int64()), vlen.cast(pa.int64())), _i64(_BODY_HEADER)),
             lengths.cast(pa.int64()),
         ),
         pc.equal(offset, position),
@@ -266,8 +303,8 @@ def _assemble(
         bodies, klen, offset, vf_klen = (a.slice(0, rows) for a in (bodies, klen, offset, vf_klen))
         ts_lo, ts_hi = ts_lo.slice(0, rows), ts_hi.slice(0, rows)
     keys, values = _keys_and_values(bodies, klen)
-    timestamp = pc.multiply(_int64(ts_lo, ts_hi), 1000).cast(_TIMESTAMP)
-    is_text = pc.not_equal(pc.bit_wise_and(vf_klen, _TEXT_BIT), 0)
+    timestamp = pc.multiply(_int64(ts_lo, ts_hi), _MS_TO_US).cast(_TIMESTAMP)
+    is_text = pc.not_equal(pc.bit_wise_and(vf_klen, _i64(_TEXT_BIT)), _ZERO)
     key_text = pc.if_else(is_text, keys, pa.scalar(None, _BINARY)).cast(pa.string())
     return (offset, timestamp, keys, values, key_text), rows
 
@@ -282,24 +319,29 @@ def _keys_and_values(bodies: pa.Array, klen: pa.Array) -> tuple[pa.Array, pa.Arr
         bodies = bodies.take(_arange(len(bodies)))
     n = len(bodies)
     starts = pa.Array.from_buffers(pa.int32(), n + 1, [None, bodies.buffers()[1]])
-    value_starts = pc.add(starts.slice(0, n), pc.add(klen.cast(pa.int32()), _BODY_HEADER)).cast(pa.int32())
+    value_starts = pc.add(starts.slice(0, n), pc.add(klen.cast(pa.int32()), _i64(_BODY_HEADER))).cast(
+        pa.int32()
+    )
     both = pa.concat_arrays([starts.slice(0, n), value_starts])
     k = _arange(2 * n)
-    interleave = pc.add(pc.multiply(pc.bit_wise_and(k, 1), n), pc.shift_right(k, 1))
+    interleave = pc.add(pc.multiply(pc.bit_wise_and(k, _ONE), _i64(n)), pc.shift_right(k, _ONE))
     offsets = pa.concat_arrays([both.take(interleave), starts.slice(n, 1)])
     fields = pa.Array.from_buffers(_BINARY, 2 * n, [None, offsets.buffers()[1], bodies.buffers()[2]])
-    even = pc.multiply(_arange(n), 2)
+    even = pc.multiply(_arange(n), _TWO)
     keys = pc.binary_slice(fields.take(even), _BODY_HEADER, _BODY_HEADER + MAX_KEY_BYTES)
-    return keys, fields.take(pc.add(even, 1))
+    return keys, fields.take(pc.add(even, _ONE))
 
 
 def _arange(n: int) -> pa.Array:
     """0, 1, ..., n-1 as int32, built by a kernel (a Python range costs ~100 ns per element)."""
-    return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int32()), n)), 1)
+    return pc.subtract(pc.cumulative_sum(pa.repeat(_ONE_I32, n)), _ONE_I32)
+
+
+_ONE_I32 = pa.scalar(1, pa.int32())
 
 
 def _int64(lo: pa.Array, hi: pa.Array) -> pa.Array:
-    return pc.add(lo.cast(pa.int64()), pc.shift_left(hi.cast(pa.int64()), 32))
+    return pc.add(lo.cast(pa.int64()), pc.shift_left(hi.cast(pa.int64()), _i64(32)))
 
 
 def _reference_error(
@@ -328,4 +370,6 @@ def messages_to_columns(messages: Sequence[Message]) -> tuple[pa.Array, ...]:
 
 def record_batch(stream: str, arrays: Iterable[pa.Array], rows: int, schema: pa.Schema) -> pa.RecordBatch:
     """A batch in ``schema`` (the reader's exact Arrow schema): the stream column, then ``arrays``."""
-    return pa.RecordBatch.from_arrays([pa.repeat(stream, rows), *arrays], schema=schema)
+    return pa.RecordBatch.from_arrays(
+        [pa.repeat(pa.scalar(stream, pa.string()), rows), *arrays], schema=schema
+    )

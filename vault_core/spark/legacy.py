@@ -51,6 +51,7 @@ def read_streams(
     from_time: Bound | None = None,
     to_time: Bound | None = None,
     max_partition_bytes: int | None = None,
+    min_partitions: int | None = None,
     skip_corrupt: bool = False,
     corrupt_report_path: str | None = None,
     arrow: bool | None = None,
@@ -77,6 +78,7 @@ def read_streams(
             fromTime=from_time,
             toTime=to_time,
             maxPartitionBytes=max_partition_bytes,
+            minPartitions=min_partitions,
             skipCorrupt=skip_corrupt or None,
             corruptReportPath=corrupt_report_path,
         )

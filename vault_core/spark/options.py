@@ -63,6 +63,7 @@ class ReadOptions:
     start: PositionSpec = PositionSpec(EARLIEST)
     end: PositionSpec = PositionSpec(LATEST)
     max_partition_bytes: int = DEFAULT_MAX_PARTITION_BYTES
+    min_partitions: int = 1
     skip_corrupt: bool = False
     corrupt_report_path: str | None = None
     chunk_bytes: int = DEFAULT_CHUNK_BYTES
@@ -100,6 +101,7 @@ class ReadOptions:
             start=_side(opts, "from", EARLIEST),
             end=_side(opts, "to", LATEST),
             max_partition_bytes=_positive(opts, "maxpartitionbytes", DEFAULT_MAX_PARTITION_BYTES),
+            min_partitions=_positive(opts, "minpartitions", 1),
             skip_corrupt=_bool(opts, "skipcorrupt"),
             corrupt_report_path=opts.get("corruptreportpath") or None,
             chunk_bytes=_positive(opts, "readchunkbytes", DEFAULT_CHUNK_BYTES),
@@ -122,6 +124,7 @@ _KNOWN = {
     "fromtime",
     "totime",
     "maxpartitionbytes",
+    "minpartitions",
     "skipcorrupt",
     "corruptreportpath",
     "readchunkbytes",

@@ -1,8 +1,10 @@
 """One Spark task: download a partition's bytes in large ranges and yield Arrow batches.
 
-The I/O pattern is :func:`vault_core.reader.scan_log`'s: ``chunk``-sized ranged GETs with
-``prefetch`` in flight, a carry of the record cut by each chunk edge, every CRC verified.
-Decoding is columnar (:mod:`vault_core.spark.columnar`), one Arrow batch per chunk.
+The I/O is :func:`vault_core.reader.scan_log`'s (:func:`vault_core.prefetch.prefetched_chunks`:
+``chunk``-sized ranged GETs with ``prefetch`` in flight), with a carry of the record cut by each
+chunk edge, every CRC verified. Decoding is columnar (:mod:`vault_core.spark.columnar`): one Arrow
+batch per version 2 unit, its key and value columns straight over the unit's decompressed
+payload (no copy before Spark's own serialisation), and one per run of version 1 records.
 
 Without ``skip_corrupt`` the first record that does not verify raises the reference
 :class:`CorruptRecord`, which Spark shows with the stream and offset. With it, the rest of the
@@ -17,19 +19,18 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections import deque
-from collections.abc import Generator, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vault_core.errors import CorruptRecord, StorageFailure
+from vault_core.errors import CorruptRecord
 from vault_core.pagelog import ReadableLog
+from vault_core.prefetch import prefetched_chunks
 from vault_core.reader import scan_log
 from vault_core.recordformat import Message
-from vault_core.spark.columnar import decode_columns, messages_to_columns, record_batch
+from vault_core.spark.columnar import decode_pieces, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
 from vault_core.spark.schema import ARROW_SCHEMA
@@ -43,23 +44,25 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
     blob = clients(part.connection).blob(part.stream)
     settings = part.settings
     report = SkipReport(part.stream, part.start, part.end)
-    chunks = download(blob, part.start, part.end, settings.chunk_bytes, settings.prefetch)
+    chunks = prefetched_chunks(
+        blob, part.start, part.end, chunk=settings.chunk_bytes, prefetch=settings.prefetch
+    )
     base = part.start  # stream offset of buf[0]
     carry = b""
     try:
         for data, last in chunks:
             buf = carry + data if carry else data
-            cols = decode_columns(buf, base, last=last, stream=part.stream)
-            if cols.rows:
+            pieces = decode_pieces(buf, base, last=last, stream=part.stream)
+            for cols in pieces.parts:
                 yield _within(record_batch(part.stream, cols.arrays, cols.rows, schema), part)
-            if cols.error is not None:
-                if not (settings.skip_corrupt and isinstance(cols.error, CorruptRecord)):
-                    raise cols.error
+            if pieces.error is not None:
+                if not (settings.skip_corrupt and isinstance(pieces.error, CorruptRecord)):
+                    raise pieces.error
                 chunks.close()
-                yield from _skipping(blob, base + cols.end, part, schema, report)
+                yield from _skipping(blob, base + pieces.end, part, schema, report)
                 return
-            carry = buf[cols.end :]
-            base += cols.end
+            carry = buf[pieces.end :]
+            base += pieces.end
     finally:
         chunks.close()
         if report.skipped:
@@ -72,9 +75,9 @@ def _within(batch: pa.RecordBatch, part: Partition) -> pa.RecordBatch:
     if first is None and stop is None:
         return batch
     offsets = batch.column("offset")
-    keep = pc.greater_equal(offsets, first if first is not None else 0)
+    keep = pc.greater_equal(offsets, pa.scalar(first or 0, pa.int64()))
     if stop is not None:
-        keep = pc.and_(keep, pc.less(offsets, stop))
+        keep = pc.and_(keep, pc.less(offsets, pa.scalar(stop, pa.int64())))
     return batch.filter(keep)
 
 
@@ -98,29 +101,6 @@ def _skipping(
             pending = []
     if pending:
         yield _within(record_batch(part.stream, messages_to_columns(pending), len(pending), schema), part)
-
-
-def download(
-    blob: ReadableLog, start: int, end: int, chunk: int, prefetch: int
-) -> Generator[tuple[bytes, bool], None, None]:
-    """``[start, end)`` in ``chunk``-sized ranged GETs, ``prefetch`` in flight: ``(bytes, is_last)``."""
-    ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))
-    pool = ThreadPoolExecutor(max_workers=max(1, prefetch), thread_name_prefix="mv-spark")
-    pending: deque[tuple[int, Future[bytes]]] = deque()
-    try:
-        while ranges or pending:
-            while ranges and len(pending) < max(1, prefetch):
-                p, n = ranges.popleft()
-                pending.append((n, pool.submit(blob.read, p, n)))
-            n, future = pending.popleft()
-            data = future.result()
-            if len(data) != n:
-                raise StorageFailure(f"short read from stream {blob.stream!r}: {len(data)} of {n} bytes")
-            yield data, not ranges and not pending
-    finally:
-        for _, f in pending:
-            f.cancel()
-        pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass

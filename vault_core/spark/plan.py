@@ -12,6 +12,7 @@ settings, so an executor needs nothing but the partition.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 from collections.abc import Iterable, Sequence
@@ -125,6 +126,22 @@ def split_range(start: int, end: int, boundaries: Iterable[int], max_bytes: int)
     return list(itertools.pairwise(edges))
 
 
+def even_cuts(start: int, end: int, boundaries: Sequence[int], pieces: int) -> list[int]:
+    """Up to ``pieces - 1`` of ``boundaries`` (ascending) that cut ``[start, end)`` into about equal
+    parts: for each ``k``, the boundary nearest ``start + k * (end - start) / pieces``."""
+    inside = [b for b in boundaries if start < b < end]
+    cuts: list[int] = []
+    for k in range(1, pieces):
+        if not inside:
+            break
+        target = start + k * (end - start) // pieces
+        i = bisect.bisect_left(inside, target)
+        near = min(inside[max(0, i - 1) : i + 1], key=lambda b: abs(b - target))
+        if not cuts or near > cuts[-1]:
+            cuts.append(near)
+    return cuts
+
+
 class Planner:
     """Resolves positions to offsets and splits ranges, for one connection (driver side)."""
 
@@ -201,11 +218,12 @@ class Planner:
             hi if last_unit else None,
         )
 
-    def split(self, r: StreamRange, max_bytes: int) -> list[StreamRange]:
-        """``r`` cut at index points into pieces of about ``max_bytes`` (one piece without an index)."""
+    def split(self, r: StreamRange, max_bytes: int, pieces: int = 1) -> list[StreamRange]:
+        """``r`` cut at index points into at least ``pieces`` about equal parts (where the points
+        allow) of at most about ``max_bytes`` each; one piece without an index."""
         if r.size <= 0:
             return []
-        if r.size <= max_bytes:
+        if r.size <= max_bytes and pieces <= 1:
             return [r]
         index = self.clients.index
         if index is None:
@@ -216,17 +234,30 @@ class Planner:
             )
             return [r]
         points = [p.offset for p in index.points(r.stream, r.start, r.end)]
-        pieces = [StreamRange(r.stream, a, b) for a, b in split_range(r.start, r.end, points, max_bytes)]
-        pieces[0] = replace(pieces[0], first=r.first)
-        pieces[-1] = replace(pieces[-1], stop=r.stop)
-        return pieces
+        edges = [r.start, *even_cuts(r.start, r.end, points, pieces), r.end]
+        out = [
+            StreamRange(r.stream, a, b)
+            for lo, hi in itertools.pairwise(edges)
+            for a, b in split_range(lo, hi, points, max_bytes)
+        ]
+        out[0] = replace(out[0], first=r.first)
+        out[-1] = replace(out[-1], stop=r.stop)
+        return out
 
     def partitions(self, ranges: Sequence[StreamRange], options: ReadOptions) -> list[Partition]:
+        """Each range cut at ``maxPartitionBytes``; with ``minPartitions``, every range also gets
+        its share of that many (by size), so that a small read still spreads over every core."""
         settings = ReadSettings.of(options)
+        total = sum(r.size for r in ranges)
+        want = options.min_partitions
+
+        def share(r: StreamRange) -> int:
+            return -(-want * r.size // total) if want > 1 and total else 1  # rounded up: ``want`` in all
+
         return [
             Partition(piece, self.connection, settings)
             for r in ranges
-            for piece in self.split(r, options.max_partition_bytes)
+            for piece in self.split(r, options.max_partition_bytes, share(r))
         ]
 
 

@@ -1,0 +1,65 @@
+"""Reading a long byte range of a log as large ranged GETs, several in flight.
+
+The full scan (:func:`vault_core.reader.scan_log`) and every Spark task
+(:mod:`vault_core.spark.partition_reader`) read a stream this way: the range is cut into
+``chunk``-sized pieces, up to ``prefetch`` of them are being downloaded while the caller decodes
+the oldest, and the pieces come back in order. Memory stays at about ``prefetch + 1`` chunks
+however long the range, and decoding overlaps the network.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Generator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Protocol
+
+from vault_core.errors import StorageFailure
+
+
+class RangeReads(Protocol):
+    """What the downloader needs of a log (a :class:`~vault_core.pagelog.ReadableLog` is one)."""
+
+    @property
+    def stream(self) -> str: ...
+
+    def read(self, start: int, length: int) -> bytes:
+        """Bytes ``[start, start+length)``; safe to call from several threads at once."""
+        ...
+
+
+def prefetched_chunks(
+    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int
+) -> Generator[tuple[bytes, bool], None, None]:
+    """``[start, end)`` of ``log`` in order, as ``(bytes, is_last)`` pieces of ``chunk`` bytes
+    (the last may be shorter), with up to ``prefetch`` ranged reads in flight.
+
+    A read that returns fewer bytes than asked raises :class:`StorageFailure` (the caller asked
+    only for bytes below the committed length, which storage must hold). Closing the generator
+    early cancels the reads not yet started; those under way finish in the background.
+    """
+    if chunk <= 0:
+        raise ValueError(f"chunk must be positive, got {chunk}")
+    width = max(1, prefetch)
+    ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))
+    pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"mv-read-{log.stream}")
+    pending: deque[tuple[int, Future[bytes]]] = deque()
+
+    def fill() -> None:
+        while ranges and len(pending) < width:
+            p, n = ranges.popleft()
+            pending.append((n, pool.submit(log.read, p, n)))
+
+    try:
+        fill()
+        while pending:
+            n, future = pending.popleft()
+            fill()  # before waiting: ``prefetch`` reads stay in flight while the caller decodes
+            data = future.result()
+            if len(data) != n:
+                raise StorageFailure(f"short read from stream {log.stream!r}: {len(data)} of {n} bytes")
+            yield data, not ranges and not pending
+    finally:
+        for _, f in pending:
+            f.cancel()
+        pool.shutdown(wait=False, cancel_futures=True)
