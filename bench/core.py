@@ -13,9 +13,12 @@ both sides alike:
 
 Record format 2 against format 1 (docs/FORMAT.md §11), on generated JSON events of ~100 B and
 ~1 KiB (bench/events.py), same messages, same Azurite, one run: blob bytes per message, writer
-messages/s, full-scan rows/s (and against a raw download of the same blob), paged reads of
-1,000 messages (what the read API does per request), and per codec the compression ratio and
-the CPU per MiB of payload to compress and to decompress.
+messages/s, full-scan rows/s by both scans (``scan``, one Message per message, and
+``scan_batches``, one column batch per unit or run of records; each also against a raw download
+of the same blob), paged reads of 1,000 messages (what the read API does per request), per codec
+the compression ratio and the CPU per MiB of payload to compress and to decompress, and the peak
+RSS of a reader process scanning format 2 streams of ~100 MiB and ~1 GiB of 1 KiB events (both
+scans; ``--memory-mib 0`` leaves it out).
 """
 
 from __future__ import annotations
@@ -91,10 +94,19 @@ def raw_download(vault: Vault, stream: str, total: int) -> float:
 
 
 def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
-    """Run in a child process: write or scan ``mib`` MiB, then print peak RSS in MiB."""
+    """Run in a child process: write or scan ``mib`` MiB, then print peak RSS in MiB.
+
+    Roles: ``writer`` / ``reader`` (format 1, the core benchmark's stream), ``events-writer``
+    (``mib`` MiB of 1 KiB events in format 2), ``reader`` / ``batch-reader`` (scan or scan_batches).
+    """
     vault = Vault(StorageAccount(connection_string=conn)).ensure()
     if role == "writer":
         write_stream(vault, stream, mib * MIB)
+    elif role == "events-writer":
+        write_events(vault, stream, mib * MIB)
+    elif role == "batch-reader":
+        count = sum(map(len, vault.reader.scan_batches(stream)))
+        assert count > 0
     else:
         count = sum(1 for _ in vault.reader.scan(stream))
         assert count > 0
@@ -103,6 +115,18 @@ def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
     with open("/proc/self/status") as status:
         hwm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
     print(hwm_kib / 1024)
+
+
+def write_events(vault: Vault, stream: str, total: int) -> None:
+    """Append ``total`` bytes of messages in format 2: 1 KiB generated events, taken in turn from a
+    pool of 20,000 different ones (~20 MiB), so no unit (256 KiB) holds an event twice and each
+    compresses as fresh events do, without generating a gigabyte of them."""
+    pool = events(20_000, "large", seed=3)
+    batches = [Batch(pool[i : i + 1000]) for i in range(0, len(pool), 1000)]
+    per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
+    with vault.writer(stream) as w:
+        for _ in range(-(-total // per_pass)):
+            _append_all(w, batches)
 
 
 def peak_rss(conn: str, role: str, stream: str, mib: int) -> float:
@@ -122,13 +146,16 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--format", action="store_true", help="format 2 against format 1 (core_format)")
     parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
+    parser.add_argument(
+        "--memory-mib", type=int, default=1024, help="with --format: the larger stream of the memory figure"
+    )
     args = parser.parse_args()
     if args.child:
         role, conn, stream, mib = args.child
         memory_child(conn, role, stream, int(mib))
         return
     if args.format:
-        format_main(args.format_mib)
+        format_main(args.format_mib, args.memory_mib)
         return
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
@@ -202,19 +229,43 @@ FORMATS = {"v1": (1, codecs.CODEC_NONE), "v2": (2, codecs.CODEC_ZSTD), "v2-lz4":
 FORMAT_ROUNDS = 3
 
 
-def format_main(mib: int) -> None:
+def format_main(mib: int, memory_mib: int) -> None:
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
     try:
         vault = Vault(StorageAccount(connection_string=azurite.connection_string)).ensure()
-        figures: dict[str, float | str] = {}
+        figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
         for size in ("small", "large"):
             figures |= _format_figures(vault, size, mib)
         figures |= _codec_figures()
+        if memory_mib:
+            figures |= _memory_figures(azurite.connection_string, memory_mib)
+        figures["load average at the end"] = os.getloadavg()[0]
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("core_format", f"./dev bench core --format --format-mib {mib}", figures)
+        command = f"./dev bench core --format --format-mib {mib}"
+        report(
+            "core_format", command + (f" --memory-mib {memory_mib}" if memory_mib != 1024 else ""), figures
+        )
     finally:
         azurite.cleanup()
+
+
+def _memory_figures(conn: str, big_mib: int) -> dict[str, float | str]:
+    """Peak RSS of a process scanning format 2 streams of 100 MiB and ``big_mib`` MiB of messages
+    (1 KiB events; the blob is about a fifth of that), by each scan: the reader's whole process
+    (interpreter and imports included) on the real storage client, as for format 1 above."""
+    out: dict[str, float | str] = {}
+    sizes = (100, big_mib)
+    for mib in sizes:
+        peak_rss(conn, "events-writer", f"fmt-mem-{mib}", mib)
+    for role, label in (("reader", "scan"), ("batch-reader", "scan_batches")):
+        for mib in sizes:
+            out[f"v2 {label} peak RSS MiB @ {mib} MiB of messages"] = peak_rss(
+                conn, role, f"fmt-mem-{mib}", mib
+            )
+        small, big = (out[f"v2 {label} peak RSS MiB @ {m} MiB of messages"] for m in sizes)
+        out[f"v2 {label} peak RSS @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = float(big) / float(small)
+    return out
 
 
 def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]:
@@ -227,6 +278,7 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     for name, (record_format, codec) in FORMATS.items():
         writes: list[float] = []
         scans: list[float] = []
+        batch_scans: list[float] = []
         pages: list[float] = []
         raws: list[float] = []
         for r in range(FORMAT_ROUNDS):
@@ -236,23 +288,29 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             committed = vault.reader.state(stream).committed
             raws.append(raw_download(vault, stream, committed))
             scans.append(timed(functools.partial(_scan_all, vault, stream)))
+            batch_scans.append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
             pages.append(timed(functools.partial(_read_pages, vault, stream)))
         per_format[name] = {
             "bytes": committed / n,
             "write": n / statistics.median(writes),
             "scan": n / statistics.median(scans),
+            "batch scan": n / statistics.median(batch_scans),
             "raw": n / statistics.median(raws),
             "pages": n / statistics.median(pages),
         }
         out[f"{label} {name}: blob bytes/message"] = committed / n
         out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
         out[f"{label} {name}: full scan rows/s"] = per_format[name]["scan"]
+        out[f"{label} {name}: batch scan rows/s"] = per_format[name]["batch scan"]
         out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
         out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(raws, scans)
+        out[f"{label} {name}: batch scan / raw download of the same blob"] = _paired(raws, batch_scans)
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
     out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = v2["scan"] / v1["scan"]
+    out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = v2["batch scan"] / v1["batch scan"]
+    out[f"{label}: batch scan rows/s v2 / full scan v1"] = v2["batch scan"] / v1["scan"]
     out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
     out[f"{label}: paged reads messages/s v2 / v1"] = v2["pages"] / v1["pages"]
     return out
@@ -265,6 +323,10 @@ def _append_all(writer: StreamWriter, batches: list[Batch]) -> None:
 
 def _scan_all(vault: Vault, stream: str) -> None:
     assert sum(1 for _ in vault.reader.scan(stream)) > 0
+
+
+def _scan_batches_all(vault: Vault, stream: str, n: int) -> None:
+    assert sum(map(len, vault.reader.scan_batches(stream))) == n
 
 
 def _read_pages(vault: Vault, stream: str) -> None:

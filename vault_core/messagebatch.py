@@ -217,6 +217,13 @@ def _record_run(
     unpack = HEADER.unpack_from
     crc32 = zlib.crc32
     unknown_flags = ~KNOWN_FLAGS | FLAG_COMPRESSION_MASK  # no codec is supported in version 1
+    add_offset, add_timestamp, add_flags = offsets.append, timestamps.append, flag_list.append
+    add_key, add_value, add_key_end, add_value_end = (
+        key_parts.append,
+        value_parts.append,
+        key_ends.append,
+        value_ends.append,
+    )
     pos = start
     while pos + HEADER_SIZE <= end and keys_total + values_total < RUN_BYTES:
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
@@ -234,15 +241,15 @@ def _record_run(
             break
         if offset >= first:
             key_start = pos + HEADER_SIZE
-            offsets.append(offset)
-            timestamps.append(ts)
-            flag_list.append(flags)
-            key_parts.append(view[key_start : key_start + klen])
-            value_parts.append(view[key_start + klen : rec_end])
+            add_offset(offset)
+            add_timestamp(ts)
+            add_flags(flags)
+            add_key(view[key_start : key_start + klen])
+            add_value(view[key_start + klen : rec_end])
             keys_total += klen
             values_total += vlen
-            key_ends.append(keys_total)
-            value_ends.append(values_total)
+            add_key_end(keys_total)
+            add_value_end(values_total)
         pos = rec_end
     if not offsets:
         return None, pos
