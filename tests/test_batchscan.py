@@ -7,12 +7,16 @@ All in process, over the in-memory twin (tests/test_contracts.py shows it behave
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from vault_client.exporters import exporter_for
+from vault_client.wire import message_json
 from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import FormatError
@@ -196,3 +200,21 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
         except FormatError as exc:
             got = (type(exc), str(exc))
         assert got == expected
+
+
+def test_the_exporters_write_every_message_of_a_mixed_stream_from_batches(
+    mixed: Vault, tmp_path: Path
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    everything = list(mixed.reader.scan(STREAM))
+    for name in ("out.parquet", "out.ndjson"):
+        exporter = exporter_for(tmp_path / name)
+        for batch in mixed.reader.scan_batches(STREAM):
+            exporter.write_batch(batch)
+        exporter.commit()
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column("offset").to_pylist() == [m.offset for m in everything]
+    assert table.column("id").to_pylist() == [m.id for m in everything]
+    assert table.column("value").to_pylist() == [m.value for m in everything]
+    lines = (tmp_path / "out.ndjson").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [message_json(m) for m in everything]
