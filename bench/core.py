@@ -15,10 +15,14 @@ Record format 2 against format 1 (docs/FORMAT.md §11), on generated JSON events
 ~1 KiB (bench/events.py), same messages, same Azurite, one run: blob bytes per message, writer
 messages/s, full-scan rows/s by both scans (``scan``, one Message per message, and
 ``scan_batches``, one column batch per unit or run of records; each also against a raw download
-of the same blob), paged reads of 1,000 messages (what the read API does per request), per codec
-the compression ratio and the CPU per MiB of payload to compress and to decompress, and the peak
-RSS of a reader process scanning format 2 streams of ~100 MiB and ~1 GiB of 1 KiB events (both
-scans; ``--memory-mib 0`` leaves it out).
+of the same blob), paged reads of 1,000 messages (what the read API does per request), and per
+codec the compression ratio and the CPU per MiB of payload to compress and to decompress.
+
+    ./dev bench core --format-memory   (results: core_format_memory)
+
+A format 2 reader's memory at ~100 MiB and ~1 GiB of 1 KiB events (``--memory-mib`` the larger),
+by both scans: the peak RSS of a reader process on Azurite, and the peak of the scan's own
+Python allocations (tracemalloc, over an in-memory log) at 100 MiB, 512 MiB and the larger size.
 """
 
 from __future__ import annotations
@@ -28,16 +32,21 @@ import functools
 import itertools
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import time
+import tracemalloc
+import zlib
 from typing import cast
 
 from bench.common import MIB, report, timed
 from bench.events import events
-from vault_core import codecs
+from vault_core import codecs, unitformat
 from vault_core.azure import StorageAccount
 from vault_core.pageblob import PageBlobs
+from vault_core.pagelog import CommitState
+from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import NewMessage
 from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
 from vault_core.vault import Vault
@@ -146,16 +155,18 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--format", action="store_true", help="format 2 against format 1 (core_format)")
     parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
-    parser.add_argument(
-        "--memory-mib", type=int, default=1024, help="with --format: the larger stream of the memory figure"
-    )
+    parser.add_argument("--format-memory", action="store_true", help="a format 2 reader's memory")
+    parser.add_argument("--memory-mib", type=int, default=1024, help="the larger stream of --format-memory")
     args = parser.parse_args()
     if args.child:
         role, conn, stream, mib = args.child
         memory_child(conn, role, stream, int(mib))
         return
     if args.format:
-        format_main(args.format_mib, args.memory_mib)
+        format_main(args.format_mib)
+        return
+    if args.format_memory:
+        format_memory_main(args.memory_mib)
         return
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
@@ -229,7 +240,7 @@ FORMATS = {"v1": (1, codecs.CODEC_NONE), "v2": (2, codecs.CODEC_ZSTD), "v2-lz4":
 FORMAT_ROUNDS = 3
 
 
-def format_main(mib: int, memory_mib: int) -> None:
+def format_main(mib: int) -> None:
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
     try:
@@ -238,16 +249,26 @@ def format_main(mib: int, memory_mib: int) -> None:
         for size in ("small", "large"):
             figures |= _format_figures(vault, size, mib)
         figures |= _codec_figures()
-        if memory_mib:
-            figures |= _memory_figures(azurite.connection_string, memory_mib)
         figures["load average at the end"] = os.getloadavg()[0]
         figures["benchmark seconds"] = time.monotonic() - t0
-        command = f"./dev bench core --format --format-mib {mib}"
-        report(
-            "core_format", command + (f" --memory-mib {memory_mib}" if memory_mib != 1024 else ""), figures
-        )
+        report("core_format", f"./dev bench core --format --format-mib {mib}", figures)
     finally:
         azurite.cleanup()
+
+
+def format_memory_main(big_mib: int) -> None:
+    t0 = time.monotonic()
+    figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
+    figures |= _traced_figures(big_mib)
+    azurite = Azurite(in_memory=True).start()
+    try:
+        figures |= _memory_figures(azurite.connection_string, big_mib)
+    finally:
+        azurite.cleanup()
+    figures["load average at the end"] = os.getloadavg()[0]
+    figures["benchmark seconds"] = time.monotonic() - t0
+    command = "./dev bench core --format-memory" + (f" --memory-mib {big_mib}" if big_mib != 1024 else "")
+    report("core_format_memory", command, figures)
 
 
 def _memory_figures(conn: str, big_mib: int) -> dict[str, float | str]:
@@ -313,6 +334,83 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     out[f"{label}: batch scan rows/s v2 / full scan v1"] = v2["batch scan"] / v1["scan"]
     out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
     out[f"{label}: paged reads messages/s v2 / v1"] = v2["pages"] / v1["pages"]
+    return out
+
+
+TS = 1_764_000_000_000
+
+
+class _BytesLog:
+    """A committed log held in memory, read as a scan reads a page blob (each read a new bytes)."""
+
+    stream = "traced"
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def state(self) -> CommitState:
+        return CommitState(committed=len(self.data), format=2)
+
+    def read(self, start: int, length: int) -> bytes:
+        return self.data[start : start + length]
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self.read(start, length), self.state()
+
+
+def _events_log(total: int) -> bytes:
+    """Format 2 units of ``total`` bytes of 1 KiB events: the pool of :func:`write_events` encoded
+    once, laid out again and again, each unit given its new offset and checksum."""
+    pool = events(20_000, "large", seed=3)
+    units: list[bytes] = []
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    filled = 0
+    for i, m in enumerate(pool):
+        keys.append(str(m.key).encode())
+        values.append(m.value)
+        filled += 8 + len(keys[-1]) + len(m.value)
+        if filled >= UNIT_TARGET_BYTES or i == len(pool) - 1:  # as the writer cuts units
+            units.append(encode_unit(keys, values, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True))
+            keys, values, filled = [], [], 0
+    per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
+    out = bytearray()
+    for _ in range(-(-total // per_pass)):
+        for unit in units:
+            at = len(out)
+            out += unit
+            struct.pack_into("<Q", out, at + unitformat.OFFSET_OFFSET, at)
+            crc = zlib.crc32(memoryview(out)[at + unitformat.CRC_COVERAGE_START :])
+            struct.pack_into("<I", out, at + unitformat.CRC_OFFSET, crc)
+    return bytes(out)
+
+
+def _traced_figures(big_mib: int) -> dict[str, float | str]:
+    """The peak of the scan's own Python allocations (tracemalloc: the reads' bytes, decoded
+    payloads, batches and messages; not the log, which is in memory before tracing starts)."""
+    out: dict[str, float | str] = {}
+    sizes = (100, 512, big_mib)
+    scans = {
+        "scan": lambda log: sum(1 for _ in scan_log(log, 0, len(log.data))),
+        "scan_batches": lambda log: sum(map(len, scan_log_batches(log, 0, len(log.data)))),
+    }
+    peaks: dict[tuple[str, int], float] = {}
+    for mib in sizes:
+        log = _BytesLog(_events_log(mib * MIB))
+        for label, scan in scans.items():
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            assert scan(log) > 0
+            peaks[label, mib] = (tracemalloc.get_traced_memory()[1] - before) / MIB
+            tracemalloc.stop()
+        out[f"v2 blob MiB @ {mib} MiB of messages"] = len(log.data) / MIB
+        del log
+    for label in scans:
+        for mib in sizes:
+            out[f"v2 {label} traced peak MiB @ {mib} MiB of messages"] = peaks[label, mib]
+        out[f"v2 {label} traced peak @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = (
+            peaks[label, big_mib] / peaks[label, 100]
+        )
     return out
 
 

@@ -176,6 +176,7 @@ def scan_parts(
                         continue
                     break
                 yield records
+                del records  # not held while the next buffer is decoded
                 break
             carry = buf[pos:]
             base += pos
