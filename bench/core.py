@@ -15,8 +15,9 @@ Record format 2 against format 1 (docs/FORMAT.md §11), on generated JSON events
 ~1 KiB (bench/events.py), same messages, same Azurite, one run: blob bytes per message, writer
 messages/s, full-scan rows/s by both scans (``scan``, one Message per message, and
 ``scan_batches``, one column batch per unit or run of records; each also against a raw download
-of the same blob), paged reads of 1,000 messages (what the read API does per request), and per
-codec the compression ratio and the CPU per MiB of payload to compress and to decompress.
+of the same blob), paged reads of 1,000 messages (what the read API does per request), per
+codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
+both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format).
 
     ./dev bench core --format-memory   (results: core_format_memory)
 
@@ -138,12 +139,13 @@ def write_events(vault: Vault, stream: str, total: int) -> None:
             _append_all(w, batches)
 
 
-def peak_rss(conn: str, role: str, stream: str, mib: int) -> float:
+def peak_rss(conn: str, role: str, stream: str, mib: int, env: dict[str, str] | None = None) -> float:
     out = subprocess.run(
         [sys.executable, "-m", "bench.core", "--child", role, conn, stream, str(mib)],
         check=True,
         capture_output=True,
         text=True,
+        env={**os.environ, **(env or {})},
     ).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -155,6 +157,12 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--format", action="store_true", help="format 2 against format 1 (core_format)")
     parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
+    parser.add_argument(
+        "--long-scan-mib",
+        type=int,
+        default=64,
+        help="with --format: MiB of events of the long scans (0: none)",
+    )
     parser.add_argument("--format-memory", action="store_true", help="a format 2 reader's memory")
     parser.add_argument("--memory-mib", type=int, default=1024, help="the larger stream of --format-memory")
     args = parser.parse_args()
@@ -163,7 +171,7 @@ def main() -> None:
         memory_child(conn, role, stream, int(mib))
         return
     if args.format:
-        format_main(args.format_mib)
+        format_main(args.format_mib, args.long_scan_mib)
         return
     if args.format_memory:
         format_memory_main(args.memory_mib)
@@ -240,7 +248,7 @@ FORMATS = {"v1": (1, codecs.CODEC_NONE), "v2": (2, codecs.CODEC_ZSTD), "v2-lz4":
 FORMAT_ROUNDS = 3
 
 
-def format_main(mib: int) -> None:
+def format_main(mib: int, long_mib: int) -> None:
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
     try:
@@ -248,10 +256,13 @@ def format_main(mib: int) -> None:
         figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
         for size in ("small", "large"):
             figures |= _format_figures(vault, size, mib)
+        if long_mib:
+            figures |= _long_scan_figures(vault, long_mib)
         figures |= _codec_figures()
         figures["load average at the end"] = os.getloadavg()[0]
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("core_format", f"./dev bench core --format --format-mib {mib}", figures)
+        command = f"./dev bench core --format --format-mib {mib} --long-scan-mib {long_mib}"
+        report("core_format", command, figures)
     finally:
         azurite.cleanup()
 
@@ -271,20 +282,32 @@ def format_memory_main(big_mib: int) -> None:
     report("core_format_memory", command, figures)
 
 
+FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+"""glibc's mmap threshold held at its default: every large buffer is mapped and unmapped on its
+own, so RSS follows what the process holds (otherwise glibc raises the threshold after the first
+freed 4 MiB buffer, and buffers recycled in its heaps leave RSS creeping up to a plateau)."""
+
+
 def _memory_figures(conn: str, big_mib: int) -> dict[str, float | str]:
-    """Peak RSS of a process scanning format 2 streams of 100 MiB and ``big_mib`` MiB of messages
-    (1 KiB events; the blob is about a fifth of that), by each scan: the reader's whole process
-    (interpreter and imports included) on the real storage client, as for format 1 above."""
+    """Peak RSS of a process scanning format 2 streams of 100 MiB, 512 MiB and ``big_mib`` MiB of
+    messages (1 KiB events; the blob is about a fifth of that), by each scan: the reader's whole
+    process (interpreter and imports included) on the real storage client, as for format 1 above;
+    and the per-message scan again with glibc's mmap threshold fixed (FIXED_MMAP)."""
     out: dict[str, float | str] = {}
-    sizes = (100, big_mib)
+    sizes = (100, 512, big_mib)
     for mib in sizes:
         peak_rss(conn, "events-writer", f"fmt-mem-{mib}", mib)
-    for role, label in (("reader", "scan"), ("batch-reader", "scan_batches")):
+    runs = (
+        ("reader", "scan", None),
+        ("batch-reader", "scan_batches", None),
+        ("reader", "scan, fixed mmap threshold", FIXED_MMAP),
+    )
+    for role, label, env in runs:
         for mib in sizes:
             out[f"v2 {label} peak RSS MiB @ {mib} MiB of messages"] = peak_rss(
-                conn, role, f"fmt-mem-{mib}", mib
+                conn, role, f"fmt-mem-{mib}", mib, env
             )
-        small, big = (out[f"v2 {label} peak RSS MiB @ {m} MiB of messages"] for m in sizes)
+        small, big = (out[f"v2 {label} peak RSS MiB @ {m} MiB of messages"] for m in (100, big_mib))
         out[f"v2 {label} peak RSS @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = float(big) / float(small)
     return out
 
@@ -410,6 +433,44 @@ def _traced_figures(big_mib: int) -> dict[str, float | str]:
             out[f"v2 {label} traced peak MiB @ {mib} MiB of messages"] = peaks[label, mib]
         out[f"v2 {label} traced peak @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = (
             peaks[label, big_mib] / peaks[label, 100]
+        )
+    return out
+
+
+LONG_SCAN_ROUNDS = 2
+
+
+def _long_scan_figures(vault: Vault, mib: int) -> dict[str, float | str]:
+    """Full scans of longer streams (``mib`` MiB of events per size and format, written once,
+    scanned ``LONG_SCAN_ROUNDS`` times by both scans): long enough that a scan's 4 MiB reads
+    overlap its decoding in format 2 too (8 MiB of events is one read of a format 2 blob)."""
+    out: dict[str, float | str] = {}
+    for size, label in (("small", "100 B"), ("large", "1 KiB")):
+        messages = events(mib * MIB // (110 if size == "small" else 1010), size, seed=4)
+        n = len(messages)
+        for name in ("v1", "v2"):
+            record_format, codec = FORMATS[name]
+            with vault.writer(f"long-{size}-{name}", record_format=record_format, codec=codec) as w:
+                _append_all(w, [Batch(messages[i : i + 1000]) for i in range(0, n, 1000)])
+        del messages
+        seconds: dict[tuple[str, str], list[float]] = {}
+        for _ in range(LONG_SCAN_ROUNDS):  # the formats in turn, so drift hits both alike
+            for name in ("v1", "v2"):
+                stream = f"long-{size}-{name}"
+                seconds.setdefault((name, "scan"), []).append(
+                    timed(functools.partial(_scan_all, vault, stream))
+                )
+                seconds.setdefault((name, "batch scan"), []).append(
+                    timed(functools.partial(_scan_batches_all, vault, stream, n))
+                )
+        head = f"{label}, {mib} MiB of events"
+        out[f"{head}: messages per stream"] = float(n)
+        for (name, scan), runs in seconds.items():
+            out[f"{head} {name}: {scan} rows/s"] = n / statistics.median(runs)
+        for scan in ("scan", "batch scan"):
+            out[f"{head}: {scan} rows/s v2 / v1 (>= 3)"] = _paired(seconds["v1", scan], seconds["v2", scan])
+        out[f"{head}: batch scan rows/s v2 / scan v1"] = _paired(
+            seconds["v1", "scan"], seconds["v2", "batch scan"]
         )
     return out
 
