@@ -92,14 +92,21 @@ class ParquetExporter:
     def write_batch(self, batch: MessageBatch) -> None:
         """The batch's columns as Arrow arrays over its own buffers; only the ids are made per message."""
         pa = self._pa
-        columns = batch.to_arrow()
-        ids = pa.array(map(message_id, batch.timestamps, batch.offsets), pa.string(), size=len(batch))
-        self._batches.append(
-            pa.RecordBatch.from_arrays(
-                [columns["offset"], columns["timestamp"], ids, columns["key"], columns["value"]],
-                schema=self.schema,
-            )
-        )
+        n = len(batch)
+        binary = pa.binary()
+        columns = [
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(batch.offsets)]),
+            pa.Array.from_buffers(
+                self.schema.field("timestamp").type, n, [None, pa.py_buffer(batch.timestamps)]
+            ),
+            pa.array(map(message_id, batch.timestamps, batch.offsets), pa.string(), size=n),
+            # a batch's 'I' boundaries are Arrow's int32 offsets as they are (a batch is < 2 GiB)
+            pa.Array.from_buffers(binary, n, [None, pa.py_buffer(batch.key_ends), pa.py_buffer(batch.keys)]),
+            pa.Array.from_buffers(
+                binary, n, [None, pa.py_buffer(batch.value_ends), pa.py_buffer(batch.values)]
+            ),
+        ]
+        self._batches.append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
         self._rows += len(batch)
         if self._rows >= self._row_group:
             self._flush()

@@ -4,7 +4,8 @@
 A :class:`MessageBatch` holds the messages of one version 2 unit (or the part of it a scan
 wants), or of a run of version 1 records, in the layout of a unit's payload (docs/FORMAT.md
 §11.3, Arrow's binary layout): ``n + 1`` boundaries into one buffer of keys, the same for the
-values, and an array each of offsets, timestamps and flags. A unit's batch is its verified,
+values, and an array each of offsets, timestamps and flags (each array's buffer is also an Arrow
+array's: a columnar consumer wraps them without a copy). A unit's batch is its verified,
 decompressed payload as it is, with no loop per message; version 1 records are checked and
 copied into the same shape record by record, with exactly the checks of
 :func:`~vault_core.recordformat.decode`, whose error is the one raised for a record that fails.
@@ -17,7 +18,6 @@ from array import array
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from itertools import chain, repeat
-from typing import TYPE_CHECKING
 
 from vault_core.prefix import FLAG_COMPRESSION_MASK, FLAG_KEY_IS_TEXT, MAGIC, UNIT_VERSION
 from vault_core.recordformat import (
@@ -32,9 +32,6 @@ from vault_core.recordformat import (
     decode,
 )
 from vault_core.unitformat import MAX_PAYLOAD_BYTES, Unit, decode_unit
-
-if TYPE_CHECKING:  # pragma: no cover - pyarrow is optional (the spark extra); imported when asked for
-    import pyarrow
 
 RUN_BYTES = MAX_PAYLOAD_BYTES
 """A batch of version 1 records closes once its keys and values reach this: like a unit's, its
@@ -113,33 +110,6 @@ class MessageBatch:
             self.values,
             self.offsets[n],
             self.unit,
-        )
-
-    def to_arrow(self) -> pyarrow.RecordBatch:
-        """The batch as an Arrow record batch (needs ``pyarrow``): ``offset`` int64, ``timestamp``
-        timestamp[ms, UTC], ``key`` and ``value`` binary, ``key_is_text`` bool.
-
-        Every column is an Arrow array over this batch's own buffers, built without a copy (the
-        ``'I'`` boundaries are Arrow's int32 offsets as they are: a batch stays below 2 GiB).
-        """
-        import pyarrow as pa
-        import pyarrow.compute as pc
-
-        n = len(self.offsets)
-        flags = pa.Array.from_buffers(pa.uint8(), n, [None, pa.py_buffer(self.flags)])
-        return pa.RecordBatch.from_arrays(
-            [
-                pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(self.offsets)]),
-                pa.Array.from_buffers(pa.timestamp("ms", tz="UTC"), n, [None, pa.py_buffer(self.timestamps)]),
-                pa.Array.from_buffers(
-                    pa.binary(), n, [None, pa.py_buffer(self.key_ends), pa.py_buffer(self.keys)]
-                ),
-                pa.Array.from_buffers(
-                    pa.binary(), n, [None, pa.py_buffer(self.value_ends), pa.py_buffer(self.values)]
-                ),
-                pc.not_equal(pc.bit_wise_and(flags, FLAG_KEY_IS_TEXT), 0),
-            ],
-            names=["offset", "timestamp", "key", "value", "key_is_text"],
         )
 
 
