@@ -13,9 +13,17 @@ both sides alike:
 
 Record format 2 against format 1 (docs/FORMAT.md §11), on generated JSON events of ~100 B and
 ~1 KiB (bench/events.py), same messages, same Azurite, one run: blob bytes per message, writer
-messages/s, full-scan rows/s (and against a raw download of the same blob), paged reads of
-1,000 messages (what the read API does per request), and per codec the compression ratio and
-the CPU per MiB of payload to compress and to decompress.
+messages/s, full-scan rows/s by both scans (``scan``, one Message per message, and
+``scan_batches``, one column batch per unit or run of records; each also against a raw download
+of the same blob), paged reads of 1,000 messages (what the read API does per request), per
+codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
+both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format).
+
+    ./dev bench core --format-memory   (results: core_format_memory)
+
+A format 2 reader's memory at ~100 MiB and ~1 GiB of 1 KiB events (``--memory-mib`` the larger),
+by both scans: the peak RSS of a reader process on Azurite, and the peak of the scan's own
+Python allocations (tracemalloc, over an in-memory log) at 100 MiB, 512 MiB and the larger size.
 """
 
 from __future__ import annotations
@@ -25,16 +33,21 @@ import functools
 import itertools
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import time
+import tracemalloc
+import zlib
 from typing import cast
 
 from bench.common import MIB, report, timed
 from bench.events import events
-from vault_core import codecs
+from vault_core import codecs, unitformat
 from vault_core.azure import StorageAccount
 from vault_core.pageblob import PageBlobs
+from vault_core.pagelog import CommitState
+from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import NewMessage
 from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
 from vault_core.vault import Vault
@@ -91,10 +104,19 @@ def raw_download(vault: Vault, stream: str, total: int) -> float:
 
 
 def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
-    """Run in a child process: write or scan ``mib`` MiB, then print peak RSS in MiB."""
+    """Run in a child process: write or scan ``mib`` MiB, then print peak RSS in MiB.
+
+    Roles: ``writer`` / ``reader`` (format 1, the core benchmark's stream), ``events-writer``
+    (``mib`` MiB of 1 KiB events in format 2), ``reader`` / ``batch-reader`` (scan or scan_batches).
+    """
     vault = Vault(StorageAccount(connection_string=conn)).ensure()
     if role == "writer":
         write_stream(vault, stream, mib * MIB)
+    elif role == "events-writer":
+        write_events(vault, stream, mib * MIB)
+    elif role == "batch-reader":
+        count = sum(map(len, vault.reader.scan_batches(stream)))
+        assert count > 0
     else:
         count = sum(1 for _ in vault.reader.scan(stream))
         assert count > 0
@@ -105,12 +127,25 @@ def memory_child(conn: str, role: str, stream: str, mib: int) -> None:
     print(hwm_kib / 1024)
 
 
-def peak_rss(conn: str, role: str, stream: str, mib: int) -> float:
+def write_events(vault: Vault, stream: str, total: int) -> None:
+    """Append ``total`` bytes of messages in format 2: 1 KiB generated events, taken in turn from a
+    pool of 20,000 different ones (~20 MiB), so no unit (256 KiB) holds an event twice and each
+    compresses as fresh events do, without generating a gigabyte of them."""
+    pool = events(20_000, "large", seed=3)
+    batches = [Batch(pool[i : i + 1000]) for i in range(0, len(pool), 1000)]
+    per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
+    with vault.writer(stream) as w:
+        for _ in range(-(-total // per_pass)):
+            _append_all(w, batches)
+
+
+def peak_rss(conn: str, role: str, stream: str, mib: int, env: dict[str, str] | None = None) -> float:
     out = subprocess.run(
         [sys.executable, "-m", "bench.core", "--child", role, conn, stream, str(mib)],
         check=True,
         capture_output=True,
         text=True,
+        env={**os.environ, **(env or {})},
     ).stdout
     return float(out.strip().splitlines()[-1])
 
@@ -122,13 +157,24 @@ def main() -> None:
     parser.add_argument("--big-mib", type=int, default=1024)
     parser.add_argument("--format", action="store_true", help="format 2 against format 1 (core_format)")
     parser.add_argument("--format-mib", type=int, default=8, help="MiB of events per size and format")
+    parser.add_argument(
+        "--long-scan-mib",
+        type=int,
+        default=64,
+        help="with --format: MiB of events of the long scans (0: none)",
+    )
+    parser.add_argument("--format-memory", action="store_true", help="a format 2 reader's memory")
+    parser.add_argument("--memory-mib", type=int, default=1024, help="the larger stream of --format-memory")
     args = parser.parse_args()
     if args.child:
         role, conn, stream, mib = args.child
         memory_child(conn, role, stream, int(mib))
         return
     if args.format:
-        format_main(args.format_mib)
+        format_main(args.format_mib, args.long_scan_mib)
+        return
+    if args.format_memory:
+        format_memory_main(args.memory_mib)
         return
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
@@ -202,19 +248,68 @@ FORMATS = {"v1": (1, codecs.CODEC_NONE), "v2": (2, codecs.CODEC_ZSTD), "v2-lz4":
 FORMAT_ROUNDS = 3
 
 
-def format_main(mib: int) -> None:
+def format_main(mib: int, long_mib: int) -> None:
     t0 = time.monotonic()
     azurite = Azurite(in_memory=True).start()
     try:
         vault = Vault(StorageAccount(connection_string=azurite.connection_string)).ensure()
-        figures: dict[str, float | str] = {}
+        figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
         for size in ("small", "large"):
             figures |= _format_figures(vault, size, mib)
+        if long_mib:
+            figures |= _long_scan_figures(vault, long_mib)
         figures |= _codec_figures()
+        figures["load average at the end"] = os.getloadavg()[0]
         figures["benchmark seconds"] = time.monotonic() - t0
-        report("core_format", f"./dev bench core --format --format-mib {mib}", figures)
+        command = f"./dev bench core --format --format-mib {mib} --long-scan-mib {long_mib}"
+        report("core_format", command, figures)
     finally:
         azurite.cleanup()
+
+
+def format_memory_main(big_mib: int) -> None:
+    t0 = time.monotonic()
+    figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
+    figures |= _traced_figures(big_mib)
+    azurite = Azurite(in_memory=True).start()
+    try:
+        figures |= _memory_figures(azurite.connection_string, big_mib)
+    finally:
+        azurite.cleanup()
+    figures["load average at the end"] = os.getloadavg()[0]
+    figures["benchmark seconds"] = time.monotonic() - t0
+    command = "./dev bench core --format-memory" + (f" --memory-mib {big_mib}" if big_mib != 1024 else "")
+    report("core_format_memory", command, figures)
+
+
+FIXED_MMAP = {"MALLOC_MMAP_THRESHOLD_": "131072"}
+"""glibc's mmap threshold held at its default: every large buffer is mapped and unmapped on its
+own, so RSS follows what the process holds (otherwise glibc raises the threshold after the first
+freed 4 MiB buffer, and buffers recycled in its heaps leave RSS creeping up to a plateau)."""
+
+
+def _memory_figures(conn: str, big_mib: int) -> dict[str, float | str]:
+    """Peak RSS of a process scanning format 2 streams of 100 MiB, 512 MiB and ``big_mib`` MiB of
+    messages (1 KiB events; the blob is about a fifth of that), by each scan: the reader's whole
+    process (interpreter and imports included) on the real storage client, as for format 1 above;
+    and the per-message scan again with glibc's mmap threshold fixed (FIXED_MMAP)."""
+    out: dict[str, float | str] = {}
+    sizes = (100, 512, big_mib)
+    for mib in sizes:
+        peak_rss(conn, "events-writer", f"fmt-mem-{mib}", mib)
+    runs = (
+        ("reader", "scan", None),
+        ("batch-reader", "scan_batches", None),
+        ("reader", "scan, fixed mmap threshold", FIXED_MMAP),
+    )
+    for role, label, env in runs:
+        for mib in sizes:
+            out[f"v2 {label} peak RSS MiB @ {mib} MiB of messages"] = peak_rss(
+                conn, role, f"fmt-mem-{mib}", mib, env
+            )
+        small, big = (out[f"v2 {label} peak RSS MiB @ {m} MiB of messages"] for m in (100, big_mib))
+        out[f"v2 {label} peak RSS @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = float(big) / float(small)
+    return out
 
 
 def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]:
@@ -227,6 +322,7 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     for name, (record_format, codec) in FORMATS.items():
         writes: list[float] = []
         scans: list[float] = []
+        batch_scans: list[float] = []
         pages: list[float] = []
         raws: list[float] = []
         for r in range(FORMAT_ROUNDS):
@@ -236,25 +332,146 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             committed = vault.reader.state(stream).committed
             raws.append(raw_download(vault, stream, committed))
             scans.append(timed(functools.partial(_scan_all, vault, stream)))
+            batch_scans.append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
             pages.append(timed(functools.partial(_read_pages, vault, stream)))
         per_format[name] = {
             "bytes": committed / n,
             "write": n / statistics.median(writes),
             "scan": n / statistics.median(scans),
+            "batch scan": n / statistics.median(batch_scans),
             "raw": n / statistics.median(raws),
             "pages": n / statistics.median(pages),
         }
         out[f"{label} {name}: blob bytes/message"] = committed / n
         out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
         out[f"{label} {name}: full scan rows/s"] = per_format[name]["scan"]
+        out[f"{label} {name}: batch scan rows/s"] = per_format[name]["batch scan"]
         out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
         out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(raws, scans)
+        out[f"{label} {name}: batch scan / raw download of the same blob"] = _paired(raws, batch_scans)
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
     out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = v2["scan"] / v1["scan"]
+    out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = v2["batch scan"] / v1["batch scan"]
+    out[f"{label}: batch scan rows/s v2 / full scan v1"] = v2["batch scan"] / v1["scan"]
     out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
     out[f"{label}: paged reads messages/s v2 / v1"] = v2["pages"] / v1["pages"]
+    return out
+
+
+TS = 1_764_000_000_000
+
+
+class _BytesLog:
+    """A committed log held in memory, read as a scan reads a page blob (each read a new bytes)."""
+
+    stream = "traced"
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def state(self) -> CommitState:
+        return CommitState(committed=len(self.data), format=2)
+
+    def read(self, start: int, length: int) -> bytes:
+        return self.data[start : start + length]
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self.read(start, length), self.state()
+
+
+def _events_log(total: int) -> bytes:
+    """Format 2 units of ``total`` bytes of 1 KiB events: the pool of :func:`write_events` encoded
+    once, laid out again and again, each unit given its new offset and checksum."""
+    pool = events(20_000, "large", seed=3)
+    units: list[bytes] = []
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    filled = 0
+    for i, m in enumerate(pool):
+        keys.append(str(m.key).encode())
+        values.append(m.value)
+        filled += 8 + len(keys[-1]) + len(m.value)
+        if filled >= UNIT_TARGET_BYTES or i == len(pool) - 1:  # as the writer cuts units
+            units.append(encode_unit(keys, values, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True))
+            keys, values, filled = [], [], 0
+    per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
+    out = bytearray()
+    for _ in range(-(-total // per_pass)):
+        for unit in units:
+            at = len(out)
+            out += unit
+            struct.pack_into("<Q", out, at + unitformat.OFFSET_OFFSET, at)
+            crc = zlib.crc32(memoryview(out)[at + unitformat.CRC_COVERAGE_START :])
+            struct.pack_into("<I", out, at + unitformat.CRC_OFFSET, crc)
+    return bytes(out)
+
+
+def _traced_figures(big_mib: int) -> dict[str, float | str]:
+    """The peak of the scan's own Python allocations (tracemalloc: the reads' bytes, decoded
+    payloads, batches and messages; not the log, which is in memory before tracing starts)."""
+    out: dict[str, float | str] = {}
+    sizes = (100, 512, big_mib)
+    scans = {
+        "scan": lambda log: sum(1 for _ in scan_log(log, 0, len(log.data))),
+        "scan_batches": lambda log: sum(map(len, scan_log_batches(log, 0, len(log.data)))),
+    }
+    peaks: dict[tuple[str, int], float] = {}
+    for mib in sizes:
+        log = _BytesLog(_events_log(mib * MIB))
+        for label, scan in scans.items():
+            tracemalloc.start()
+            before = tracemalloc.get_traced_memory()[0]
+            assert scan(log) > 0
+            peaks[label, mib] = (tracemalloc.get_traced_memory()[1] - before) / MIB
+            tracemalloc.stop()
+        out[f"v2 blob MiB @ {mib} MiB of messages"] = len(log.data) / MIB
+        del log
+    for label in scans:
+        for mib in sizes:
+            out[f"v2 {label} traced peak MiB @ {mib} MiB of messages"] = peaks[label, mib]
+        out[f"v2 {label} traced peak @ {big_mib} MiB / @ 100 MiB (flat: ~1)"] = (
+            peaks[label, big_mib] / peaks[label, 100]
+        )
+    return out
+
+
+LONG_SCAN_ROUNDS = 2
+
+
+def _long_scan_figures(vault: Vault, mib: int) -> dict[str, float | str]:
+    """Full scans of longer streams (``mib`` MiB of events per size and format, written once,
+    scanned ``LONG_SCAN_ROUNDS`` times by both scans): long enough that a scan's 4 MiB reads
+    overlap its decoding in format 2 too (8 MiB of events is one read of a format 2 blob)."""
+    out: dict[str, float | str] = {}
+    for size, label in (("small", "100 B"), ("large", "1 KiB")):
+        messages = events(mib * MIB // (110 if size == "small" else 1010), size, seed=4)
+        n = len(messages)
+        for name in ("v1", "v2"):
+            record_format, codec = FORMATS[name]
+            with vault.writer(f"long-{size}-{name}", record_format=record_format, codec=codec) as w:
+                _append_all(w, [Batch(messages[i : i + 1000]) for i in range(0, n, 1000)])
+        del messages
+        seconds: dict[tuple[str, str], list[float]] = {}
+        for _ in range(LONG_SCAN_ROUNDS):  # the formats in turn, so drift hits both alike
+            for name in ("v1", "v2"):
+                stream = f"long-{size}-{name}"
+                seconds.setdefault((name, "scan"), []).append(
+                    timed(functools.partial(_scan_all, vault, stream))
+                )
+                seconds.setdefault((name, "batch scan"), []).append(
+                    timed(functools.partial(_scan_batches_all, vault, stream, n))
+                )
+        head = f"{label}, {mib} MiB of events"
+        out[f"{head}: messages per stream"] = float(n)
+        for (name, scan), runs in seconds.items():
+            out[f"{head} {name}: {scan} rows/s"] = n / statistics.median(runs)
+        for scan in ("scan", "batch scan"):
+            out[f"{head}: {scan} rows/s v2 / v1 (>= 3)"] = _paired(seconds["v1", scan], seconds["v2", scan])
+        out[f"{head}: batch scan rows/s v2 / scan v1"] = _paired(
+            seconds["v1", "scan"], seconds["v2", "batch scan"]
+        )
     return out
 
 
@@ -265,6 +482,10 @@ def _append_all(writer: StreamWriter, batches: list[Batch]) -> None:
 
 def _scan_all(vault: Vault, stream: str) -> None:
     assert sum(1 for _ in vault.reader.scan(stream)) > 0
+
+
+def _scan_batches_all(vault: Vault, stream: str, n: int) -> None:
+    assert sum(map(len, vault.reader.scan_batches(stream))) == n
 
 
 def _read_pages(vault: Vault, stream: str) -> None:

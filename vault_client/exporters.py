@@ -13,13 +13,16 @@ from typing import IO, Any, Protocol
 
 from vault_client.wire import message_json
 from vault_core.errors import InvalidInput
-from vault_core.recordformat import Message
+from vault_core.messagebatch import MessageBatch
+from vault_core.recordformat import message_id
 
 PARQUET_ROW_GROUP = 64 * 1024
 
 
 class Exporter(Protocol):
-    def write(self, message: Message) -> None: ...
+    def write_batch(self, batch: MessageBatch) -> None:
+        """Add a scan's batch of messages (vault_core.messagebatch) to the file."""
+        ...
 
     def commit(self) -> None:
         """Finish the file and move it into place."""
@@ -47,9 +50,10 @@ class NdjsonExporter:
         self._file = _AtomicFile(path)
         self._out: IO[str] = open(self._file.partial, "w", encoding="utf-8")  # noqa: SIM115 - closed in commit/abort
 
-    def write(self, message: Message) -> None:
-        self._out.write(json.dumps(message_json(message), ensure_ascii=False, separators=(",", ":")))
-        self._out.write("\n")
+    def write_batch(self, batch: MessageBatch) -> None:
+        for message in batch.messages():
+            self._out.write(json.dumps(message_json(message), ensure_ascii=False, separators=(",", ":")))
+            self._out.write("\n")
 
     def commit(self) -> None:
         self._out.close()
@@ -82,27 +86,36 @@ class ParquetExporter:
         )
         self._writer: Any = pq.ParquetWriter(str(self._file.partial), self.schema, compression="zstd")
         self._row_group = row_group
-        self._columns: list[list[Any]] = [[], [], [], [], []]
+        self._batches: list[Any] = []
+        self._rows = 0
 
-    def write(self, message: Message) -> None:
-        cols = self._columns
-        cols[0].append(message.offset)
-        cols[1].append(message.timestamp)
-        cols[2].append(message.id)
-        cols[3].append(message.key)
-        cols[4].append(message.value)
-        if len(cols[0]) >= self._row_group:
+    def write_batch(self, batch: MessageBatch) -> None:
+        """The batch's columns as Arrow arrays over its own buffers; only the ids are made per message."""
+        pa = self._pa
+        n = len(batch)
+        binary = pa.binary()
+        columns = [
+            pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(batch.offsets)]),
+            pa.Array.from_buffers(
+                self.schema.field("timestamp").type, n, [None, pa.py_buffer(batch.timestamps)]
+            ),
+            pa.array(map(message_id, batch.timestamps, batch.offsets), pa.string(), size=n),
+            # a batch's 'I' boundaries are Arrow's int32 offsets as they are (a batch is < 2 GiB)
+            pa.Array.from_buffers(binary, n, [None, pa.py_buffer(batch.key_ends), pa.py_buffer(batch.keys)]),
+            pa.Array.from_buffers(
+                binary, n, [None, pa.py_buffer(batch.value_ends), pa.py_buffer(batch.values)]
+            ),
+        ]
+        self._batches.append(pa.RecordBatch.from_arrays(columns, schema=self.schema))
+        self._rows += len(batch)
+        if self._rows >= self._row_group:
             self._flush()
 
     def _flush(self) -> None:
-        if self._columns[0]:
-            self._writer.write_table(
-                self._pa.Table.from_arrays(
-                    [self._pa.array(c, type=f.type) for c, f in zip(self._columns, self.schema, strict=True)],
-                    schema=self.schema,
-                )
-            )
-            self._columns = [[], [], [], [], []]
+        if self._batches:
+            table = self._pa.Table.from_batches(self._batches, schema=self.schema)
+            self._writer.write_table(table, row_group_size=self._row_group)
+            self._batches, self._rows = [], 0
 
     def commit(self) -> None:
         self._flush()

@@ -11,6 +11,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
+from itertools import chain
+from typing import Any, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
@@ -23,6 +25,7 @@ from vault_core.errors import (
 )
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
+from vault_core.messagebatch import MessageBatch, decode_batches
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
@@ -33,6 +36,7 @@ SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
+T = TypeVar("T")
 MIN_READ = max(HEADER_SIZE, UNIT_HEADER_SIZE)
 """The fewest bytes a read fetches: a whole header, whichever the version, so that a read with a
 tiny ``max_bytes`` learns the length of what it must return at least one message of."""
@@ -45,6 +49,23 @@ class ReadResult:
     """Where the next read continues: after the last returned record."""
     committed: int
     """The committed length seen by this read; ``next_offset == committed`` means caught up."""
+
+
+class Decoder(Protocol[T]):
+    """What a scan decodes each buffer with: :func:`~vault_core.recordformat.decode` (messages) or
+    :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
+
+    def __call__(
+        self,
+        buf: bytes | bytearray | memoryview,
+        base_offset: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        stream: str | None = None,
+        complete: bool = False,
+        first: int = 0,
+    ) -> tuple[list[T], int]: ...
 
 
 def scan_log(
@@ -71,7 +92,49 @@ def scan_log(
     (ascending index points), else ``end``. Never at a sync marker found by searching, which
     may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
     ``skip_corrupt`` a corrupt record raises.
+
+    The messages of a buffer are built in one go and handed on by ``itertools.chain``: taking the
+    next message runs no Python code.
     """
+    parts = scan_parts(log, start, end, decode, chunk, prefetch, skip_corrupt, on_skip, resync, first)
+    return chain.from_iterable(parts)
+
+
+def scan_log_batches(
+    log: ReadableLog,
+    start: int,
+    end: int,
+    *,
+    chunk: int = SCAN_CHUNK,
+    prefetch: int = SCAN_PREFETCH,
+    skip_corrupt: bool = False,
+    on_skip: Callable[[int, int], None] | None = None,
+    resync: Sequence[int] = (),
+    first: int = 0,
+) -> Iterator[MessageBatch]:
+    """:func:`scan_log` as :class:`~vault_core.messagebatch.MessageBatch` columns: one batch per
+    version 2 unit and per run of version 1 records, the same messages, checks and skipping.
+
+    For bulk consumers (export, verify, columnar engines): a unit's batch is its decompressed
+    payload as it is, so a scan of version 2 units does no Python work per message.
+    """
+    parts = scan_parts(log, start, end, decode_batches, chunk, prefetch, skip_corrupt, on_skip, resync, first)
+    return chain.from_iterable(parts)
+
+
+def scan_parts(
+    log: ReadableLog,
+    start: int,
+    end: int,
+    decoder: Decoder[T],
+    chunk: int = SCAN_CHUNK,
+    prefetch: int = SCAN_PREFETCH,
+    skip_corrupt: bool = False,
+    on_skip: Callable[[int, int], None] | None = None,
+    resync: Sequence[int] = (),
+    first: int = 0,
+) -> Iterator[list[T]]:
+    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order)."""
     if start >= end:
         return
     chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch)
@@ -87,12 +150,12 @@ def scan_log(
             pos = 0
             while True:
                 try:
-                    records, pos = decode(buf, base, pos, stream=log.stream, complete=last, first=first)
+                    records, pos = decoder(buf, base, pos, stream=log.stream, complete=last, first=first)
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
-                    yield from _records_before(buf, base, pos, bad, log.stream)
+                    yield _records_before(decoder, buf, base, pos, bad, log.stream, first)
                     over = _walk_over(buf, base, bad, end, log.read)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if on_skip:
@@ -101,7 +164,8 @@ def scan_log(
                     if skip_to - base <= len(buf):
                         continue
                     break
-                yield from records
+                yield records
+                del records  # not held while the next buffer is decoded
                 break
             carry = buf[pos:]
             base += pos
@@ -147,12 +211,32 @@ def _next_boundary(resync: Sequence[int], after: int, end: int) -> int:
     return min(resync[i], end) if i < len(resync) else end
 
 
-def _records_before(buf: bytes, base: int, pos: int, bad: int, stream: str) -> list[Message]:
-    # decode() raised at ``bad``: the whole records between ``pos`` and ``bad`` are good.
+def _records_before(
+    decoder: Decoder[T], buf: bytes, base: int, pos: int, bad: int, stream: str, first: int
+) -> list[T]:
+    # decoding raised at ``bad``: the whole records between ``pos`` and ``bad`` are good.
     if bad <= pos:
         return []
-    records, _ = decode(buf, base, pos, bad, stream=stream)
+    records, _ = decoder(buf, base, pos, bad, stream=stream, first=first)
     return records
+
+
+def _before(part: list[T], end: int) -> list[T]:
+    """The messages (or batches, cut inside) of ``part`` that start before offset ``end``."""
+    kept: list[Any] = []
+    item: Any
+    for item in part:
+        if isinstance(item, MessageBatch):
+            n = bisect.bisect_left(item.offsets, end)
+            if n:
+                kept.append(item.head(n))
+            if n < len(item):
+                break
+        elif item.offset < end:
+            kept.append(item)
+        else:
+            break
+    return cast(list[T], kept)
 
 
 def _within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
@@ -304,7 +388,40 @@ class StreamReader:
         prefetch: int = SCAN_PREFETCH,
         skip_corrupt: bool = False,
     ) -> Iterator[Message]:
-        """Every record from ``from_offset`` up to ``to_offset`` (default: the committed end now)."""
+        """Every record from ``from_offset`` up to ``to_offset`` (default: the committed end now).
+
+        Checks the range when iteration starts; taking each message then runs no Python code.
+        """
+        parts = self._scan_parts(stream, from_offset, to_offset, decode, chunk, prefetch, skip_corrupt)
+        return chain.from_iterable(parts)
+
+    def scan_batches(
+        self,
+        stream: str,
+        from_offset: int = 0,
+        to_offset: int | None = None,
+        *,
+        chunk: int = SCAN_CHUNK,
+        prefetch: int = SCAN_PREFETCH,
+        skip_corrupt: bool = False,
+    ) -> Iterator[MessageBatch]:
+        """:meth:`scan` as :class:`~vault_core.messagebatch.MessageBatch` columns (one per version 2
+        unit or run of version 1 records): the same messages, for consumers that take columns."""
+        parts = self._scan_parts(
+            stream, from_offset, to_offset, decode_batches, chunk, prefetch, skip_corrupt
+        )
+        return chain.from_iterable(parts)
+
+    def _scan_parts(
+        self,
+        stream: str,
+        from_offset: int,
+        to_offset: int | None,
+        decoder: Decoder[T],
+        chunk: int,
+        prefetch: int,
+        skip_corrupt: bool,
+    ) -> Iterator[list[T]]:
         log = self.log(stream)
         committed = log.state().committed
         end = committed if to_offset is None else to_offset
@@ -325,19 +442,18 @@ class StreamReader:
         resync: list[int] = []
         if skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
-        for message in scan_log(
-            log,
-            start,
-            stop,
-            chunk=chunk,
-            prefetch=prefetch,
-            skip_corrupt=skip_corrupt,
-            resync=resync,
-            first=from_offset,
-        ):
-            if message.offset >= end:
+        parts = scan_parts(
+            log, start, stop, decoder, chunk, prefetch, skip_corrupt, None, resync, from_offset
+        )
+        if stop == end:
+            yield from parts
+            return
+        for part in parts:
+            kept = _before(part, end)
+            if kept:
+                yield kept
+            if len(kept) < len(part):
                 return
-            yield message
 
     def follow(
         self,

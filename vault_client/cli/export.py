@@ -13,9 +13,7 @@ from vault_client.cli.settings import connection_options, settings
 from vault_client.exporters import export_format, exporter_for
 from vault_client.rawlog import check_boundary, open_log
 from vault_core.errors import InvalidInput
-from vault_core.reader import scan_log
-
-PROGRESS_EVERY = 4096
+from vault_core.reader import scan_log_batches
 
 
 @click.command()
@@ -64,11 +62,10 @@ def export(stream: str, path: Path, fmt: str | None, start: int, direct: bool) -
     try:
         with progress_bar(s.quiet) as bar:
             task = bar.add_task(f"exporting {stream}", total=committed - start, messages=0)
-            for message in scan_log(blob, start, committed):
-                exporter.write(message)
-                count += 1
-                if count % PROGRESS_EVERY == 0:
-                    bar.update(task, completed=message.next_offset - start, messages=count)
+            for batch in scan_log_batches(blob, start, committed):
+                exporter.write_batch(batch)
+                count += len(batch)
+                bar.update(task, completed=batch.next_offset - start, messages=count)
             bar.update(task, completed=committed - start, messages=count)
     except BaseException:
         exporter.abort()

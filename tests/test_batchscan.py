@@ -1,0 +1,204 @@
+"""The batch scan (vault_core.messagebatch, ``scan_batches``) returns exactly the messages of the
+per-message scan, on version 1, version 2 and mixed logs, from any message offset to any other,
+and fails or skips on damage exactly as the per-message scan does.
+
+All in process, over the in-memory twin (tests/test_contracts.py shows it behaves as Azurite does).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from vault_client.exporters import exporter_for
+from vault_client.wire import message_json
+from vault_core import codecs
+from vault_core.clock import ManualClock
+from vault_core.errors import FormatError
+from vault_core.memory import MemoryAccount, MemoryPageBlobs
+from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
+from vault_core.reader import scan_log, scan_log_batches
+from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
+from vault_core.vault import Vault
+from vault_core.writer import Batch
+
+STREAM = "columns"
+FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+message = st.builds(
+    NewMessage,
+    st.binary(max_size=200) | st.just(b"") | st.just(b"\xf5MVL\x02"),
+    st.text(max_size=12) | st.binary(max_size=12) | st.just(b"k" * MAX_KEY_BYTES),
+)
+commit = st.tuples(
+    st.sampled_from([(1, 0), *((2, c) for c in sorted(codecs.CODEC_NAMES))]),
+    st.lists(st.lists(message, min_size=1, max_size=30), min_size=1, max_size=3),
+)
+
+
+def written(commits: list[tuple[tuple[int, int], list[list[NewMessage]]]]) -> Vault:
+    """A stream of ``commits``, each in its own format and codec (so formats mix at commit boundaries)."""
+    clock = ManualClock(1_750_000_000_000)
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    for (record_format, codec), batches in commits:
+        with vault.writer(STREAM, record_format=record_format, codec=codec, index_spacing=2048) as w:
+            w.append([Batch(b) for b in batches])
+        clock.advance(1_000)
+    return vault
+
+
+def flat(batches: list[MessageBatch]) -> list[Message]:
+    assert all(len(b) > 0 for b in batches)
+    return list(batch_messages(batches))
+
+
+@FAST
+@given(commits=st.lists(commit, min_size=1, max_size=5), seed=st.integers(0, 2**32))
+def test_the_batch_scan_returns_the_messages_of_the_per_message_scan(
+    commits: list[tuple[tuple[int, int], list[list[NewMessage]]]], seed: int
+) -> None:
+    vault = written(commits)
+    reader, blob = vault.reader, vault.blob(STREAM)
+    everything = list(reader.scan(STREAM))
+    assert len(everything) == sum(len(b) for _, batches in commits for b in batches)
+    assert flat(list(reader.scan_batches(STREAM))) == everything
+    committed = reader.state(STREAM).committed
+    chunk = random.Random(seed).choice([211, 4096])  # buffers that cut records and units anywhere
+    assert flat(list(scan_log_batches(blob, 0, committed, chunk=chunk, prefetch=2))) == everything
+    rng = random.Random(seed)
+    for _ in range(6):  # from any message to any message, inside units or not
+        i, j = sorted(rng.sample(range(len(everything) + 1), 2) if len(everything) > 1 else (0, 1))
+        start = everything[i].offset
+        stop = everything[j].offset if j < len(everything) else None
+        expected = everything[i:j]
+        assert list(reader.scan(STREAM, start, stop)) == expected
+        assert flat(list(reader.scan_batches(STREAM, start, stop))) == expected
+
+
+def test_a_unit_is_one_batch_and_a_run_of_records_another(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM, record_format=1) as w:
+        w.append([Batch([NewMessage(b"a", "k"), NewMessage(b"b", b"\x01")])])
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"c", "k"), NewMessage(b"d", "k")])])
+    records, unit = vault.reader.scan_batches(STREAM)
+    assert (records.unit, len(records), unit.unit, len(unit)) == (False, 2, True, 2)
+    assert (
+        records.next_offset == unit.first_offset and unit.next_offset == vault.reader.state(STREAM).committed
+    )
+    assert list(records.flags) == [8, 0] and list(unit.flags) == [8, 8]  # text key or not, per message
+    assert records.log_bytes == sum(m.size for m in records.messages())
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_750_000_000_000)
+
+
+@pytest.fixture
+def mixed(clock: ManualClock) -> Vault:
+    """Version 1 commits, then version 2 ones of several units each."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    rng = random.Random(5)
+    for record_format in (1, 2):
+        with vault.writer(STREAM, record_format=record_format, index_spacing=4096) as w:
+            for i in range(3):
+                msgs = [NewMessage(rng.randbytes(rng.randint(0, 300)), f"k{j % 5}") for j in range(200)]
+                w.append([Batch(msgs, f"f{record_format}-{i}")])
+    return vault
+
+
+def damage(vault: Vault, batch_id: str, at: int) -> int:
+    damaged = vault.index.committed_batches(STREAM, [batch_id])[batch_id]
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    container.blobs[STREAM].data[damaged.first_offset + at] ^= 0x01
+    return damaged.first_offset
+
+
+@pytest.mark.parametrize("batch_id", ["f1-1", "f2-1"])
+def test_damage_stops_both_scans_with_the_same_error(mixed: Vault, batch_id: str) -> None:
+    damage(mixed, batch_id, 45)
+    errors = []
+    for scan in (mixed.reader.scan, mixed.reader.scan_batches):
+        with pytest.raises(FormatError) as caught:
+            list(scan(STREAM))
+        errors.append((type(caught.value), str(caught.value), caught.value.offset))
+    assert errors[0] == errors[1]
+
+
+@pytest.mark.parametrize("batch_id", ["f1-1", "f2-0", "f2-2"])
+@pytest.mark.parametrize("chunk", [4096, 1 << 20])
+def test_skipping_damage_leaves_the_same_survivors_and_reports_the_same_skips(
+    mixed: Vault, batch_id: str, chunk: int
+) -> None:
+    damage(mixed, batch_id, 45)
+    committed = mixed.reader.state(STREAM).committed
+    blob = mixed.blob(STREAM)
+    skips: list[list[tuple[int, int]]] = [[], []]
+    messages = list(
+        scan_log(blob, 0, committed, chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[0].append(s))
+    )
+    batches = list(
+        scan_log_batches(
+            blob, 0, committed, chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[1].append(s)
+        )
+    )
+    assert flat(batches) == messages and skips[0] == skips[1] and len(skips[0]) == 1
+    assert flat(list(mixed.reader.scan_batches(STREAM, skip_corrupt=True))) == list(
+        mixed.reader.scan(STREAM, skip_corrupt=True)
+    )
+
+
+def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mixed: Vault) -> None:
+    log = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
+    rng = random.Random(9)
+    for cut in rng.sample(range(1, len(log)), 40):  # a buffer that ends anywhere
+        messages, pos = decode(log, 0, 0, cut)
+        batches, batch_pos = decode_batches(log, 0, 0, cut)
+        assert (flat(batches), batch_pos) == (messages, pos)
+        for complete in (True,):
+            try:
+                decode(log, 0, 0, cut, complete=complete)
+            except FormatError as exc:
+                with pytest.raises(type(exc), match="committed end"):
+                    decode_batches(log, 0, 0, cut, complete=complete)
+    for at in rng.sample(range(len(log)), 40):  # a flipped bit anywhere
+        damaged = bytearray(log)
+        damaged[at] ^= 0x20
+        try:
+            expected: object = decode(damaged, 0, complete=True)
+        except FormatError as exc:
+            expected = (type(exc), str(exc))
+        try:
+            batches, pos = decode_batches(damaged, 0, complete=True)
+            got: object = (flat(batches), pos)
+        except FormatError as exc:
+            got = (type(exc), str(exc))
+        assert got == expected
+
+
+def test_the_exporters_write_every_message_of_a_mixed_stream_from_batches(
+    mixed: Vault, tmp_path: Path
+) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    everything = list(mixed.reader.scan(STREAM))
+    for name in ("out.parquet", "out.ndjson"):
+        exporter = exporter_for(tmp_path / name)
+        for batch in mixed.reader.scan_batches(STREAM):
+            exporter.write_batch(batch)
+        exporter.commit()
+    table = pq.read_table(tmp_path / "out.parquet")
+    assert table.column("offset").to_pylist() == [m.offset for m in everything]
+    stamps = [int(t.timestamp() * 1000) for t in table.column("timestamp").to_pylist()]
+    assert stamps == [m.timestamp for m in everything]
+    assert table.column("id").to_pylist() == [m.id for m in everything]
+    assert table.column("key").to_pylist() == [m.key for m in everything]
+    assert table.column("value").to_pylist() == [m.value for m in everything]
+    lines = (tmp_path / "out.ndjson").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [message_json(m) for m in everything]
