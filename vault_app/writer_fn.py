@@ -44,6 +44,7 @@ from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
 from vault_core.queueing import QueuedMessage
+from vault_core.retry import backed_off
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -87,8 +88,20 @@ class _Plan:
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
+    started, waited = time.monotonic(), backed_off()
     with telemetry.current().writing(queue.name, queue.account):
-        _write(runtime, queue, trigger)
+        try:
+            _write(runtime, queue, trigger)
+        finally:
+            # Time spent working vs waiting out storage retries' back-offs (this process's, so
+            # with other invocations running beside it, an upper bound): what a throttled queue costs.
+            event(
+                log,
+                "invocation",
+                queue=queue.name,
+                seconds=round(time.monotonic() - started, 3),
+                backed_off=round(backed_off() - waited, 3),
+            )
 
 
 def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:

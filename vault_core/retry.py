@@ -12,6 +12,7 @@ Code without a budget (the writer, Spark, the client) keeps the SDKs' patient de
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -75,6 +76,22 @@ def request_hook(request: Any) -> None:
     options = request.context.options
     options["connection_timeout"] = min(float(options.get("connection_timeout", left)), left)
     options["read_timeout"] = min(float(options.get("read_timeout", left)), left)
+
+
+_backed_off = 0.0
+_backed_off_lock = threading.Lock()
+
+
+def note_backoff(seconds: float) -> None:
+    """Count a storage retry's back-off (:func:`backed_off`): time spent waiting, not working."""
+    global _backed_off
+    with _backed_off_lock:
+        _backed_off += seconds
+
+
+def backed_off() -> float:
+    """Seconds this process's storage retries have spent backing off so far (all threads)."""
+    return _backed_off
 
 
 def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:
