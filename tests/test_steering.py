@@ -280,7 +280,7 @@ class _RefusingQueue:
     def __init__(self) -> None:
         self.renewals = 0
 
-    def hide(self, message: QueuedMessage, seconds: int) -> None:
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
         self.renewals += 1
         raise StorageUnavailable("503 ServerBusy")
 
