@@ -1,6 +1,6 @@
 """The staging tier at Azure's scalability targets, scaled down, through the throttling front (issue 24).
 
-    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick]
+    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick] [--closed-only]
                                                                      (python -m bench.throttled)
 
 One Azurite with three accounts behind one throttling front (``vault_local.throttle``, a process
@@ -24,6 +24,16 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
   accepted; goodput is the messages accepted per second;
 * **read back**: every stream is read from the vault once the writer has drained; each
   accepted POST must be there exactly once and no refused one at all.
+
+``--closed-only`` runs the closed loop alone on 1 queue, 8 queues over 1 account and 2 over 2
+(CLOSED_CONFIGS; about 5 minutes instead of 27), then the read-back, into
+``bench/results/throttled_closed.json``: the same ``settings`` (without the open loop's),
+``runs`` and ``readback``, each run with two more keys: ``queue_operations``, the steady
+window's queue message operations as the front counted them (``"send admitted"``,
+``"receive empty admitted"``, ``"delete refused"``, ``"update admitted"``: renewals...), and
+``writer_invocations``, the ``invocation`` events the host logged in it (``count``,
+``seconds``, ``backed_off_seconds``: the worker process's storage retry back-offs meanwhile,
+its HTTP functions' included, so an upper bound of the invocations' own).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and

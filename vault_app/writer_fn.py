@@ -99,8 +99,8 @@ def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
         try:
             _write(runtime, queue, trigger)
         finally:
-            # Time spent working vs waiting out storage retries' back-offs (this process's, so
-            # with other invocations running beside it, an upper bound): what a throttled queue costs.
+            # Time spent working vs waiting out storage retries' back-offs (this process's, so with
+            # other invocations or HTTP functions beside it, an upper bound): a throttled queue's cost.
             event(
                 log,
                 "invocation",
