@@ -32,8 +32,9 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
 window's queue message operations as the front counted them (``"send admitted"``,
 ``"receive empty admitted"``, ``"delete refused"``, ``"update admitted"``: renewals...), and
 ``writer_invocations``, the ``invocation`` events the host logged in it (``count``,
-``seconds``, ``backed_off_seconds``: the worker process's storage retry back-offs meanwhile,
-its HTTP functions' included, so an upper bound of the invocations' own).
+``seconds``, ``backed_off_seconds``: the time they waited on refusing storage, their storage
+retries' back-offs and their wait for their paced deletes; in results recorded before 8af8e0d,
+the worker process's back-offs meanwhile, its HTTP functions' included: an upper bound).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -384,8 +385,8 @@ class Config:
 
     def invocations(self, first: int, last: int) -> dict[str, float]:
         """The writer invocations the host logged between two of its output lines: how many,
-        their seconds in all, and the seconds of it their processes spent in storage retries'
-        back-offs (vault_app.writer_fn's ``invocation`` event)."""
+        their seconds in all, and the seconds of it they waited on storage that refused them
+        (vault_app.writer_fn's ``invocation`` event)."""
         found = [
             json.loads(line[line.index('{"event":"invocation"') :])
             for line in self.host.lines[first:last]
@@ -776,7 +777,7 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
         figures[f"{name}: writer invocations' share of the window (per queue)"] = inv["seconds"] / (
             r["steady_seconds"] * r["queues"]
         )
-        figures[f"{name}: invocations' seconds in retry back-offs"] = (
+        figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
     figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)

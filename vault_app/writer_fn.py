@@ -45,7 +45,7 @@ from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
 from vault_core.queueing import QueuedMessage
-from vault_core.retry import backed_off
+from vault_core.retry import backed_off, note_backoff
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -99,8 +99,8 @@ def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
         try:
             _write(runtime, queue, trigger)
         finally:
-            # Time spent working vs waiting out storage retries' back-offs (this process's, so with
-            # other invocations or HTTP functions beside it, an upper bound): a throttled queue's cost.
+            # Time spent working vs waiting on storage that refused: the retries' back-offs on this
+            # thread and the wait for the paced deletes at the end. What a throttled queue costs.
             event(
                 log,
                 "invocation",
@@ -177,8 +177,10 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
                 if stream == first.stream:
                     raise
                 log.exception("append to %s failed; its drained batches return to the queue", stream)
+        waiting = time.monotonic()
         for done in cleanup:  # the deletes of committed batches, in flight while the next appended
             done.result()
+        note_backoff(time.monotonic() - waiting)
 
 
 def _append(

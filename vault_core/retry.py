@@ -78,20 +78,19 @@ def request_hook(request: Any) -> None:
     options["read_timeout"] = min(float(options.get("read_timeout", left)), left)
 
 
-_backed_off = 0.0
-_backed_off_lock = threading.Lock()
+_waited = threading.local()
 
 
 def note_backoff(seconds: float) -> None:
-    """Count a storage retry's back-off (:func:`backed_off`): time spent waiting, not working."""
-    global _backed_off
-    with _backed_off_lock:
-        _backed_off += seconds
+    """Count time this thread waits on storage that refused it (a retry's back-off): see
+    :func:`backed_off`."""
+    _waited.seconds = backed_off() + seconds
 
 
 def backed_off() -> float:
-    """Seconds this process's storage retries have spent backing off so far (all threads)."""
-    return _backed_off
+    """Seconds this thread has spent so far waiting on storage that refused it: the storage
+    SDKs' retry back-offs, and what a caller counts with :func:`note_backoff`."""
+    return float(getattr(_waited, "seconds", 0.0))
 
 
 def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:
