@@ -1,6 +1,6 @@
 """The staging tier at Azure's scalability targets, scaled down, through the throttling front (issue 24).
 
-    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick]
+    ./dev bench throttled [--factor 800] [--seconds 8] [--sustain 45] [--quick] [--closed-only]
                                                                      (python -m bench.throttled)
 
 One Azurite with three accounts behind one throttling front (``vault_local.throttle``, a process
@@ -24,6 +24,17 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
   accepted; goodput is the messages accepted per second;
 * **read back**: every stream is read from the vault once the writer has drained; each
   accepted POST must be there exactly once and no refused one at all.
+
+``--closed-only`` runs the closed loop alone on 1 queue, 8 queues over 1 account and 2 over 2
+(CLOSED_CONFIGS; about 5 minutes instead of 27), then the read-back, into
+``bench/results/throttled_closed.json``: the same ``settings`` (without the open loop's),
+``runs`` and ``readback``, each run with two more keys: ``queue_operations``, the steady
+window's queue message operations as the front counted them (``"send admitted"``,
+``"receive empty admitted"``, ``"delete refused"``, ``"update admitted"``: renewals...), and
+``writer_invocations``, the ``invocation`` events the host logged in it (``count``,
+``seconds``, ``backed_off_seconds``: the time they waited on refusing storage, their storage
+retries' back-offs and their wait for their paced deletes; in results recorded before 8af8e0d,
+the worker process's back-offs meanwhile, its HTTP functions' included: an upper bound).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -112,6 +123,8 @@ drains several (a saturated queue), few enough that none waits out its ``?wait=`
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
 requests so far."""
+CLOSED_CONFIGS = ((1, 1), (8, 1), (2, 2))
+"""The configurations of ``--closed-only``: the closed loop alone, a few minutes in all."""
 
 
 def dev_key() -> str:
@@ -339,9 +352,13 @@ class Config:
                     time.sleep(float(r.headers.get("Retry-After") or 1))
 
         marks: dict[str, Mark] = {}
+        operations: dict[str, dict[str, int]] = {}
+        lines: dict[str, int] = {}
 
         def mark(name: str) -> None:
             marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
+            operations[name] = self.front.operations()
+            lines[name] = len(self.host.lines)
 
         sampler = threading.Timer(warm_up, mark, ("from",))
         sampler.start()
@@ -362,6 +379,23 @@ class Config:
             "statuses": dict(sorted(statuses.items())),
             "refused": diff(refusals, before[2]),
             **self._steady(marks["from"], marks["to"], []),
+            "queue_operations": diff(operations["to"], operations["from"]),
+            "writer_invocations": self.invocations(lines["from"], lines["to"]),
+        }
+
+    def invocations(self, first: int, last: int) -> dict[str, float]:
+        """The writer invocations the host logged between two of its output lines: how many,
+        their seconds in all, and the seconds of it they waited on storage that refused them
+        (vault_app.writer_fn's ``invocation`` event)."""
+        found = [
+            json.loads(line[line.index('{"event":"invocation"') :])
+            for line in self.host.lines[first:last]
+            if '{"event":"invocation"' in line
+        ]
+        return {
+            "count": len(found),
+            "seconds": sum(f["seconds"] for f in found),
+            "backed_off_seconds": sum(f["backed_off"] for f in found),
         }
 
     def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
@@ -586,6 +620,12 @@ def main() -> None:
         "--warm-up", type=float, default=15.0, help="seconds of the closed loop before its window opens"
     )
     parser.add_argument("--quick", action="store_true", help="1 and 8 queues over 1 account only")
+    parser.add_argument(
+        "--closed-only",
+        action="store_true",
+        help="the closed loop alone on 1 q / 1 acct, 8 q / 1 acct and 2 q / 2 acct"
+        " (bench/results/throttled_closed.json)",
+    )
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
     parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
     parser.add_argument(
@@ -596,6 +636,9 @@ def main() -> None:
     args = parser.parse_args()
     if args.summarize:
         resummarize()
+        return
+    if args.closed_only:
+        closed_only(args.factor, args.sustain, args.warm_up)
         return
     t0 = time.monotonic()
     key = dev_key()
@@ -674,6 +717,96 @@ def main() -> None:
         front.stop()
         vault_front.stop()
         azurite.cleanup()
+
+
+def closed_only(factor: float, sustain: float, warm_up: float) -> None:
+    """What each of CLOSED_CONFIGS sustains with closed-loop producers, where its queues'
+    operations go, and how long its writer invocations waited; then the read-back."""
+    t0 = time.monotonic()
+    key = dev_key()
+    os.environ["AZURITE_ACCOUNTS"] = ";".join(f"{a}:{key}" for a in (VAULT_ACCOUNT, *STAGING_ACCOUNTS))
+    targets = Targets(factor=factor)
+    azurite = Azurite(in_memory=True).start()
+    upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
+    front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(factor)}).start()
+    vault_front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1"}).start()
+    vault = Vault(StorageAccount(connection_string=azurite.connection_string), container="streams")
+    runs: list[dict[str, Any]] = []
+    readback: list[dict[str, Any]] = []
+    cpu: Counter[str] = Counter()
+    load_average = os.getloadavg()[0]
+    try:
+        for queues, accounts in CLOSED_CONFIGS:
+            config = Config(azurite, front, vault_front, targets, queues, accounts)
+            config.host.start()
+            before = processes_cpu(config, azurite, front, vault_front)
+            try:
+                runs.append(config.closed_loop(vault, sustain, warm_up, IN_FLIGHT_PER_QUEUE * queues))
+                print(json.dumps(runs[-1]), flush=True)
+                cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
+                checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
+                readback.append(checked)
+                print(json.dumps(checked), flush=True)
+            finally:
+                config.host.stop()
+    finally:
+        front.stop()
+        vault_front.stop()
+        azurite.cleanup()
+    figures: dict[str, Any] = {
+        "scale factor (Azure's targets ÷)": factor,
+        "load average (1 min) at the start": load_average,
+    }
+    figures.update(model_figures(targets, runs))
+    for r in runs:
+        name = f"{r['queues']} q / {r['accounts']} acct, sustained"
+        ops = r["queue_operations"]
+        batches = r["committed_msgs_per_s"] * r["steady_seconds"] / MESSAGES_PER_POST
+        for kind in ("send", "receive", "receive empty", "delete", "update"):
+            figures[f"{name}: {kind} admitted per committed batch"] = (
+                ops.get(f"{kind} admitted", 0) / batches if batches else None
+            )
+        figures[f"{name}: queue operations refused per committed batch"] = (
+            sum(v for k, v in ops.items() if k.endswith("refused")) / batches if batches else None
+        )
+        inv = r["writer_invocations"]
+        figures[f"{name}: writer invocations"] = inv["count"]
+        figures[f"{name}: committed batches per invocation"] = (
+            batches / inv["count"] if inv["count"] else None
+        )
+        figures[f"{name}: writer invocations' share of the window (per queue)"] = inv["seconds"] / (
+            r["steady_seconds"] * r["queues"]
+        )
+        figures[f"{name}: invocations' share of their time waiting on refusals"] = (
+            inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
+        )
+    figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
+    figures["lost"] = sum(c["lost"] for c in readback)
+    figures["duplicated"] = sum(c["duplicated"] for c in readback)
+    figures["accepted POSTs still queued at the end (not lost)"] = sum(
+        c["not_yet_committed"] for c in readback
+    )
+    figures["host CPU s (with its workers)"] = cpu["host"] / 1000
+    figures["benchmark seconds"] = time.monotonic() - t0
+    report("throttled_closed", "./dev bench throttled --closed-only", figures)
+    path = RESULTS / "throttled_closed.json"
+    doc = json.loads(path.read_text())
+    doc["settings"] = {
+        "factor": factor,
+        "targets": {
+            k: v
+            for k, v in asdict(Targets()).items()
+            if k not in ("factor", "burst_seconds", "timeout_every")
+        },
+        "messages_per_post": MESSAGES_PER_POST,
+        "message_bytes": MESSAGE_BYTES,
+        "streams": STREAMS,
+        "sustain_seconds": sustain,
+        "warm_up_seconds": warm_up,
+    }
+    doc["runs"] = runs
+    doc["readback"] = readback
+    path.write_text(json.dumps(doc, indent=2) + "\n")
 
 
 def resummarize() -> None:

@@ -348,9 +348,9 @@ def test_a_received_message_is_hidden_until_released_and_deleted_by_its_latest_r
     with pytest.raises(VaultError):  # Azure: 400 PopReceiptMismatch
         queue.delete(QueuedMessage(first[0].id, first[0].body, stale))
     queue.delete(first[0])
-    queue.delete(second[0])
+    queue.delete(second[0], retry=False)  # one attempt (a writer pacing its own retries)
     with pytest.raises(NotFound):
-        queue.hide(second[0], 0)
+        queue.hide(second[0], 0, retry=False)
     assert queue.peek(5) == [] and queue.approximate_count() == 0
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
-from vault_core.retry import Backoff, poll, remaining
+from vault_core.retry import Backoff, backed_off, note_backoff, poll, remaining
 
 
 def test_backoff_doubles_up_to_its_longest_and_resets() -> None:
@@ -42,3 +43,13 @@ def test_each_call_gets_a_fresh_request_budget_on_a_request_path_and_none_elsewh
     poll(lambda: seen.append(remaining()), lambda v: True, 0, each_within=2.0)
     poll(lambda: seen.append(remaining()), lambda v: True, 0, each_within=None)
     assert seen[0] is not None and 1.5 < seen[0] <= 2.0 and seen[1] is None
+
+
+def test_waits_on_refusing_storage_are_counted_per_thread() -> None:
+    before = backed_off()
+    note_backoff(0.5)
+    elsewhere: list[float] = []
+    other = threading.Thread(target=lambda: elsewhere.append(backed_off()))
+    other.start()
+    other.join()
+    assert backed_off() - before == 0.5 and elsewhere == [0.0]  # an invocation counts its own

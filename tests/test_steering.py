@@ -18,6 +18,7 @@ import httpx
 import pytest
 
 from tests.conftest import isolated_host, key_header, wait_until
+from vault_app import writer_fn
 from vault_app.config import load_settings
 from vault_app.drained import DrainedFile
 from vault_app.envelope import decode
@@ -33,7 +34,7 @@ from vault_app.steering import (
     send_steered,
 )
 from vault_app.writer_fn import DrainRenewer
-from vault_core.errors import StorageUnavailable, StreamNotFound
+from vault_core.errors import StorageFailure, StorageUnavailable, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
@@ -279,9 +280,11 @@ class _RefusingQueue:
 
     def __init__(self) -> None:
         self.renewals = 0
+        self.retried = False
 
-    def hide(self, message: QueuedMessage, seconds: int) -> None:
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
         self.renewals += 1
+        self.retried |= retry
         raise StorageUnavailable("503 ServerBusy")
 
 
@@ -292,3 +295,55 @@ def test_the_writer_stops_a_round_of_renewals_at_the_first_refusal() -> None:
     renewer.hold([QueuedMessage(str(i), "{}", "r") for i in range(32)])
     renewer.renew()
     assert refusing.renewals == 1  # not 32 requests to a queue that is already over its target
+    assert not refusing.retried  # nor the SDK's back-off while the round holds its lock
+
+
+class _FakeTime:
+    """The writer's clock: a sleep moves it on at once."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class _DeletingQueue:
+    """A staging queue that refuses the first ``refusals`` deletes with ``error``."""
+
+    def __init__(self, refusals: int, error: Exception) -> None:
+        self.refusals = refusals
+        self.error = error
+        self.attempts: list[bool] = []  # each attempt's ``retry``
+        self.deleted = False
+
+    def delete(self, message: QueuedMessage, *, retry: bool = True) -> None:
+        self.attempts.append(retry)
+        if len(self.attempts) <= self.refusals:
+            raise self.error
+        self.deleted = True
+
+
+@pytest.mark.parametrize(
+    ("refusals", "error", "attempts", "deleted"),
+    [
+        (0, StorageUnavailable("503 ServerBusy"), 1, True),
+        (3, StorageUnavailable("503 ServerBusy"), 4, True),  # one attempt per pace, then the token
+        (1_000, StorageUnavailable("503 ServerBusy"), 5, False),  # patience runs out: redelivered
+        (1, StorageFailure("stale", status=400, code="PopReceiptMismatch"), 1, False),  # no retry helps
+    ],
+)
+def test_a_committed_batch_s_delete_is_retried_one_attempt_at_a_time_while_its_queue_refuses(
+    monkeypatch: pytest.MonkeyPatch, refusals: int, error: Exception, attempts: int, deleted: bool
+) -> None:
+    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
+    monkeypatch.setattr(writer_fn, "DELETE_PATIENCE_SECONDS", 4.5)
+    monkeypatch.setattr(writer_fn, "time", _FakeTime())
+    deleting = _DeletingQueue(refusals, error)
+    queue = StagingQueue(0, "q", cast(Queue, deleting), cast(Queue, deleting))
+    writer_fn._delete_patiently(queue, QueuedMessage("1", "{}", "r"))
+    assert deleting.deleted is deleted
+    assert deleting.attempts == [False] * attempts  # never the SDK's exponential back-off

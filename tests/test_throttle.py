@@ -29,6 +29,7 @@ from vault_local.throttle import (
     ThrottlingFront,
     TokenBucket,
     charges,
+    queue_operation,
 )
 
 
@@ -79,6 +80,32 @@ def test_a_queue_takes_its_target_then_answers_503_server_busy(
         "admitted": 3,
         "refused": 1,
     }
+    clock.now += 0.5
+    assert hot.receive_message() is not None and other.receive_message() is None  # one has none
+    assert queue_front.operations == {
+        "send admitted": 2,
+        "send refused": 1,
+        "receive admitted": 1,
+        "receive empty admitted": 1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "operation"),
+    [
+        ("POST", "/acct/q/messages?visibilitytimeout=5", "send"),
+        ("GET", "/acct/q/messages?numofmessages=32", "receive"),
+        ("GET", "/acct/q/messages?peekonly=true", None),
+        ("DELETE", "/acct/q/messages/id-1?popreceipt=r", "delete"),
+        ("PUT", "/acct/q/messages/id-1?popreceipt=r&visibilitytimeout=15", "update"),
+        ("PUT", "/acct/q", None),  # creating the queue
+        ("GET", "/acct/q?comp=metadata", None),
+    ],
+)
+def test_queue_requests_are_counted_by_the_message_operation_they_are(
+    method: str, path: str, operation: str | None
+) -> None:
+    assert queue_operation(method, path) == operation
 
 
 def test_the_account_target_binds_across_its_queues(azurite: Azurite, clock: Clock) -> None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 from vault_app import envelope, telemetry
@@ -44,6 +45,7 @@ from vault_app.services import Services, StagingQueue
 from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
 from vault_core.queueing import QueuedMessage
+from vault_core.retry import backed_off, note_backoff
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -58,6 +60,11 @@ invocation works on them, so a writer that dies gives them back within this long
 LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
+DELETE_PACE_SECONDS = 0.25
+"""Between attempts to delete a committed batch's message on a queue that refuses requests."""
+DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
+"""How long a committed batch's delete keeps trying: well within the visibility left to a
+drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -87,8 +94,20 @@ class _Plan:
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
+    started, waited = time.monotonic(), backed_off()
     with telemetry.current().writing(queue.name, queue.account):
-        _write(runtime, queue, trigger)
+        try:
+            _write(runtime, queue, trigger)
+        finally:
+            # Time spent working vs waiting on storage that refused: the retries' back-offs on this
+            # thread and the wait for the paced deletes at the end. What a throttled queue costs.
+            event(
+                log,
+                "invocation",
+                queue=queue.name,
+                seconds=round(time.monotonic() - started, 3),
+                backed_off=round(backed_off() - waited, 3),
+            )
 
 
 def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
@@ -128,13 +147,14 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
     telemetry.current().link(first.trace)
     plan = _Plan()
     _add(plan, _Work(first))
+    cleanup: list[Future[None]] = []
     with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
         _drain(claims, runtime, queue, plan, renewer)
         runtime.fault("after-drain")
         for stream, work in plan.by_stream.items():
             drained = [w.drained for w in work if w.drained]
             try:
-                _append(runtime, claims, queue, stream, work, renewer)
+                _append(runtime, claims, queue, stream, work, renewer, cleanup)
             except StreamFull as exc:
                 renewer.forget(drained)
                 for w in work:
@@ -157,6 +177,10 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
                 if stream == first.stream:
                     raise
                 log.exception("append to %s failed; its drained batches return to the queue", stream)
+        waiting = time.monotonic()
+        for done in cleanup:  # the deletes of committed batches, in flight while the next appended
+            done.result()
+        note_backoff(time.monotonic() - waiting)
 
 
 def _append(
@@ -166,6 +190,7 @@ def _append(
     stream: str,
     work: list[_Work],
     renewer: DrainRenewer,
+    cleanup: list[Future[None]],
 ) -> None:
     tel = telemetry.current()
     started = time.monotonic()
@@ -175,15 +200,14 @@ def _append(
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     runtime.fault("after-commit")
     now_ms = time.time_ns() // 1_000_000
-    # Cleanup after the commit, side by side; anything left behind is harmless (a redelivery
-    # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
+    # Cleanup after the commit, side by side and while the next stream appends (the invocation
+    # waits for it at its end); anything left behind is harmless (a redelivery is a duplicate, a
+    # forgotten claim-check blob is removed by the container's lifecycle rule).
     drained = [w.drained for w in work if w.drained]
     renewer.forget(drained)
     io = runtime.writer_io
-    cleanup = [io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim])]
-    cleanup += [io.submit(_delete, queue, m) for m in drained]
-    for done in cleanup:
-        done.result()
+    cleanup.append(io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim]))
+    cleanup += [io.submit(_delete_patiently, queue, m) for m in drained]
     fresh = [r for r in results if not r.duplicate]
     event(
         log,
@@ -360,6 +384,26 @@ def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
+def _delete_patiently(queue: StagingQueue, m: QueuedMessage) -> None:
+    """Delete a committed batch's message, one attempt every DELETE_PACE_SECONDS while its queue
+    refuses (at its request target), for up to DELETE_PATIENCE_SECONDS.
+
+    A delete given up costs its queue far more later: the message comes back when its visibility
+    runs out, is received, re-sent fresh (``_fresh``), deleted, appended as a duplicate and
+    deleted again. One attempt at a time, at about the rate a throttled queue frees requests,
+    takes the next one free, where the SDK's exponential back-off (0.5 s, then 2.5 s) would let
+    the producers' sends take them."""
+    deadline = time.monotonic() + DELETE_PATIENCE_SECONDS
+    while True:
+        try:
+            queue.staging.delete(m, retry=False)
+            return
+        except VaultError as exc:
+            if not exc.retriable or time.monotonic() + DELETE_PACE_SECONDS > deadline:
+                return  # redelivered later, recognised as a duplicate by its batch id
+        time.sleep(DELETE_PACE_SECONDS)
+
+
 def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> None:
     """A permanent failure: mark the batch rejected (if it can be identified) and park it in poison."""
     log.error("batch rejected, moved to %s: %s", queue.poison.name, reason)
@@ -430,8 +474,8 @@ class DrainRenewer:
                 held = list(self._held.values())
             try:
                 for m in held:
-                    try:
-                        self.queue.staging.hide(m, DRAIN_VISIBILITY)
+                    try:  # one attempt: a refusal ends the round anyway, without a back-off
+                        self.queue.staging.hide(m, DRAIN_VISIBILITY, retry=False)
                     except VaultError as exc:
                         log.info("renewing drained messages of %s stopped: %s", self.queue.name, exc)
                         return

@@ -27,7 +27,7 @@ from azure.storage.blob import ExponentialRetry as BlobRetry
 
 from vault_core.blobs import BlobContainer
 from vault_core.pageblob import PageBlobs
-from vault_core.retry import BudgetExhausted, remaining, request_hook
+from vault_core.retry import BudgetExhausted, note_backoff, remaining, request_hook
 from vault_core.tables import AzureTable
 from vault_core.translation import create_if_missing, translate_errors
 
@@ -70,6 +70,7 @@ class _WithinBudget:
                 f"no time left in the request's storage budget for a {backoff:.1f}s back-off"
             )
         if backoff > 0:
+            note_backoff(backoff)
             transport.sleep(backoff)
 
 

@@ -359,13 +359,13 @@ class MemoryQueue:
             visible = self._visible(self._clock.monotonic())[:count]
             return [QueuedMessage(message_id, m.body, "", m.inserted) for message_id, m in visible]
 
-    def hide(self, message: QueuedMessage, seconds: int) -> None:
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
         with self._lock:
             m = self._received(message)
             m.visible_at, m.receipt = self._clock.monotonic() + seconds, uuid.uuid4().hex
             message.receipt = m.receipt
 
-    def delete(self, message: QueuedMessage) -> None:
+    def delete(self, message: QueuedMessage, *, retry: bool = True) -> None:
         with self._lock:
             self._received(message)
             del self._messages[message.id]

@@ -55,15 +55,17 @@ class MessageQueue(Protocol):
         from a queue that does not exist."""
         ...
 
-    def hide(self, message: QueuedMessage, seconds: int) -> None:
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
         """Make a received message invisible for ``seconds`` from now (0: visible again at once);
-        its ``receipt`` becomes the new one. A stale receipt (the message was received or hidden
-        again since): a :class:`~vault_core.errors.StorageFailure` (``PopReceiptMismatch``); a
-        message that is gone: :class:`~vault_core.errors.NotFound`."""
+        its ``receipt`` becomes the new one; without ``retry``, one attempt only. A stale receipt
+        (the message was received or hidden again since): a
+        :class:`~vault_core.errors.StorageFailure` (``PopReceiptMismatch``); a message that is
+        gone: :class:`~vault_core.errors.NotFound`."""
         ...
 
-    def delete(self, message: QueuedMessage) -> None:
-        """Delete a received message; a stale receipt or a message gone raise as in :meth:`hide`."""
+    def delete(self, message: QueuedMessage, *, retry: bool = True) -> None:
+        """Delete a received message; a stale receipt or a message gone raise as in :meth:`hide`;
+        without ``retry``, one attempt only."""
         ...
 
     def approximate_count(self, *, retry: bool = True) -> int | None:

@@ -67,16 +67,20 @@ class Queue:
             except ResourceNotFoundError:
                 return []
 
-    def hide(self, message: QueuedMessage, seconds: int) -> None:
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
         """Make a received message invisible for ``seconds`` from now (0: visible again at once);
-        its ``receipt`` becomes the new one."""
+        its ``receipt`` becomes the new one; without ``retry``, one attempt only."""
+        options: dict[str, Any] = {} if retry else {"retry_total": 0}
         with translate_errors():
-            result = self.client.update_message(message.id, message.receipt, visibility_timeout=seconds)
+            result = self.client.update_message(
+                message.id, message.receipt, visibility_timeout=seconds, **options
+            )
         message.receipt = result.pop_receipt or message.receipt
 
-    def delete(self, message: QueuedMessage) -> None:
+    def delete(self, message: QueuedMessage, *, retry: bool = True) -> None:
+        options: dict[str, Any] = {} if retry else {"retry_total": 0}
         with translate_errors():
-            self.client.delete_message(message.id, message.receipt)
+            self.client.delete_message(message.id, message.receipt, **options)
 
     def approximate_count(self, *, retry: bool = True) -> int | None:
         """The service's approximate message count; without ``retry``, one attempt only."""

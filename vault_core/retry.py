@@ -12,6 +12,7 @@ Code without a budget (the writer, Spark, the client) keeps the SDKs' patient de
 from __future__ import annotations
 
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -75,6 +76,21 @@ def request_hook(request: Any) -> None:
     options = request.context.options
     options["connection_timeout"] = min(float(options.get("connection_timeout", left)), left)
     options["read_timeout"] = min(float(options.get("read_timeout", left)), left)
+
+
+_waited = threading.local()
+
+
+def note_backoff(seconds: float) -> None:
+    """Count time this thread waits on storage that refused it (a retry's back-off): see
+    :func:`backed_off`."""
+    _waited.seconds = backed_off() + seconds
+
+
+def backed_off() -> float:
+    """Seconds this thread has spent so far waiting on storage that refused it: the storage
+    SDKs' retry back-offs, and what a caller counts with :func:`note_backoff`."""
+    return float(getattr(_waited, "seconds", 0.0))
 
 
 def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:

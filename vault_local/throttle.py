@@ -43,6 +43,7 @@ import sys
 import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from email.utils import formatdate
@@ -306,6 +307,18 @@ _HOP_BY_HOP = {
     "proxy-connection",
 }
 STATS_PATH = "/_throttle"
+OPERATIONS_PATH = "/_throttle/operations"
+
+
+def queue_operation(method: str, path: str) -> str | None:
+    """Which queue message operation a request is (``send``, ``receive``, ``delete``, ``update``),
+    for counting where a throttled queue's requests go; None for any other request."""
+    parts = [p for p in path.partition("?")[0].split("/") if p]
+    if len(parts) < 3 or parts[2] != "messages" or "peekonly=true" in path:
+        return None
+    if len(parts) == 3:
+        return {"POST": "send", "GET": "receive"}.get(method)
+    return {"DELETE": "delete", "PUT": "update"}.get(method)
 
 
 class ThrottlingFront:
@@ -321,6 +334,10 @@ class ThrottlingFront:
     ) -> None:
         self.upstream = dict(upstream)
         self.limiter = Limiter(targets or Targets(), clock)
+        self.operations: Counter[str] = Counter()
+        """Queue message operations by kind and answer: ``send admitted``, ``receive empty``,
+        ``delete refused``... (a receive that found nothing is ``receive empty``)."""
+        self._operations_lock = threading.Lock()
         self._servers = {s: self._server(s, (ports or {}).get(s, 0)) for s in SERVICES}
         self.ports = {s: server.server_address[1] for s, server in self._servers.items()}
         self._threads = [
@@ -352,6 +369,11 @@ class ThrottlingFront:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def _count(self, operation: str | None, answer: str) -> None:
+        if operation is not None:
+            with self._operations_lock:
+                self.operations[f"{operation} {answer}"] += 1
+
     def _server(self, service: str, port: int) -> ThreadingHTTPServer:
         front = self
         upstream_port = self.upstream[service]
@@ -375,11 +397,20 @@ class ThrottlingFront:
                     return self._send(
                         200, {"Content-Type": "application/json"}, json.dumps(front.limiter.stats()).encode()
                     )
+                if self.path == OPERATIONS_PATH:
+                    with front._operations_lock:
+                        counted = json.dumps(dict(sorted(front.operations.items())))
+                    return self._send(200, {"Content-Type": "application/json"}, counted.encode())
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
                 refusal = front.limiter.admit(charges(service, self.command, self.path, headers, body))
+                operation = queue_operation(self.command, self.path) if service == "queue" else None
                 if refusal is not None:
+                    front._count(operation, "refused")
                     return self._send(refusal.status, *error_response(service, refusal))
                 status, reason, response_headers, data = self._forward(headers, body)
+                if operation == "receive" and b"<QueueMessage>" not in data:
+                    operation = "receive empty"
+                front._count(operation, "admitted")
                 head = self.command == "HEAD"  # keeps the real Content-Length, sends no body
                 self.send_response(status, reason)
                 for k, v in response_headers:
@@ -455,10 +486,17 @@ class ThrottleProcess:
 
     def stats(self) -> dict[str, dict[str, dict[str, int]]]:
         """What the front admitted and refused so far, per target and partition."""
+        return dict(self._get(STATS_PATH))
+
+    def operations(self) -> dict[str, int]:
+        """Queue message operations so far by kind and answer (``ThrottlingFront.operations``)."""
+        return dict(self._get(OPERATIONS_PATH))
+
+    def _get(self, path: str) -> Any:
         conn = http.client.HTTPConnection("127.0.0.1", self.ports["queue"], timeout=30)
         try:
-            conn.request("GET", STATS_PATH)
-            return dict(json.loads(conn.getresponse().read()))
+            conn.request("GET", path)
+            return json.loads(conn.getresponse().read())
         finally:
             conn.close()
 
