@@ -13,6 +13,15 @@ MAGIC = b"\xf5MVL"
 UNIT_VERSION = 2
 """The version byte of a version 2 unit; 1 is a record's."""
 
+# the fixed prefix (docs/FORMAT.md §9): these positions hold in every version
+MAGIC_OFFSET = 0
+CRC_OFFSET = MAGIC_OFFSET + 4
+VERSION_OFFSET = CRC_OFFSET + 4
+PREFIX_SIZE = VERSION_OFFSET + 1  # 9: what a reader reads to find a frame and tell its version
+CRC_COVERAGE_START = VERSION_OFFSET
+"""The crc covers every byte from ``version`` to the frame's end: magic is compared as it is,
+and the crc cannot cover itself."""
+
 # flags
 FLAG_COMPRESSION_MASK = 0b0000_0111
 """Compression codec: none (0) in a record; a unit's codec (docs/FORMAT.md §11.4)."""

@@ -25,13 +25,20 @@ from typing import NamedTuple
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
 from vault_core.prefix import (
+    CRC_COVERAGE_START,
+    CRC_OFFSET,
     FLAG_COMPRESSION_MASK,
     FLAG_KEY_IS_TEXT,
     MAGIC,
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
+    PREFIX_SIZE,
     UNIT_VERSION,
 )
+
+# re-exported: a format module names every position of its frame, the shared ones too
+from vault_core.prefix import MAGIC_OFFSET as MAGIC_OFFSET
+from vault_core.prefix import VERSION_OFFSET as VERSION_OFFSET
 from vault_core.unitformat import Unit, decode_unit, unit_length_at
 
 FORMAT_VERSION = 1
@@ -42,16 +49,13 @@ HEADER_SIZE = HEADER.size  # 32
 _PREFIX = struct.Struct("<4sI")  # magic, crc
 _COVERED = struct.Struct("<BBHIQq")  # version .. timestamp: the header part the crc covers
 
-MAGIC_OFFSET = 0
-CRC_OFFSET = MAGIC_OFFSET + 4
-VERSION_OFFSET = CRC_OFFSET + 4
-FLAGS_OFFSET = VERSION_OFFSET + 1
+# magic, crc and version: the fixed prefix, whose positions vault_core.prefix names
+FLAGS_OFFSET = PREFIX_SIZE
 KEY_LENGTH_OFFSET = FLAGS_OFFSET + 1
 VALUE_LENGTH_OFFSET = KEY_LENGTH_OFFSET + 2
 OFFSET_OFFSET = VALUE_LENGTH_OFFSET + 4
 TIMESTAMP_OFFSET = OFFSET_OFFSET + 8
 KEY_OFFSET = TIMESTAMP_OFFSET + 8
-CRC_COVERAGE_START = VERSION_OFFSET
 assert KEY_OFFSET == HEADER_SIZE == _PREFIX.size + _COVERED.size == 32
 
 # flags (FLAG_COMPRESSION_MASK: codecs 1-7 are reserved in a record; FLAG_KEY_IS_TEXT)

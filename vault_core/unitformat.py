@@ -29,30 +29,34 @@ from typing import NamedTuple
 from vault_core import codecs
 from vault_core.errors import CorruptRecord, UnsupportedVersion
 from vault_core.prefix import (
+    CRC_COVERAGE_START,
     FLAG_COMPRESSION_MASK,
     FLAG_KEY_IS_TEXT,
     MAGIC,
     MAX_KEY_BYTES,
     MAX_VALUE_BYTES,
+    PREFIX_SIZE,
     UNIT_VERSION,
 )
+
+# re-exported: a format module names every position of its frame, the shared ones too
+from vault_core.prefix import CRC_OFFSET as CRC_OFFSET
+from vault_core.prefix import MAGIC_OFFSET as MAGIC_OFFSET
+from vault_core.prefix import VERSION_OFFSET as VERSION_OFFSET
 
 UNIT_HEADER = struct.Struct("<4sIBBIIIQq")
 UNIT_HEADER_SIZE = UNIT_HEADER.size  # 38
 _COVERED_HEADER = struct.Struct("<BBIIIQq")  # version .. timestamp: the header part the crc covers
 _CRC = struct.Struct("<I")
 
-MAGIC_OFFSET = 0
-CRC_OFFSET = MAGIC_OFFSET + 4
-VERSION_OFFSET = CRC_OFFSET + 4
-FLAGS_OFFSET = VERSION_OFFSET + 1
+# magic, crc and version: the fixed prefix, whose positions vault_core.prefix names
+FLAGS_OFFSET = PREFIX_SIZE
 COUNT_OFFSET = FLAGS_OFFSET + 1
 PAYLOAD_LENGTH_OFFSET = COUNT_OFFSET + 4
 STORED_LENGTH_OFFSET = PAYLOAD_LENGTH_OFFSET + 4
 OFFSET_OFFSET = STORED_LENGTH_OFFSET + 4
 TIMESTAMP_OFFSET = OFFSET_OFFSET + 8
 STORED_OFFSET = TIMESTAMP_OFFSET + 8
-CRC_COVERAGE_START = VERSION_OFFSET
 assert STORED_OFFSET == UNIT_HEADER_SIZE == 8 + _COVERED_HEADER.size == 38
 
 KNOWN_UNIT_FLAGS = FLAG_COMPRESSION_MASK | FLAG_KEY_IS_TEXT
