@@ -69,6 +69,15 @@ def _ok(status: int, schema: str, text: str = "ok") -> dict[str, Any]:
     return {str(status): {"description": text, "content": _json(schema)}}
 
 
+def _answers(summary: str, parameters: list[Any], schema: str, errors: tuple[int, ...]) -> dict[str, Any]:
+    """An operation that answers 200 with a ``schema`` body, or one of the ``errors``."""
+    return {
+        "summary": summary,
+        "parameters": parameters,
+        "responses": {**_ok(200, schema), **_errors(*errors)},
+    }
+
+
 STREAM_SCHEMA = {"type": "string", "pattern": anchored(STREAM_PATTERN)}
 STREAM = _param(
     "stream",
@@ -88,6 +97,14 @@ WAIT = {"type": "number", "minimum": 0, "maximum": MAX_WAIT_SECONDS}
 _int = {"type": "integer", "format": "int64"}
 _opt_int = {"type": "integer", "format": "int64", "nullable": True}
 _opt_str = {"type": "string", "nullable": True}
+
+
+def _per_queue(**fields: dict[str, Any]) -> dict[str, Any]:
+    """An array with an object per staging queue: its account's index, its name, and ``fields``."""
+    queue = {"account": _int, "queue": {"type": "string"}, **fields}
+    return {"type": "array", "items": {"type": "object", "properties": queue}}
+
+
 _LIMIT = f"1-{MAX_READ_MESSAGES} (default {DEFAULT_READ_MESSAGES})"
 _MAX_BYTES = f"1-{MAX_READ_BYTES}: about this many bytes (default {DEFAULT_READ_BYTES // MiB} MiB)"
 CREDENTIALS: list[dict[str, list[str]]] = [{"entraId": []}, {"functionKey": []}, {"functionKeyHeader": []}]
@@ -185,18 +202,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "streams": {"type": "array", "items": {"$ref": "#/components/schemas/Stream"}},
-            "queues": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "account": _int,
-                        "queue": {"type": "string"},
-                        "approximate_messages": _opt_int,
-                        "poison_messages": _opt_int,
-                    },
-                },
-            },
+            "queues": _per_queue(approximate_messages=_opt_int, poison_messages=_opt_int),
         },
     },
     "Access": {
@@ -239,13 +245,7 @@ SCHEMAS: dict[str, Any] = {
             "status": {"type": "string", "enum": ["ok", "degraded"]},
             "version": {"type": "string"},
             "poison_messages": _opt_int,
-            "queues": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {"account": _int, "queue": {"type": "string"}, "poison_messages": _opt_int},
-                },
-            },
+            "queues": _per_queue(poison_messages=_opt_int),
             "waiting": _int,
         },
     },
@@ -326,19 +326,7 @@ SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "messages": {"type": "array", "items": {"$ref": "#/components/schemas/PoisonMessage"}},
-            "queues": {
-                "type": "array",
-                "items": {
-                    "type": "object",
-                    "properties": {
-                        "account": _int,
-                        "queue": {"type": "string"},
-                        "poison_messages": _opt_int,
-                        "peeked": _int,
-                        "truncated": {"type": "boolean"},
-                    },
-                },
-            },
+            "queues": _per_queue(poison_messages=_opt_int, peeked=_int, truncated={"type": "boolean"}),
             "truncated": {"type": "boolean", "description": "some poison queue holds more than was listed"},
         },
     },
@@ -434,26 +422,18 @@ PATHS: dict[str, Any] = {
         }
     },
     "/streams/{stream}/access": {
-        "get": {
-            "summary": "A short-lived read-only SAS for the stream's blob",
-            "parameters": [STREAM],
-            "responses": {**_ok(200, "Access"), **_errors(400, 404)},
-        }
+        "get": _answers("A short-lived read-only SAS for the stream's blob", [STREAM], "Access", (400, 404)),
     },
     "/streams/{stream}": {
-        "get": {
-            "summary": "One stream's catalog entry",
-            "parameters": [STREAM],
-            "responses": {**_ok(200, "Stream"), **_errors(400, 404)},
-        }
+        "get": _answers("One stream's catalog entry", [STREAM], "Stream", (400, 404)),
     },
     "/streams": {
         "get": {"summary": "All streams and staging queue depths", "responses": _ok(200, "Streams")}
     },
     "/streams/{stream}/rates": {
-        "get": {
-            "summary": "Messages and bytes committed per minute (the explorer's ingest rate)",
-            "parameters": [
+        "get": _answers(
+            "Messages and bytes committed per minute (the explorer's ingest rate)",
+            [
                 STREAM,
                 _param(
                     "minutes",
@@ -462,43 +442,46 @@ PATHS: dict[str, Any] = {
                     f"1-{MAX_RATE_MINUTES}: the window (default 60)",
                 ),
             ],
-            "responses": {**_ok(200, "Rates"), **_errors(400, 404, 503)},
-        }
+            "Rates",
+            (400, 404, 503),
+        ),
     },
     "/streams/{stream}/groups": {
-        "get": {
-            "summary": "Consumer groups on the stream: position, lag in bytes and in time",
-            "parameters": [STREAM],
-            "responses": {**_ok(200, "Groups"), **_errors(400, 404, 503)},
-        }
+        "get": _answers(
+            "Consumer groups on the stream: position, lag in bytes and in time",
+            [STREAM],
+            "Groups",
+            (400, 404, 503),
+        ),
     },
     "/streams/{stream}/batches/{id}": {
-        "get": {
-            "summary": "A batch's status on its stream",
-            "parameters": [STREAM, BATCH_ID_PARAM],
-            "responses": {**_ok(200, "BatchStatus"), **_errors(400, 404, 503)},
-        }
+        "get": _answers(
+            "A batch's status on its stream", [STREAM, BATCH_ID_PARAM], "BatchStatus", (400, 404, 503)
+        ),
     },
     "/batches/{id}": {
-        "get": {
-            "summary": "A batch's status by id alone (409 if the id is used on several streams)",
-            "parameters": [BATCH_ID_PARAM],
-            "responses": {**_ok(200, "BatchStatus"), **_errors(404, 409, 503)},
-        }
+        "get": _answers(
+            "A batch's status by id alone (409 if the id is used on several streams)",
+            [BATCH_ID_PARAM],
+            "BatchStatus",
+            (404, 409, 503),
+        ),
     },
     "/poison": {
-        "get": {
-            "summary": "Poisoned batches: up to 32 per poison queue (a read-only peek), with statuses",
-            "parameters": POISON_FILTERS,
-            "responses": {**_ok(200, "PoisonList"), **_errors(400, 503)},
-        }
+        "get": _answers(
+            "Poisoned batches: up to 32 per poison queue (a read-only peek), with statuses",
+            POISON_FILTERS,
+            "PoisonList",
+            (400, 503),
+        ),
     },
     "/poison/replay": {
-        "post": {
-            "summary": "Send poisoned batches back to their staging queues (safe: batch ids are once-only)",
-            "parameters": POISON_FILTERS,
-            "responses": {**_ok(200, "PoisonReplay"), **_errors(400, 503)},
-        }
+        "post": _answers(
+            "Send poisoned batches back to their staging queues (safe: batch ids are once-only)",
+            POISON_FILTERS,
+            "PoisonReplay",
+            (400, 503),
+        ),
     },
     "/health": {
         "get": {
