@@ -224,7 +224,7 @@ def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
 def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
     from vault_core.errors import FormatError
     from vault_core.recordformat import MAGIC, decode, encode
-    from vault_core.spark.columnar import decode_columns
+    from vault_core.spark.columnar import decode_pieces
 
     rng = random.Random(11)
     # some values carry the sync marker, which the split path must hand over to the chain path
@@ -241,18 +241,18 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
     def ref_rows(ms: Sequence[Message]) -> list[tuple[Any, ...]]:
         return [_row("", m)[1:] for m in ms]
 
-    whole = decode_columns(buf, 4096, last=True)
+    whole = decode_pieces(buf, 4096, last=True).joined()
     assert as_rows(whole) == ref_rows(ref) and whole.end == len(buf) and whole.error is None
     for cut in (0, 31, 33, len(buf) // 3 + 7, len(buf) - 1):
-        part, (records, pos) = decode_columns(buf[:cut], 4096), decode(buf[:cut], 4096)
+        part, (records, pos) = decode_pieces(buf[:cut], 4096).joined(), decode(buf[:cut], 4096)
         assert as_rows(part) == ref_rows(records) and part.end == pos and part.error is None
-        assert (decode_columns(buf[:cut], 4096, last=True).error is not None) == (pos < cut)
+        assert (decode_pieces(buf[:cut], 4096, last=True).joined().error is not None) == (pos < cut)
     mid = ref[700].offset - 4096
-    assert as_rows(decode_columns(buf, 4096, mid, last=True)) == ref_rows(ref[700:])
+    assert as_rows(decode_pieces(buf, 4096, mid, last=True).joined()) == ref_rows(ref[700:])
     for victim, delta in ((100, 40), (300, 0), (500, 9), (600, 12), (800, 16), (1499, 33)):
         bad = bytearray(buf)
         bad[ref[victim].offset - 4096 + delta] ^= 1
-        got = decode_columns(bytes(bad), 4096, last=True, stream="s")
+        got = decode_pieces(bytes(bad), 4096, last=True, stream="s").joined()
         with pytest.raises(FormatError) as raised:
             decode(bytes(bad), 4096, stream="s", complete=True)
         assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
@@ -260,12 +260,12 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
 
 def test_a_unit_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type() -> None:
     """decode_pieces: one piece per format 2 unit and one per run of format 1 records, which
-    decode_columns joins; and no Python value left for pyarrow to type (it looks for the optional
+    Pieces.joined joins; and no Python value left for pyarrow to type (it looks for the optional
     dateutil on every such call: ~0.7 ms each, more than a unit's columns cost)."""
     import builtins
 
     from vault_core.recordformat import encode
-    from vault_core.spark.columnar import decode_columns, decode_pieces
+    from vault_core.spark.columnar import decode_pieces
     from vault_core.unitformat import encode_unit
 
     base = 4096
@@ -277,7 +277,7 @@ def test_a_unit_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type
         sizes += (n,)
     pieces = decode_pieces(buf, base, last=True, stream="s")
     assert tuple(p.rows for p in pieces.parts) == sizes and pieces.end == len(buf) and pieces.error is None
-    whole = decode_columns(buf, base, last=True, stream="s")
+    whole = decode_pieces(buf, base, last=True, stream="s").joined()
     joined = [[v for p in pieces.parts for v in p.arrays[i].to_pylist()] for i in range(5)]
     assert joined == [a.to_pylist() for a in whole.arrays] and whole.rows == sum(sizes)
     assert joined[3][30:32] == [b'{"n":0}', b'{"n":1}'] and joined[4][-1] == "k"

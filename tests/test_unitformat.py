@@ -284,14 +284,14 @@ def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(
     mixed: Vault, chunk: int
 ) -> None:
     pa = pytest.importorskip("pyarrow")
-    from vault_core.spark.columnar import decode_columns, messages_to_columns
+    from vault_core.spark.columnar import decode_pieces, messages_to_columns
 
     committed = mixed.reader.state(STREAM).committed
     log = mixed.blob(STREAM).read(0, committed)
     columns, base, carry = [], 0, b""
     for at in range(0, committed, chunk):  # as read_partition feeds it: ranged reads, the tail carried
         buf = carry + log[at : at + chunk]
-        cols = decode_columns(buf, base, last=at + chunk >= committed, stream=STREAM)
+        cols = decode_pieces(buf, base, last=at + chunk >= committed, stream=STREAM).joined()
         assert cols.error is None
         columns.append(cols.arrays) if cols.rows else None
         carry, base = buf[cols.end :], base + cols.end
@@ -303,12 +303,12 @@ def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(
 
 def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mixed: Vault) -> None:
     pytest.importorskip("pyarrow")
-    from vault_core.spark.columnar import decode_columns
+    from vault_core.spark.columnar import decode_pieces
 
     b1 = mixed.index.committed_batches(STREAM, ["b1"])["b1"]
     log = bytearray(mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed))
     log[b1.first_offset + 60] ^= 0x01
-    cols = decode_columns(bytes(log), 0, last=True, stream=STREAM)
+    cols = decode_pieces(bytes(log), 0, last=True, stream=STREAM).joined()
     assert isinstance(cols.error, CorruptRecord) and "unit checksum mismatch" in str(cols.error)
     assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
 

@@ -92,31 +92,6 @@ class Columns:
     """Why decoding stopped at ``end`` before the buffer's end, if a record did not verify."""
 
 
-def decode_columns(
-    buf: bytes,
-    base: int,
-    start: int = 0,
-    end: int | None = None,
-    *,
-    last: bool = False,
-    stream: str | None = None,
-) -> Columns:
-    """Decode whole records in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``.
-
-    A record cut off by ``end`` is left for the caller (``Columns.end`` points at it) unless
-    ``last`` says ``end`` is where the range ends, where it is an error, as in ``decode``.
-    """
-    pieces = decode_pieces(buf, base, start, end, last=last, stream=stream)
-    parts = pieces.parts
-    pos, error = pieces.end, pieces.error
-    if not parts:
-        return Columns((), 0, pos, error)
-    if len(parts) == 1:
-        return Columns(parts[0].arrays, parts[0].rows, pos, error)
-    arrays = tuple(pa.concat_arrays(list(column)) for column in zip(*(p.arrays for p in parts), strict=True))
-    return Columns(arrays, sum(p.rows for p in parts), pos, error)
-
-
 @dataclass(frozen=True)
 class Pieces:
     """What :func:`decode_pieces` found: columns per unit or run of records, in log order."""
@@ -125,6 +100,16 @@ class Pieces:
     end: int
     """Buffer position after the last verified record or unit (as ``Columns.end``)."""
     error: FormatError | None = None
+
+    def joined(self) -> Columns:
+        """The pieces as one :class:`Columns`: their arrays concatenated, column by column."""
+        if not self.parts:
+            return Columns((), 0, self.end, self.error)
+        if len(self.parts) == 1:
+            return Columns(self.parts[0].arrays, self.parts[0].rows, self.end, self.error)
+        columns = zip(*(p.arrays for p in self.parts), strict=True)
+        arrays = tuple(pa.concat_arrays(list(column)) for column in columns)
+        return Columns(arrays, sum(p.rows for p in self.parts), self.end, self.error)
 
 
 def decode_pieces(
@@ -136,11 +121,16 @@ def decode_pieces(
     last: bool = False,
     stream: str | None = None,
 ) -> Pieces:
-    """:func:`decode_columns` without joining the pieces: one per version 2 unit (arrays over its
-    decompressed payload, never copied) and one per run of version 1 records, none empty."""
+    """Decode whole records and units in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``.
+
+    One piece per version 2 unit (arrays over its decompressed payload, never copied) and one per
+    run of version 1 records, none empty (:meth:`Pieces.joined` makes them one). A frame cut off by
+    ``end`` is left for the caller (``Pieces.end`` points at it) unless ``last`` says ``end`` is
+    where the range ends, where it is an error, as in ``decode``.
+    """
     end = len(buf) if end is None else end
     if end - start >= 1 << 31:
-        raise ValueError("decode_columns takes at most 2 GiB at a time (Arrow binary offsets are 32-bit)")
+        raise ValueError("decode_pieces takes at most 2 GiB at a time (Arrow binary offsets are 32-bit)")
     parts: list[Columns] = []
     pos = start
     error: FormatError | None = None
@@ -229,7 +219,7 @@ def _chain_path(buf: bytes, base: int, start: int, end: int, last: bool, stream:
     pos = start
     while pos + HEADER_SIZE <= end:
         if view[pos + 8] == UNIT_VERSION:
-            break  # a unit: decode_columns takes it from here
+            break  # a unit: decode_pieces takes it from here
         crc, klen, vlen = _CRC_LENGTHS(view, pos)
         rec_end = pos + HEADER_SIZE + klen + vlen
         if rec_end > end or klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
