@@ -6,13 +6,17 @@ from __future__ import annotations
 import base64
 import binascii
 import functools
+import sys
+from array import array
+from collections.abc import Iterable
 from itertools import repeat
 from operator import itemgetter
 from typing import Any
 
 import msgspec
 
-from vault_core.recordformat import FLAG_KEY_IS_TEXT, Message, message_id
+from vault_core.messagebatch import MessageBatch
+from vault_core.recordformat import FLAG_KEY_IS_TEXT, MAX_OFFSET, MAX_TIMESTAMP_MS, Message, message_id
 
 NDJSON = "application/x-ndjson"
 
@@ -104,6 +108,100 @@ def wire_lines(messages: list[Message], force_b64: bool) -> list[WireLine]:
 
 class _PerMessage(Exception):
     """A page whose lines :func:`wire_lines` cannot make column by column."""
+
+
+def batch_lines(batches: Iterable[MessageBatch], force_b64: bool) -> list[WireLine]:
+    """The lines of a read's batches: what :func:`wire_lines` makes of their messages, made
+    straight from each batch's columns, so that no :class:`Message` (two ``bytes`` and a tuple)
+    is built per message on the way. This is the read API's inner loop (issue 23).
+
+    Like :func:`wire_lines`, it runs no bytecode per message. A batch with a key or value that
+    is not UTF-8 (or, with ``force_b64``, with both text and binary keys) goes through
+    :func:`wire_lines`, which chooses message by message.
+    """
+    out: list[WireLine] = []
+    for batch in batches:
+        out += _batch_lines(batch, force_b64)
+    return out
+
+
+def _batch_lines(batch: MessageBatch, force_b64: bool) -> list[WireLine]:
+    n = len(batch)
+    text_keys = n  # only base64 tells text keys from binary ones
+    if force_b64:
+        text_keys = sum(map(FLAG_KEY_IS_TEXT.__and__, batch.flags)) // FLAG_KEY_IS_TEXT
+    try:
+        if force_b64:
+            values = _base64s(batch.values, batch.value_ends)
+            if text_keys not in (0, n):
+                raise _PerMessage
+        else:
+            values = _texts(batch.values, batch.value_ends)
+        if text_keys == 0:
+            keys, key_encoding = _base64s(batch.keys, batch.key_ends), "base64"
+        else:
+            keys, key_encoding = _texts(batch.keys, batch.key_ends), "utf-8"
+    except (UnicodeDecodeError, _PerMessage):
+        return wire_lines(batch.messages(), force_b64)
+    offsets, stamps = batch.offsets.tolist(), batch.timestamps.tolist()
+    value_encoding = "base64" if force_b64 else "utf-8"
+    return list(
+        map(
+            WireLine,
+            offsets,
+            stamps,
+            _ids(batch),
+            keys,
+            repeat(key_encoding, n),
+            values,
+            repeat(value_encoding, n),
+        )
+    )
+
+
+def _texts(buf: bytes, ends: array[int]) -> list[str]:
+    """The parts ``buf[ends[i]:ends[i + 1]]`` as text; UnicodeDecodeError if one is not UTF-8.
+
+    When the parts take most of an ASCII buffer (as JSON events mostly do), the buffer is
+    decoded once and the parts are sliced from the string: a character per byte, so the
+    boundaries hold, and one object per part instead of a ``bytes`` and then a ``str``."""
+    bounds = map(slice, ends[:-1], ends[1:])
+    if 2 * (ends[-1] - ends[0]) >= len(buf) and buf.isascii():
+        return list(map(buf.decode("ascii").__getitem__, bounds))
+    return list(map(bytes.decode, map(buf.__getitem__, bounds)))
+
+
+def _base64s(buf: bytes, ends: array[int]) -> list[str]:
+    return list(map(bytes.decode, map(_B64, map(buf.__getitem__, map(slice, ends[:-1], ends[1:])))))
+
+
+_ID_HALF = 6
+"""Bytes of each half of a message id (docs/API.md: 48-bit timestamp, then 48-bit offset)."""
+
+
+def _ids(batch: MessageBatch) -> list[str]:
+    """Each message's :func:`~vault_core.recordformat.message_id`, the whole batch's hex digits made
+    in one call: the low 6 bytes of each timestamp and offset, big-endian, side by side in one
+    buffer (12 bytes a message) whose ``hex()`` is the ids one after the other, 24 digits each.
+    Three times cheaper than formatting each id; values past 48 bits (never written) are formatted."""
+    n = len(batch)
+    stamps, offsets = array("q", batch.timestamps), array("q", batch.offsets)
+    if min(stamps) < 0 or max(stamps) > MAX_TIMESTAMP_MS or min(offsets) < 0 or max(offsets) > MAX_OFFSET:
+        return list(map(_ID, zip(stamps, offsets, strict=True)))
+    if sys.byteorder == "little":
+        stamps.byteswap()
+        offsets.byteswap()
+    stamp_bytes, offset_bytes = stamps.tobytes(), offsets.tobytes()
+    skip = stamps.itemsize - _ID_HALF  # the high bytes, zero below 2**48
+    packed = bytearray(2 * _ID_HALF * n)
+    for i in range(_ID_HALF):  # byte i of every timestamp, then of every offset, in place
+        packed[i :: 2 * _ID_HALF] = stamp_bytes[skip + i :: stamps.itemsize]
+        packed[_ID_HALF + i :: 2 * _ID_HALF] = offset_bytes[skip + i :: offsets.itemsize]
+    digits = packed.hex()
+    width = 4 * _ID_HALF
+    return list(
+        map(digits.__getitem__, map(slice, range(0, width * n, width), range(width, width * (n + 1), width)))
+    )
 
 
 def catalog_json(e: dict[str, Any]) -> dict[str, Any]:
