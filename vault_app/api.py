@@ -238,8 +238,17 @@ def _page(
     stream, max_bytes = page.stream, page.max_bytes
     result = _read(read_ahead, reader, stream, offset, page.limit, max_bytes)
     # Before formatting: a sequential consumer's next range downloads while this one is built.
-    full = result.count >= page.limit
-    read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes, by_count=full)
+    count = result.count
+    read_ahead.done(
+        reader,
+        stream,
+        offset,
+        result.next_offset,
+        result.committed,
+        max_bytes,
+        by_count=count >= page.limit,
+        count=count,
+    )
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
     lines = batch_lines(result.batches, page.force_b64)  # from the columns: no Message per message
     if page.ndjson:
@@ -259,7 +268,7 @@ def _read(
     read_ahead: ReadAhead, reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int
 ) -> BatchReadResult:
     try:
-        data, state = read_ahead.fetch(reader, stream, offset, max_bytes)
+        data, state = read_ahead.fetch(reader, stream, offset, max_bytes, limit=limit)
         result = reader.decode_checked_batches(
             stream, offset, data, state, max_bytes=max_bytes, max_count=limit
         )
