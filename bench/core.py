@@ -17,7 +17,9 @@ messages/s, full-scan rows/s by both scans (``scan``, one Message per message, a
 ``scan_batches``, one column batch per unit or run of records; each also against a raw download
 of the same blob), paged reads of 1,000 messages (what the read API does per request), per
 codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
-both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format).
+both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format),
+and the per-message scan's ceiling: building the same Message objects from the stream's columns
+already decoded (no I/O, no checksum, no decompression), in the same rounds.
 
     ./dev bench core --format-memory   (results: core_format_memory)
 
