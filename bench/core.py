@@ -17,7 +17,9 @@ messages/s, full-scan rows/s by both scans (``scan``, one Message per message, a
 ``scan_batches``, one column batch per unit or run of records; each also against a raw download
 of the same blob), paged reads of 1,000 messages (what the read API does per request), per
 codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
-both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format).
+both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format),
+and the per-message scan's ceiling: building the same Message objects from the stream's columns
+already decoded (no I/O, no checksum, no decompression), in the same rounds.
 
     ./dev bench core --format-memory   (results: core_format_memory)
 
@@ -45,6 +47,7 @@ from bench.common import MIB, report, timed
 from bench.events import events
 from vault_core import codecs, unitformat
 from vault_core.azure import StorageAccount
+from vault_core.messagebatch import MessageBatch, batch_messages
 from vault_core.pageblob import PageBlobs
 from vault_core.pagelog import CommitState
 from vault_core.reader import scan_log, scan_log_batches
@@ -323,6 +326,7 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
         writes: list[float] = []
         scans: list[float] = []
         batch_scans: list[float] = []
+        builds: list[float] = []
         pages: list[float] = []
         raws: list[float] = []
         for r in range(FORMAT_ROUNDS):
@@ -333,12 +337,16 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             raws.append(raw_download(vault, stream, committed))
             scans.append(timed(functools.partial(_scan_all, vault, stream)))
             batch_scans.append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
+            decoded = list(vault.reader.scan_batches(stream))
+            builds.append(timed(functools.partial(_build_messages, decoded, n)))
+            del decoded
             pages.append(timed(functools.partial(_read_pages, vault, stream)))
         per_format[name] = {
             "bytes": committed / n,
             "write": n / statistics.median(writes),
             "scan": n / statistics.median(scans),
             "batch scan": n / statistics.median(batch_scans),
+            "build": n / statistics.median(builds),
             "raw": n / statistics.median(raws),
             "pages": n / statistics.median(pages),
         }
@@ -349,10 +357,17 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
         out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
         out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(raws, scans)
         out[f"{label} {name}: batch scan / raw download of the same blob"] = _paired(raws, batch_scans)
+        out[f"{label} {name}: Message objects built from decoded columns, rows/s (scan's ceiling)"] = (
+            per_format[name]["build"]
+        )
+        out[f"{label} {name}: full scan / that ceiling"] = _paired(builds, scans)
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
     out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = v2["scan"] / v1["scan"]
+    out[
+        f"{label}: v2's Message-building ceiling / full scan v1 (the most v2 / v1 a per-message scan reaches)"
+    ] = v2["build"] / v1["scan"]
     out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = v2["batch scan"] / v1["batch scan"]
     out[f"{label}: batch scan rows/s v2 / full scan v1"] = v2["batch scan"] / v1["scan"]
     out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
@@ -486,6 +501,12 @@ def _scan_all(vault: Vault, stream: str) -> None:
 
 def _scan_batches_all(vault: Vault, stream: str, n: int) -> None:
     assert sum(map(len, vault.reader.scan_batches(stream))) == n
+
+
+def _build_messages(batches: list[MessageBatch], n: int) -> None:
+    """Build every message of decoded ``batches`` as a :class:`Message`, a batch at a time as the
+    scan does (no I/O, no checksum, no decompression): what any per-message scan pays at least."""
+    assert sum(1 for _ in batch_messages(batches)) == n
 
 
 def _read_pages(vault: Vault, stream: str) -> None:

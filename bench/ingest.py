@@ -17,7 +17,9 @@ bench/events.py), in paired rounds (v1 then v2, back to back), with the ratio v2
     on one Azurite, one with ``VAULT_RECORD_FORMAT=1`` and one with ``2`` (own staging queues
     each); every batch holds other events, so no codec sees a repeat
   * the read API: the events written once in each format, read through the host as NDJSON
-    pages of up to 10,000 messages
+    pages of up to 10,000 messages; and its ceiling in the same rounds, the HTTP path alone: the
+    same bytes as the NDJSON pages served through the same host by raw ``/log`` Range reads of
+    the format 1 blob (the raw primitive: no decoding, no lines), each format as a fraction of it
 """
 
 from __future__ import annotations
@@ -218,11 +220,13 @@ def latency(host: HostProcess, samples: int) -> list[float]:
     return out
 
 
-def read_api_messages_s(host: HostProcess, stream: str, committed: int) -> float:
-    """Seconds to read ``stream`` through the read API as NDJSON pages of up to 10,000 messages."""
+def read_api_messages_s(host: HostProcess, stream: str, committed: int, bodies: list[int]) -> float:
+    """Seconds to read ``stream`` through the read API as NDJSON pages of up to 10,000 messages
+    (``bodies`` gets each page's length)."""
     pool = urllib3.PoolManager()
 
     def api() -> None:
+        bodies.clear()
         offset = 0
         while offset < committed:
             r = pool.request(
@@ -231,9 +235,34 @@ def read_api_messages_s(host: HostProcess, stream: str, committed: int) -> float
                 headers={"Accept": "application/x-ndjson", "x-functions-key": host.key},
             )
             assert r.status == 200 and r.data, r.data[:300]
+            bodies.append(len(r.data))
             offset = int(r.headers["x-next-offset"])
 
     return timed(api)
+
+
+def raw_log_seconds(host: HostProcess, stream: str, committed: int, bodies: list[int]) -> float:
+    """Seconds to serve ``bodies`` (byte counts) through the host by raw ``/log`` Range reads of
+    ``stream`` (from its start, again when its end is reached; at most 4 MiB a read, the read
+    API's ``max_bytes``): the HTTP path of the read API without decoding or making lines."""
+    pool = urllib3.PoolManager()
+    auth = {"x-functions-key": host.key}
+
+    def raw() -> None:
+        pos = 0
+        for body in bodies:
+            while body > 0:
+                n = min(body, 4 * MIB, committed)
+                pos = 0 if pos + n > committed else pos
+                r = pool.request(
+                    "GET",
+                    f"{host.url}/streams/{stream}/log",
+                    headers={**auth, "Range": f"bytes={pos}-{pos + n - 1}"},
+                )
+                assert r.status == 206 and len(r.data) == n, (r.status, len(r.data), n)
+                pos, body = pos + n, body - n
+
+    return timed(raw)
 
 
 def event_bodies(size: str, producers: int, batches: int, per_batch: int, seed: int) -> list[list[bytes]]:
@@ -328,12 +357,17 @@ def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: i
                 streams[record_format] = (stream, vault.reader.state(stream).committed)
             v1: list[float] = []
             v2: list[float] = []
-            cpu: dict[int, list[float]] = {1: [], 2: []}
-            for _ in range(rounds):  # paired: v1 then v2, back to back
+            ceiling: list[float] = []
+            cpu: dict[int, list[float]] = {1: [], 2: [], 0: []}  # 0: the raw /log reads
+            bodies: list[int] = []
+            for _ in range(rounds):  # paired: v1, v2, then the same bytes by /log, back to back
                 for record_format, rates in ((1, v1), (2, v2)):
                     before = host_cpu_seconds(host)
-                    rates.append(len(messages) / read_api_messages_s(host, *streams[record_format]))
+                    rates.append(len(messages) / read_api_messages_s(host, *streams[record_format], bodies))
                     cpu[record_format].append((host_cpu_seconds(host) - before) * 1e6 / len(messages))
+                before = host_cpu_seconds(host)
+                ceiling.append(len(messages) / raw_log_seconds(host, *streams[1], bodies))
+                cpu[0].append((host_cpu_seconds(host) - before) * 1e6 / len(messages))
             figures[f"{label}: messages per stream"] = float(len(messages))
             figures[f"{label}: read API NDJSON messages/s, v1"] = statistics.median(v1)
             figures[f"{label}: read API NDJSON messages/s, v2"] = statistics.median(v2)
@@ -342,6 +376,18 @@ def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: i
             )
             figures[f"{label}: read API host CPU µs/message, v1"] = statistics.median(cpu[1])
             figures[f"{label}: read API host CPU µs/message, v2"] = statistics.median(cpu[2])
+            figures[f"{label}: NDJSON bytes/message"] = sum(bodies) / len(messages)
+            figures[f"{label}: the same bytes by raw /log reads, messages/s (ceiling)"] = statistics.median(
+                ceiling
+            )
+            figures[f"{label}: raw /log reads host CPU µs/message"] = statistics.median(cpu[0])
+            for record_format, rates in ((1, v1), (2, v2)):
+                figures[f"{label}: read API v{record_format} / raw /log ceiling"] = statistics.median(
+                    a / c for a, c in zip(rates, ceiling, strict=True)
+                )
+            figures[f"{label}: raw /log ceiling / read API v1"] = statistics.median(
+                c / a for a, c in zip(v1, ceiling, strict=True)
+            )
             for stream, _ in streams.values():
                 drop(vault, stream)
         figures[f"ingest: batches of 1,000 per producer and round, {producers} producers"] = float(batches)

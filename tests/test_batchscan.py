@@ -80,6 +80,28 @@ def test_the_batch_scan_returns_the_messages_of_the_per_message_scan(
         assert flat(list(reader.scan_batches(STREAM, start, stop))) == expected
 
 
+@FAST
+@given(commits=st.lists(commit, min_size=1, max_size=4), seed=st.integers(0, 2**32))
+def test_a_read_as_batches_has_the_messages_and_next_offset_of_the_read_as_messages(
+    commits: list[tuple[tuple[int, int], list[list[NewMessage]]]], seed: int
+) -> None:
+    vault = written(commits)
+    reader = vault.reader
+    everything = list(reader.scan(STREAM))
+    rng = random.Random(seed)
+    for _ in range(6):  # from any message, as many as max_count and max_bytes (tiny to large) take
+        offset = rng.choice(everything).offset
+        max_count, max_bytes = rng.choice([1, 3, 50, 10_000]), rng.choice([1, 40, 300, 1 << 20])
+        data, state = reader.fetch(STREAM, offset, max_bytes)
+        page = reader.decode_checked(STREAM, offset, data, state, max_bytes=max_bytes, max_count=max_count)
+        batches = reader.decode_checked_batches(
+            STREAM, offset, data, state, max_bytes=max_bytes, max_count=max_count
+        )
+        assert page.messages and all(len(b) > 0 for b in batches.batches)
+        assert (batches.messages(), batches.count) == (page.messages, len(page.messages))
+        assert (batches.next_offset, batches.committed) == (page.next_offset, page.committed)
+
+
 def test_a_unit_is_one_batch_and_a_run_of_records_another(clock: ManualClock) -> None:
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     with vault.writer(STREAM, record_format=1) as w:

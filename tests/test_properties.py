@@ -9,6 +9,7 @@ path's page renderer is pinned to its message-by-message definition.
 from __future__ import annotations
 
 import json
+from array import array
 from typing import Any
 
 import pytest
@@ -19,8 +20,9 @@ from vault_app.config import Limits
 from vault_app.http import HttpError, Request
 from vault_app.ingest import parse_batch
 from vault_app.params import int_param, parse_range, parse_time, wait_param
-from vault_app.wire import wire_line, wire_lines
+from vault_app.wire import batch_lines, wire_line, wire_lines
 from vault_core.errors import FormatError, InvalidInput
+from vault_core.messagebatch import MessageBatch
 from vault_core.recordformat import (
     FLAG_KEY_IS_TEXT,
     MAX_OFFSET,
@@ -290,3 +292,43 @@ def test_a_page_made_column_by_column_has_the_lines_made_message_by_message(
     messages: list[Message], force_b64: bool
 ) -> None:
     assert wire_lines(messages, force_b64) == [wire_line(m, force_b64) for m in messages]
+
+
+def as_batch(messages: list[Message], padding: bytes) -> MessageBatch:
+    """``messages`` as one batch whose key and value buffers hold ``padding`` before and after
+    them, as a batch cut from a unit's buffers does (its boundaries then start past 0)."""
+    key_ends, value_ends = array("I", [len(padding)]), array("I", [len(padding)])
+    for m in messages:
+        key_ends.append(key_ends[-1] + len(m.key))
+        value_ends.append(value_ends[-1] + len(m.value))
+    return MessageBatch(
+        array("q", [m.offset for m in messages]),
+        array("q", [m.timestamp for m in messages]),
+        array("B", [m.flags for m in messages]),
+        key_ends,
+        padding + b"".join(m.key for m in messages) + padding,
+        value_ends,
+        padding + b"".join(m.value for m in messages) + padding,
+        0,
+        False,
+    )
+
+
+@SOME
+@given(
+    st.lists(read_messages.filter(bool), max_size=3),
+    st.booleans(),
+    st.sampled_from([b"", b"pad", b"\xff" * 40]),
+)
+def test_a_page_made_from_batch_columns_has_the_lines_made_message_by_message(
+    pages: list[list[Message]], force_b64: bool, padding: bytes
+) -> None:
+    pages = [sorted(messages) for messages in pages]  # a batch's offsets increase
+    batches = [as_batch(messages, padding) for messages in pages]
+    expected = [wire_line(m, force_b64) for messages in pages for m in messages]
+    assert batch_lines(batches, force_b64) == expected
+
+
+def test_ids_past_48_bits_are_formatted_as_message_id_formats_them() -> None:
+    wide = [Message(MAX_OFFSET + 1, MAX_TIMESTAMP_MS + 2, b"k", b"v", FLAG_KEY_IS_TEXT)]
+    assert batch_lines([as_batch(wide, b"")], False) == [wire_line(wide[0], False)]

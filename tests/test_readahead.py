@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 
-from vault_app.readahead import ReadAhead
+from vault_app.readahead import PREFETCH_SLACK, ReadAhead
 from vault_core.memory import MemoryAccount
 from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
@@ -19,11 +19,13 @@ class CountingReader(StreamReader):
     def __init__(self, vault: Vault) -> None:
         super().__init__(vault.reader.log, vault.reader.index)
         self.fetches: list[int] = []
+        self.sizes: list[int] = []
         self.threads: set[str] = set()
         """Where the GETs ran: the reading thread, or the read-ahead's pool."""
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
         self.fetches.append(from_offset)
+        self.sizes.append(max_bytes)
         self.threads.add(threading.current_thread().name)
         return super().fetch(stream, from_offset, max_bytes)
 
@@ -72,6 +74,34 @@ def test_random_reads_prefetch_nothing(vault: Vault, stream: str) -> None:
             result = reader.decode_fetched(stream, offset, data, state, max_bytes=4096)
             ahead.done(reader, stream, offset, result.next_offset, result.committed, 4096)
     assert reader.fetches == list(reversed(offsets))
+
+
+def test_a_read_not_foreseen_fetches_what_its_messages_take_by_the_streams_pages() -> None:
+    """A consumer whose pages alternate between two processes (workers or instances): neither
+    foresees its reads, and each sizes a read by the log bytes per message of the pages it served,
+    not by max_bytes."""
+    vault = Vault(MemoryAccount()).ensure()
+    fill(vault, "s", 40)
+    reader = CountingReader(vault)
+    limit, max_bytes = 100, 4 * 1024 * 1024
+    offset, got, served = 0, [], [ReadAhead(), ReadAhead()]
+    while True:
+        ahead = served[len(reader.fetches) % 2]
+        data, state = ahead.fetch(reader, "s", offset, max_bytes, limit=limit)
+        page = reader.decode_fetched("s", offset, data, state, max_bytes=max_bytes, max_count=limit)
+        count = len(page.messages)
+        ahead.done(reader, "s", offset, page.next_offset, page.committed, max_bytes, count=count)
+        if not count:
+            break
+        assert count == limit or page.next_offset == page.committed
+        got += page.messages
+        offset = page.next_offset
+    for ahead in served:
+        ahead.close()
+    assert got == list(vault.reader.scan("s"))
+    largest = max(got[i + limit].offset - got[i].offset for i in range(0, len(got) - limit, limit))
+    assert reader.sizes[:2] == [max_bytes, max_bytes]  # each process's first read knows nothing
+    assert all(size <= largest * 5 // 4 + PREFETCH_SLACK for size in reader.sizes[2:])
 
 
 def test_held_bytes_stay_bounded_and_a_prefetch_is_handed_out_once(vault: Vault, stream: str) -> None:

@@ -35,7 +35,7 @@ from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_app.staging import Stager
 from vault_app.tail import Busy
-from vault_app.wire import ENCODER, NDJSON, WirePage, catalog_json, wire_lines
+from vault_app.wire import ENCODER, NDJSON, WirePage, batch_lines, catalog_json
 from vault_core import __version__ as VERSION
 from vault_core.errors import OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
@@ -45,7 +45,7 @@ from vault_core.limits import (
     MAX_READ_MESSAGES,
 )
 from vault_core.prefix import UNIT_VERSION
-from vault_core.reader import MIN_READ, ReadResult, StreamReader
+from vault_core.reader import MIN_READ, BatchReadResult, StreamReader
 from vault_core.retry import budget
 
 BATCH_RECHECK_SECONDS = 1.0
@@ -238,10 +238,19 @@ def _page(
     stream, max_bytes = page.stream, page.max_bytes
     result = _read(read_ahead, reader, stream, offset, page.limit, max_bytes)
     # Before formatting: a sequential consumer's next range downloads while this one is built.
-    full = len(result.messages) >= page.limit
-    read_ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes, by_count=full)
+    count = result.count
+    read_ahead.done(
+        reader,
+        stream,
+        offset,
+        result.next_offset,
+        result.committed,
+        max_bytes,
+        by_count=count >= page.limit,
+        count=count,
+    )
     headers = {"X-Next-Offset": str(result.next_offset), "X-Committed": str(result.committed)}
-    lines = wire_lines(result.messages, page.force_b64)
+    lines = batch_lines(result.batches, page.force_b64)  # from the columns: no Message per message
     if page.ndjson:
         return bool(lines), Response(200, ENCODER.encode_lines(lines), headers, mimetype=NDJSON)
     body = WirePage(stream, result.next_offset, result.committed, lines)
@@ -257,17 +266,21 @@ def _empty_page(page: _PageRequest, end: int) -> Response:
 
 def _read(
     read_ahead: ReadAhead, reader: StreamReader, stream: str, offset: int, limit: int, max_bytes: int
-) -> ReadResult:
+) -> BatchReadResult:
     try:
-        data, state = read_ahead.fetch(reader, stream, offset, max_bytes)
-        result = reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+        data, state = read_ahead.fetch(reader, stream, offset, max_bytes, limit=limit)
+        result = reader.decode_checked_batches(
+            stream, offset, data, state, max_bytes=max_bytes, max_count=limit
+        )
         # A prefetch sized to the consumer's last page may end before this page is full: then
         # the rest of what one GET of max_bytes reads, and the page that GET's bytes make.
         base = offset if state.read_at is None else state.read_at
         end = min(base + max(max_bytes, MIN_READ), state.committed)
-        if len(result.messages) < limit and result.next_offset < state.committed and base + len(data) < end:
+        if result.count < limit and result.next_offset < state.committed and base + len(data) < end:
             data += reader.log(stream).read(base + len(data), end - base - len(data))
-            result = reader.decode_checked(stream, offset, data, state, max_bytes=max_bytes, max_count=limit)
+            result = reader.decode_checked_batches(
+                stream, offset, data, state, max_bytes=max_bytes, max_count=limit
+            )
         return result
     except OffsetPastEnd as exc:
         raise HttpError(416, "invalid_offset", str(exc)) from exc

@@ -13,6 +13,7 @@ copied into the same shape record by record, with exactly the checks of
 
 from __future__ import annotations
 
+import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
@@ -139,6 +140,8 @@ def decode_batches(
     stream: str | None = None,
     complete: bool = False,
     first: int = 0,
+    max_count: int | None = None,
+    units: list[tuple[int, int]] | None = None,
 ) -> tuple[list[MessageBatch], int]:
     """:func:`~vault_core.recordformat.decode`, as batches: the whole records and units of
     ``buf[start:end]`` (``buf[0]`` is stream offset ``base_offset``) and the position after them.
@@ -146,25 +149,36 @@ def decode_batches(
     One batch per unit, and one per run of version 1 records (at most :data:`RUN_BYTES` of keys
     and values). Messages before offset ``first`` are left out. A frame cut off by ``end`` is
     left for the caller, unless ``complete`` says ``end`` is the committed end, where it is
-    corrupt; what does not verify raises what ``decode`` raises, word for word.
+    corrupt; what does not verify raises what ``decode`` raises, word for word. ``max_count``
+    and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit returns the
+    next message's offset minus ``base_offset``), and the ``(start, end)`` offsets of the units.
     """
     view = memoryview(buf)
     end = len(view) if end is None else end
     out: list[MessageBatch] = []
     pos = start
-    while pos < end:
+    room = sys.maxsize if max_count is None else max_count  # messages still wanted
+    while pos < end and room > 0:
         if pos + HEADER_SIZE <= end and view[pos + 8] == UNIT_VERSION and view[pos : pos + 4] == MAGIC:
             unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
             if unit is None:
                 break  # cut off by ``end``: the caller completes it
+            if units is not None:
+                units.append((unit.offset, unit.end))
             skip = min(max(0, first - unit.offset), unit.size)
             if skip < unit.size:
-                out.append(unit_batch(unit, skip))
+                taken = unit_batch(unit, skip)
+                if len(taken) > room:  # stopped inside the unit: a later read starts at its next message
+                    out.append(taken.head(room))
+                    return out, out[-1].next_offset - base_offset
+                out.append(taken)
+                room -= len(taken)
             pos += unit.length
             continue
-        batch, after = _record_run(view, base_offset, pos, end, first)
+        batch, after = _record_run(view, base_offset, pos, end, first, room)
         if batch is not None:
             out.append(batch)
+            room -= len(batch)
         if after == pos:  # not a record this run takes: the reference decoder says why, or that it is cut off
             _, checked = decode(view, base_offset, pos, end, max_count=1, stream=stream, complete=complete)
             if checked != pos:
@@ -175,10 +189,11 @@ def decode_batches(
 
 
 def _record_run(
-    view: memoryview, base_offset: int, start: int, end: int, first: int
+    view: memoryview, base_offset: int, start: int, end: int, first: int, room: int = sys.maxsize
 ) -> tuple[MessageBatch | None, int]:
     """Version 1 records from ``start`` that pass every check of ``decode``, up to the first unit,
-    the first record that fails or is cut off, or :data:`RUN_BYTES`; their batch and where they end."""
+    the first record that fails or is cut off, :data:`RUN_BYTES`, or ``room`` records taken;
+    their batch and where they end."""
     offsets, timestamps, flag_list = array("q"), array("q"), array("B")
     key_ends, value_ends = array("I", [0]), array("I", [0])
     key_parts: list[memoryview] = []
@@ -195,7 +210,7 @@ def _record_run(
         value_ends.append,
     )
     pos = start
-    while pos + HEADER_SIZE <= end and keys_total + values_total < RUN_BYTES:
+    while pos + HEADER_SIZE <= end and keys_total + values_total < RUN_BYTES and room > 0:
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
         if (
             magic != MAGIC
@@ -220,6 +235,7 @@ def _record_run(
             values_total += vlen
             add_key_end(keys_total)
             add_value_end(values_total)
+            room -= 1
         pos = rec_end
     if not offsets:
         return None, pos

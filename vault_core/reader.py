@@ -25,7 +25,7 @@ from vault_core.errors import (
 )
 from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
-from vault_core.messagebatch import MessageBatch, decode_batches
+from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
@@ -51,9 +51,28 @@ class ReadResult:
     """The committed length seen by this read; ``next_offset == committed`` means caught up."""
 
 
+@dataclass(frozen=True)
+class BatchReadResult:
+    """:class:`ReadResult` as columns: the same messages in :class:`~vault_core.messagebatch.MessageBatch`
+    es (one per version 2 unit or run of version 1 records), for a consumer that renders columns
+    (the read API) and so builds no :class:`Message` per message."""
+
+    batches: list[MessageBatch]
+    next_offset: int
+    committed: int
+
+    @property
+    def count(self) -> int:
+        return sum(map(len, self.batches))
+
+    def messages(self) -> list[Message]:
+        return list(batch_messages(self.batches))
+
+
 class Decoder(Protocol[T]):
-    """What a scan decodes each buffer with: :func:`~vault_core.recordformat.decode` (messages) or
-    :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
+    """What a read or a scan decodes a buffer with: :func:`~vault_core.recordformat.decode`
+    (messages) or :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same
+    arguments."""
 
     def __call__(
         self,
@@ -65,6 +84,8 @@ class Decoder(Protocol[T]):
         stream: str | None = None,
         complete: bool = False,
         first: int = 0,
+        max_count: int | None = None,
+        units: list[tuple[int, int]] | None = None,
     ) -> tuple[list[T], int]: ...
 
 
@@ -239,8 +260,20 @@ def _before(part: list[T], end: int) -> list[T]:
     return cast(list[T], kept)
 
 
-def _within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
-    """The first of ``records``, and those after it while their keys and values fit ``max_bytes``."""
+def _within_bytes(records: list[T], max_bytes: int) -> list[T]:
+    """The first of the messages of one unit, and those after it while their keys and values fit
+    ``max_bytes``: ``records`` are the unit's messages, or its one batch."""
+    first = records[0]
+    if isinstance(first, MessageBatch):
+        ke, ve = first.key_ends, first.value_ends
+        fits = bisect.bisect_right(
+            range(1, len(first) + 1), max_bytes, key=lambda n: ke[n] - ke[0] + ve[n] - ve[0]
+        )
+        return cast(list[T], [first.head(max(fits, 1))])
+    return cast(list[T], _messages_within_bytes(cast(list[Message], records), max_bytes))
+
+
+def _messages_within_bytes(records: list[Message], max_bytes: int) -> list[Message]:
     total = len(records[0].key) + len(records[0].value)
     for i, r in enumerate(records[1:], 1):
         total += len(r.key) + len(r.value)
@@ -297,15 +330,38 @@ class StreamReader:
         bytes from before an append with the commit record after it: the new records then look
         like garbage. A second GET tells that apart from real damage, which fails again.
         """
+        page = self._decode_checked(decode, stream, from_offset, data, state, max_bytes, max_count)
+        return ReadResult(*page)
+
+    def decode_checked_batches(
+        self,
+        stream: str,
+        from_offset: int,
+        data: bytes,
+        state: CommitState,
+        *,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_count: int = DEFAULT_MAX_COUNT,
+    ) -> BatchReadResult:
+        """:meth:`decode_checked` as columns: the same read, its messages in batches."""
+        page = self._decode_checked(decode_batches, stream, from_offset, data, state, max_bytes, max_count)
+        return BatchReadResult(*page)
+
+    def _decode_checked(
+        self,
+        decoder: Decoder[T],
+        stream: str,
+        from_offset: int,
+        data: bytes,
+        state: CommitState,
+        max_bytes: int,
+        max_count: int,
+    ) -> tuple[list[T], int, int]:
         try:
-            return self.decode_fetched(
-                stream, from_offset, data, state, max_bytes=max_bytes, max_count=max_count
-            )
+            return self._decode_page(decoder, stream, from_offset, data, state, max_bytes, max_count)
         except CorruptRecord:
             data, state = self.fetch(stream, from_offset, max_bytes)
-            return self.decode_fetched(
-                stream, from_offset, data, state, max_bytes=max_bytes, max_count=max_count
-            )
+            return self._decode_page(decoder, stream, from_offset, data, state, max_bytes, max_count)
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
         """The raw bytes of a :meth:`read` and the commit record they came with (one GET)."""
@@ -334,6 +390,19 @@ class StreamReader:
         max_count: int = DEFAULT_MAX_COUNT,
     ) -> ReadResult:
         """The records of bytes :meth:`fetch` returned (now or earlier: committed bytes never change)."""
+        return ReadResult(*self._decode_page(decode, stream, from_offset, data, state, max_bytes, max_count))
+
+    def _decode_page(
+        self,
+        decoder: Decoder[T],
+        stream: str,
+        from_offset: int,
+        data: bytes,
+        state: CommitState,
+        max_bytes: int,
+        max_count: int,
+    ) -> tuple[list[T], int, int]:
+        """What :meth:`decode_fetched` returns (messages, next offset, committed), by ``decoder``."""
         if max_bytes <= 0 or max_count <= 0:
             raise InvalidOffset("max_bytes and max_count must be positive")
         committed = state.committed
@@ -343,7 +412,7 @@ class StreamReader:
             )
         base = from_offset if state.read_at is None else state.read_at  # where ``data`` begins
         if from_offset == committed or min(len(data), max_bytes) <= 0:
-            return ReadResult([], from_offset, committed)
+            return [], from_offset, committed
         limit = min(
             len(data), max(max_bytes, MIN_READ) if base != from_offset else max_bytes, committed - base
         )
@@ -358,7 +427,7 @@ class StreamReader:
             data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
         units: list[tuple[int, int]] = []
-        records, pos = decode(
+        records, pos = decoder(
             data,
             start,
             0,
@@ -370,13 +439,13 @@ class StreamReader:
             units=units,
         )
         next_offset = start + pos
-        if oversized and len(records) > 1:  # a unit larger than max_bytes: what max_bytes holds of it
+        if oversized and records:  # a unit larger than max_bytes: what max_bytes holds of it
             records = _within_bytes(records, max_bytes)
-            next_offset = records[-1].next_offset
+            next_offset = cast("Message | MessageBatch", records[-1]).next_offset
         # walked from a proven boundary; a next offset inside a unit is decoded from the unit's start
         unit = units[-1][0] if units and units[-1][0] < next_offset < units[-1][1] else None
         self.boundaries.learn(stream, [next_offset], unit=unit)
-        return ReadResult(records, next_offset, committed)
+        return records, next_offset, committed
 
     def scan(
         self,
