@@ -271,9 +271,11 @@ class StreamWriter:
         recorded = self.index.committed_batches(self.stream, ids) if ids else {}
         self._tail = tail.result()
         registered.result()
-        if ids and all(i in recorded for i in ids):
-            points, minutes, batches = [], [], ()  # all in Tables already
-        else:
+        points: list[IndexPoint] = []
+        minutes: list[IndexPoint] = []
+        batches: tuple[CommittedBatch, ...] = ()
+        # Else the last commit's rows, and so every row before them, are in Tables already.
+        if not ids or not all(i in recorded for i in ids):
             points, minutes = self._reindex(last, state.committed) if state.committed else ([], [])
             batches = self._with_pieces(state, recorded)
         self.index.record_commit(self.stream, state, points, batches, self.clock.now_ms(), minutes)
