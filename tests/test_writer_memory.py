@@ -260,7 +260,12 @@ def test_a_successor_reads_the_log_again_only_when_the_last_commits_rows_are_mis
 
     scans: list[int] = []
     real_scan = vault_core.reader.scan_log
-    monkeypatch.setattr(vault_core.reader, "scan_log", lambda *a, **k: scans.append(1) or real_scan(*a, **k))
+
+    def counted_scan(*args: Any, **kwargs: Any) -> Any:
+        scans.append(1)
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(vault_core.reader, "scan_log", counted_scan)
     shared = "4f8a6c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"
 
     def successor() -> StreamWriter:
