@@ -25,7 +25,10 @@ issue 24) or 1 s (this app's host.json). With one worker the replacement takes t
 with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill: the time
 until another process owns both queues (host log), until the first batch posted after the kill to
 a stream of those queues commits (the *takeover*; target 2 s), and until the replacement is
-ready. Over the whole run: the seconds from each acknowledgement (202) to the commit,
+ready. The takeover's commit is the writer's ``appended`` log line (logged just after it, with
+the worker's clock); the time until ``GET .../batches/{id}`` reports it (its batch row, written in
+the background after the commit, as the sampler polls every 0.1 s) is shown beside it. Over the
+whole run: the seconds from each acknowledgement (202) to the commit (as the sampler sees it),
 p50/p99/max, and lost, duplicated and poisoned batches.
 
 **Stall.** One host under the same steady ingest; Azurite is frozen (SIGSTOP) for 10 s, then
@@ -46,6 +49,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import tempfile
@@ -246,7 +250,10 @@ class WorkerKills:
     """Per kill: s from the kill until another process logged owning both victim queues."""
     takeovers: list[float]
     """Per kill: s from the kill until the first batch posted after it to a stream of the
-    victim queues is committed."""
+    victim queues is committed (the writer's ``appended`` log line, just after the commit)."""
+    seen: list[float]
+    """The same, until ``GET .../batches/{id}`` says so (the batch rows, written after the commit
+    in the background, as the sampler polls them)."""
     lags: list[float]
     """Every acknowledged batch: s from its 202 until it was seen committed."""
     seconds: float
@@ -289,6 +296,21 @@ def owned_again(lines: Sequence[str], queues: Sequence[str], killed: float, vict
     return max(times) - killed
 
 
+_APPENDED = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) .*?(\{\"event\":\"appended\".*\})\s*$")
+
+
+def commit_times(lines: Sequence[str]) -> dict[str, float]:
+    """Batch id → Unix time of the writer's ``appended`` log line that first carried it (logged
+    right after the commit, with the worker's own timestamp)."""
+    times: dict[str, float] = {}
+    for line in lines:
+        m = _APPENDED.match(line)
+        if m:
+            for batch_id in json.loads(m.group(2))["batch_ids"]:
+                times.setdefault(batch_id, _logged_at(m.group(1)))
+    return times
+
+
 def host_json(visibility: int, directory: Path) -> Path:
     """This app's host.json with another ``visibilityTimeout``."""
     doc = json.loads((ROOT / "host.json").read_text())
@@ -317,6 +339,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
         replaced: list[float] = []
         owned: list[float] = []
         takeovers: list[float] = []
+        seen: list[float] = []
         started = time.perf_counter()
         with Sampler(env.vault) as sampler:
             producers.start()
@@ -331,7 +354,13 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                 ready: float | None = None
                 took: float | None = None
                 takeover: float | None = None
-                while ready is None or takeover is None or time.perf_counter() < killed + env.args.kill_every:
+                reads: float | None = None
+                while (
+                    ready is None
+                    or takeover is None
+                    or reads is None
+                    or time.perf_counter() < killed + env.args.kill_every
+                ):
                     if time.perf_counter() - killed > 120:
                         raise TimeoutError("no batch of the victim queues committed after 120 s")
                     acked = producers.snapshot()
@@ -341,16 +370,18 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                         ready = time.perf_counter() - killed
                     if took is None:
                         took = owned_again(lines, queues, killed_at, victim)
+                    after = [x for x in acked if x.stream in victims and x.posted > killed]
                     if takeover is None:
-                        done = [
-                            sampler.seen[x.batch_id]
-                            for x in acked
-                            if x.stream in victims and x.posted > killed and x.batch_id in sampler.seen
-                        ]
-                        takeover = min(done) - killed if done else None
+                        times = commit_times(lines)
+                        logged = [times[x.batch_id] for x in after if x.batch_id in times]
+                        takeover = min(logged) - killed_at if logged else None
+                    if reads is None:
+                        done = [sampler.seen[x.batch_id] for x in after if x.batch_id in sampler.seen]
+                        reads = min(done) - killed if done else None
                     time.sleep(0.05)
                 replaced.append(ready)
                 takeovers.append(takeover)
+                seen.append(reads)
                 owned.append(took if took is not None else float("nan"))
             feed(producers, sampler, 5)
             producers.stop()
@@ -364,6 +395,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
             replaced,
             owned,
             takeovers,
+            seen,
             [sampler.seen[x.batch_id] - x.acked for x in acked],
             time.perf_counter() - started,
             found.lost,
@@ -385,6 +417,9 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
                 r.takeovers, "{:.1f}"
             ),
             f"worker kill, {label}: takeover max s (target <= {TAKEOVER_TARGET_SECONDS:g})": max(r.takeovers),
+            f"worker kill, {label}: s until GET .../batches/{{id}} says committed, each kill": _each(
+                r.seen, "{:.1f}"
+            ),
             f"worker kill, {label}: s until the replacement is ready, each kill": _each(r.replaced, "{:.1f}"),
             f"worker kill, {label}: ack to commit s, p50 / p99 / max (all batches)": (
                 f"{percentile(r.lags, 0.5):.2f} / {percentile(r.lags, 0.99):.2f} / {max(r.lags):.2f}"

@@ -32,7 +32,7 @@ from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, REFRESH_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
 from vault_app.instance import INSTANCE_ID_SETTING, Instance, lock_directory
-from vault_app.open_writers import OWNER_BLOB_PREFIX
+from vault_app.open_writers import OWNER_BLOB_PREFIX, OpenWriters
 from vault_app.poison import PAGE, Selector, list_poison, replay
 from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
@@ -40,7 +40,7 @@ from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_client.results import offset_in_pieces
 from vault_core.clock import ManualClock
-from vault_core.errors import StreamNotFound
+from vault_core.errors import StreamLeased, StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.recordformat import HEADER_SIZE, NewMessage
 from vault_core.writer import Batch
@@ -275,6 +275,40 @@ def test_a_queue_a_live_sibling_process_owns_gets_its_batch_back_at_once_and_wit
             sibling.release()
         runtime.close()
         shutil.rmtree(lock_directory(env[INSTANCE_ID_SETTING]), ignore_errors=True)
+
+
+def test_a_writer_opened_ahead_serves_the_next_append_and_one_no_append_took_stays_open_or_lets_go(
+    runtime: Runtime, services: Services, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue's owner opens its trigger's stream while it drains (§3.7): the append takes that
+    writer rather than opening another; one left over is kept like any open writer, and one
+    whose open failed (the stream leased elsewhere) gives its lock up."""
+    writers = runtime.writers
+    opened: list[str] = []
+    real_open = OpenWriters._open_writer
+
+    def counted_open(*args: Any) -> Any:
+        opened.append(args[2])
+        return real_open(*args)
+
+    monkeypatch.setattr(OpenWriters, "_open_writer", staticmethod(counted_open))
+    writers.open_ahead(services, "ahead")
+    writers.open_ahead(services, "ahead")  # opening already: nothing more
+    writers.append(services, "ahead", [Batch(messages(["a"]), "b1")])
+    writers.keep_opened("ahead")  # the append took it: nothing left to keep
+    writers.open_ahead(services, "ahead")  # open here: nothing to do
+    writers.open_ahead(services, "unused")
+    writers.keep_opened("unused")
+    assert opened == ["ahead", "unused"] and sorted(writers._open) == ["ahead", "unused"]
+    elsewhere = services.vault.blob("elsewhere")
+    elsewhere.create_if_missing()
+    elsewhere.acquire_lease(60, "another-instance")
+    writers.open_ahead(services, "elsewhere")
+    writers.keep_opened("elsewhere")
+    assert "elsewhere" not in writers._open and "elsewhere" not in writers._streams
+    with pytest.raises(StreamLeased):
+        writers.append(services, "elsewhere", [Batch(messages(["b"]), "b2")])
+    assert values(services, "ahead") == ["a"]
 
 
 def test_poison_is_listed_and_a_replayed_batch_is_staged_again_and_committed_once(

@@ -34,6 +34,7 @@ from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.channel import Channel
+from vault_local.host import idle_wait
 from vault_local.process import HostProcess, local_env
 from vault_local.workers import ForkedProcess, QueueAffinity, least_busy, queue_worker, worker_settings
 
@@ -92,6 +93,15 @@ def test_http_goes_to_the_least_busy_live_worker_and_ties_rotate() -> None:
     assert least_busy([None, 3, 3], 0) == 1 and least_busy([1, None, 1], 1) == 2
     with pytest.raises(LookupError):
         least_busy([None, None], 0)
+
+
+def test_an_idle_poller_looks_again_when_a_failed_invocations_message_is_due_back() -> None:
+    """A dead worker's trigger comes back after visibilityTimeout: the poller of its queue looks
+    then, not at the end of a longer idle back-off (nor later than the back-off says)."""
+    assert idle_wait(1.6, None, now=10.0) == 1.6
+    assert idle_wait(1.6, 10.5, now=10.0) == 0.5
+    assert idle_wait(0.2, 10.5, now=10.0) == 0.2
+    assert idle_wait(1.6, 9.0, now=10.0) == 0.0  # due already: at once
 
 
 def test_each_queue_function_stays_on_one_worker() -> None:

@@ -250,6 +250,53 @@ def test_a_successor_under_the_dead_writers_lease_id_takes_over_at_once_and_the_
     assert tags(vault) == [b"committed"] * 10 + [b"after"] * 5
 
 
+def test_a_successor_reads_the_log_again_only_when_the_last_commits_rows_are_missing(
+    vault: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each commit waits for the previous one's rows, so a successor whose last commit's batch
+    rows are all in Tables opens without decoding the log (a takeover's few requests); one
+    whose predecessor died before writing them re-derives them from the log, as before."""
+    import vault_core.reader
+
+    scans: list[int] = []
+    real_scan = vault_core.reader.scan_log
+
+    def counted_scan(*args: Any, **kwargs: Any) -> Any:
+        scans.append(1)
+        return real_scan(*args, **kwargs)
+
+    monkeypatch.setattr(vault_core.reader, "scan_log", counted_scan)
+    shared = "4f8a6c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"
+
+    def successor() -> StreamWriter:
+        return StreamWriter.open(
+            vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+        )
+
+    dying = successor()
+    dying.append([Batch(msgs(200, tag="one"), "batch-1")])
+    dying.append([Batch(msgs(200, tag="two"), "batch-2")])
+    dying._wait_recorded()  # its rows are written: the process died after that
+    last_point = vault.index.last_point(STREAM)
+    with successor() as w:
+        assert not scans and w._last_point == last_point
+        [dup, fresh] = w.append(
+            [Batch(msgs(200, tag="two"), "batch-2"), Batch(msgs(5, tag="three"), "batch-3")]
+        )
+    assert dup.duplicate and not fresh.duplicate
+    index = vault.index.index
+    dying = successor()
+    index.replace_all = lambda *a, **k: None  # type: ignore[method-assign]  # died before its rows
+    dying.append([Batch(msgs(7, tag="four"), "batch-4")])
+    dying._wait_recorded()
+    del index.replace_all
+    with successor() as w:
+        assert scans  # re-derived from the log
+        [again] = w.append([Batch(msgs(7, tag="four"), "batch-4")])
+    assert again.duplicate and vault.index.committed_batches(STREAM, ["batch-4"])
+    assert tags(vault) == [b"one"] * 200 + [b"two"] * 200 + [b"three"] * 5 + [b"four"] * 7
+
+
 # -- what readers refuse -------------------------------------------------------------------------
 def test_a_flipped_byte_is_detected_and_skipping_reads_the_rest(vault: Vault) -> None:
     with vault.writer(STREAM, record_format=1) as w:  # version 2: tests/test_unitformat.py

@@ -22,6 +22,7 @@ import logging
 import os
 import threading
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from vault_app.drained import DrainedFile
@@ -102,6 +103,8 @@ class OpenWriters:
         self._streams: dict[str, HeldLock] = {}
         """The instance-wide lock of every stream whose writer is open here, or closing."""
         self._owned: dict[str, _Owned] = {}
+        self._opening: dict[str, Future[StreamWriter]] = {}
+        """Writers being opened ahead of their first append (:meth:`open_ahead`)."""
         self._instance = instance
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
@@ -117,11 +120,12 @@ class OpenWriters:
         instance = self.instance(services)
         with self._lock:
             writer = self._take(stream)
-            if writer is None:
+            opening = self._opening.pop(stream, None) if writer is None else None
+            if writer is None and opening is None:
                 self._lock_stream(instance, stream)
         try:
             if writer is None:
-                writer = self._open_writer(services, instance, stream)
+                writer = opening.result() if opening else self._open_writer(services, instance, stream)
             try:
                 results = writer.append(batches)
             except LeaseLost:
@@ -140,6 +144,47 @@ class OpenWriters:
             self._open[stream] = (writer, time.monotonic())
             self._start_reaper()
         return results
+
+    def open_ahead(self, services: Services, stream: str) -> None:
+        """Start opening the writer of ``stream`` in the background unless it is open here, so
+        that its lease and recovery overlap what the invocation does before its first append (a
+        queue's new owner drains while the dead owner's stream opens, docs/ARCHITECTURE.md
+        §3.7). The next :meth:`append` to it takes the writer, or the open's error; call
+        :meth:`keep_opened` when no append may come."""
+        instance = self.instance(services)
+        with self._lock:
+            if stream in self._open or stream in self._opening:
+                return
+            try:
+                self._lock_stream(instance, stream)
+            except StreamLeased:
+                return  # the append meets it again and hands its batches back
+            opening: Future[StreamWriter] = Future()
+            self._opening[stream] = opening
+
+        def run() -> None:  # a thread of its own: a pool's threads would outlive the runtime
+            try:
+                opening.set_result(self._open_writer(services, instance, stream))
+            except BaseException as exc:
+                opening.set_exception(exc)
+
+        threading.Thread(target=run, name=f"mv-open-ahead-{stream}", daemon=True).start()
+
+    def keep_opened(self, stream: str) -> None:
+        """A writer opened ahead that no append took: kept open like any other (the reaper
+        closes it once idle), or, if its open failed, its lock given up."""
+        with self._lock:
+            opening = self._opening.pop(stream, None)
+        if opening is None:
+            return
+        try:
+            writer = opening.result()
+        except Exception:
+            self._unlock_stream(stream)
+            return
+        with self._lock:
+            self._open[stream] = (writer, time.monotonic())
+            self._start_reaper()
 
     def _lock_stream(self, instance: Instance, stream: str) -> None:
         """Take the stream's instance-wide lock before its writer opens (called under _lock)."""
@@ -266,6 +311,10 @@ class OpenWriters:
     def close_all(self) -> None:
         """Close every open writer now (catalog up to date, leases released), then release the
         owned queues: their next owner finds every stream free."""
+        with self._lock:
+            opening = list(self._opening)
+        for stream in opening:
+            self.keep_opened(stream)
         with self._lock:
             writers = [w for w, _ in self._open.values()]
             self._open.clear()

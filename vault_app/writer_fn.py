@@ -145,6 +145,19 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
         _hand_back_trigger(services, queue, trigger, exc)  # trying again later can cure it: never poison
         return
     telemetry.current().link(first.trace)
+    # Its stream's lease and recovery side by side with the drain, if it is not open here (a
+    # queue taken over from a dead owner): the first append is the takeover's last step.
+    runtime.writers.open_ahead(services, first.stream)
+    try:
+        _append_pending(runtime, queue, trigger, first)
+    finally:
+        runtime.writers.keep_opened(first.stream)
+
+
+def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage, first: Envelope) -> None:
+    """Drain the queue and append the trigger's batch and the drained ones, stream by stream."""
+    services = runtime.services
+    claims = services.claims
     plan = _Plan()
     _add(plan, _Work(first))
     cleanup: list[Future[None]] = []
@@ -254,7 +267,8 @@ def _drain(
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
-        held = [_fresh(queue, m) if m.dequeue_count > 1 else m for m in held]
+        # A dead writer's batches all went around before: their re-sends side by side.
+        held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
         renewer.hold(held)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)

@@ -27,7 +27,7 @@ from types import TracebackType
 
 from vault_core import codecs
 from vault_core.clock import Clock, SystemClock
-from vault_core.errors import FormatError, LeaseLost, StreamFull, VaultError
+from vault_core.errors import FormatError, LeaseLost, StreamFull, StreamNotFound, VaultError
 from vault_core.index import IndexPoint, IndexTables, starts_minute
 from vault_core.names import validate_batch_id
 from vault_core.pagelog import (
@@ -196,8 +196,11 @@ class StreamWriter:
         write still keep a second one from writing, but it would fail rather than wait).
         """
         clock = clock or SystemClock()
-        blob.create_if_missing()
-        lease = blob.acquire_lease(lease_seconds, lease_id)
+        try:  # one request for a stream that exists, the usual case (a takeover is one)
+            lease = blob.acquire_lease(lease_seconds, lease_id)
+        except StreamNotFound:
+            blob.create_if_missing()
+            lease = blob.acquire_lease(lease_seconds, lease_id)
         writer = cls(
             blob,
             index,
@@ -249,29 +252,48 @@ class StreamWriter:
 
     # -- recovery ----------------------------------------------------------------------
     def _recover(self) -> None:
-        """Load the commit record and make the derived data (index, catalog, batch ids) match it."""
+        """Load the commit record and make the derived data (index, catalog, batch ids) match it.
+
+        Only the last commit's rows can be missing (each commit first waits for the previous
+        one's, ``_wait_recorded``), and they are written in one ``record_index`` call whose
+        batch rows come last: if every batch row of the last commit is in Tables, so is every
+        index point and minute mark, and the log is not scanned again. That keeps the takeover
+        of a stream from a writer that died (docs/ARCHITECTURE.md §3.7) to a few requests,
+        without decoding every message since the last index point."""
         state = self.blob.state()
         self.state = state
         page_start = state.committed // PAGE_SIZE * PAGE_SIZE
-        self._tail = self.blob.read(page_start, state.committed - page_start)
-        self.index.register_stream(self.stream, self.clock.now_ms())
+        # Independent reads side by side: the tail page and the catalog row beside the index.
+        tail = self._uploader.submit(self.blob.read, page_start, state.committed - page_start)
+        registered = self._recorder.submit(self.index.register_stream, self.stream, self.clock.now_ms())
         last = self.index.last_point(self.stream)
-        points, minutes = self._reindex(last, state.committed) if state.committed else ([], [])
-        batches = self._with_pieces(state)
+        ids = [b.batch_id for b in state.batches]
+        recorded = self.index.committed_batches(self.stream, ids) if ids else {}
+        self._tail = tail.result()
+        registered.result()
+        points: list[IndexPoint] = []
+        minutes: list[IndexPoint] = []
+        batches: tuple[CommittedBatch, ...] = ()
+        # Else the last commit's rows, and so every row before them, are in Tables already.
+        if not ids or not all(i in recorded for i in ids):
+            points, minutes = self._reindex(last, state.committed) if state.committed else ([], [])
+            batches = self._with_pieces(state, recorded)
         self.index.record_commit(self.stream, state, points, batches, self.clock.now_ms(), minutes)
         self._last_point = points[-1] if points else last
         self._stale = False
 
-    def _with_pieces(self, state: CommitState) -> tuple[CommittedBatch, ...]:
+    def _with_pieces(
+        self, state: CommitState, recorded: dict[str, CommittedBatch]
+    ) -> tuple[CommittedBatch, ...]:
         """The last commit's batches with their pieces, which the commit record does not carry:
-        as the index's batch rows have them, else re-derived from the log (the last writer died
-        before it recorded the commit). A commit in units begins with a unit, where its first
-        batch begins; where that does not hold (a first batch without id), none are derived."""
+        as the index's batch rows have them (``recorded``), else re-derived from the log (the last
+        writer died before it recorded the commit). A commit in units begins with a unit, where
+        its first batch begins; where that does not hold (a first batch without id), none are
+        derived."""
         from vault_core.reader import scan_log  # the reader depends on nothing in this module
 
         if state.format < UNIT_VERSION or not state.batches:
             return state.batches
-        recorded = self.index.committed_batches(self.stream, [b.batch_id for b in state.batches])
         missing = [b for b in state.batches if b.batch_id not in recorded]
         if not missing:
             return tuple(recorded[b.batch_id] for b in state.batches)

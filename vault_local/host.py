@@ -86,6 +86,8 @@ SIGTERM would send SIGKILL."""
 HTTP_CLOSE_TIMEOUT = 2
 """Seconds uvicorn may take to close its connections once the workers are gone."""
 MAX_CONNECTIONS = 1000
+RETRY_MARGIN = 0.05
+"""Seconds after a failed invocation's message is due back that its queue is polled again."""
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Requests a drain does not wait for: safe to retry, and a long poll may have a minute left."""
 
@@ -160,6 +162,8 @@ class LocalHost:
         self._writes: set[asyncio.Future[None]] = set()
         """One future per write request being handled, done when it has been answered."""
         self._pollers: list[threading.Thread] = []
+        self._retry_due: dict[str, float] = {}
+        """Queue → when the message of its last failed invocation is visible again (monotonic)."""
         self._lifespan = Starlette()
 
     # -- HTTP ------------------------------------------------------------------------------
@@ -315,7 +319,13 @@ class LocalHost:
                     log.warning("polling %s failed: %s", q.queue_name, exc)
                     got = []
                 if not got:
-                    self.stopping.wait(backoff.next())
+                    # Idle back-off, but no later than a failed invocation's message is due back
+                    # (a dead worker's, say): its retry is what the queue is waiting for.
+                    idle = backoff.next()
+                    delay = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
+                    if delay < idle:  # waiting for that retry now: done with it
+                        self._retry_due.pop(q.queue_name, None)
+                    self.stopping.wait(delay)
                     continue
                 backoff.reset()
                 for m in got:
@@ -385,6 +395,9 @@ class LocalHost:
             else:
                 client.update_message(
                     m.id, receipt[0], visibility_timeout=int(self.options.visibility_timeout)
+                )
+                self._retry_due[q.queue_name] = (
+                    time.monotonic() + RETRY_MARGIN + self.options.visibility_timeout
                 )
         except Exception as exc:
             log.warning("could not settle message %s: %s", m.id, exc)
@@ -482,6 +495,12 @@ async def _when_started(server: uvicorn.Server, ready: Callable[[], None] | None
         await asyncio.sleep(0.05)
     if ready:
         ready()
+
+
+def idle_wait(backoff: float, retry_due: float | None, now: float) -> float:
+    """How long a poller that found its queue empty waits: its back-off, but no later than the
+    message of a failed invocation is visible again (``retry_due``, None if none is pending)."""
+    return backoff if retry_due is None else max(0.0, min(backoff, retry_due - now))
 
 
 def key_matches(given: str, key: str) -> bool:
