@@ -210,7 +210,8 @@ def vault_host(
     ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
     """
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    host = fast_host(azurite.connection_string, tmp_path_factory.mktemp("vault-host"), settings=settings).start()
+    directory = tmp_path_factory.mktemp("vault-host")
+    host = fast_host(azurite.connection_string, directory, settings=settings).start()
     yield host
     host.stop()
 
