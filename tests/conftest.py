@@ -190,20 +190,28 @@ def fast_host(
     )
 
 
+SESSION_HOST_QUEUES = 2
+"""The session host's staging queues (the product's default is 4): each queue has a poller that
+asks Azurite for messages every 200 ms while idle, and the session hosts are idle most of the
+run, so each queue costs about 2.5 % of a core (host and Azurite), about 5 CPU-s per host per
+run. Two, not one, so that the host still spreads streams over queues and lists every queue.
+The hosts of the tests that depend on the default (steering, faults, shutdown) are their own."""
+
+
 @pytest.fixture(scope="session")
 def vault_host(
     azurite: Azurite, dev_issuer: DevIssuer, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[HostProcess]:
     """The local Functions host running function_app.py on the session's Azurite, with
     authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
-    admin (so read and write) on every stream.
+    admin (so read and write) on every stream; :data:`SESSION_HOST_QUEUES` staging queues.
 
     ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
     ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
     """
-    host = fast_host(
-        azurite.connection_string, tmp_path_factory.mktemp("vault-host"), settings=dev_issuer.settings()
-    ).start()
+    settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
+    directory = tmp_path_factory.mktemp("vault-host")
+    host = fast_host(azurite.connection_string, directory, settings=settings).start()
     yield host
     host.stop()
 

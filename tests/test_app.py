@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import app_http_functions, isolated_host, key_header, wait_until
+from conftest import SESSION_HOST_QUEUES, app_http_functions, isolated_host, key_header, wait_until
 from leases import end_dead_host_leases
 
 from vault_app.config import load_settings
@@ -268,7 +268,7 @@ def test_catalog_lists_streams_and_queue_depths(
     post(http, vault_host.key, stream, [{"value": "c"}], params={"wait": 20})
     doc = http.get("/streams").json()
     assert stream in [s["stream"] for s in doc["streams"]]
-    assert len(doc["queues"]) == 4
+    assert len(doc["queues"]) == SESSION_HOST_QUEUES
     assert all("approximate_messages" in q and "poison_messages" in q for q in doc["queues"])
     one = http.get(f"/streams/{stream}").json()
     assert one["count"] == 1 and one["committed"] > 0 and one["first_timestamp"] == one["last_timestamp"]
@@ -421,7 +421,7 @@ def test_openapi_documents_every_route_of_the_app(http: httpx.Client) -> None:
 
 def test_health(http: httpx.Client) -> None:
     doc = http.get("/health").json()
-    assert doc["status"] == "ok" and len(doc["queues"]) == 4
+    assert doc["status"] == "ok" and len(doc["queues"]) == SESSION_HOST_QUEUES
     assert doc["poison_messages"] == sum(q["poison_messages"] for q in doc["queues"])
 
 

@@ -1,8 +1,8 @@
 """Packaging: what each distribution declares is what its code imports, and the habits around it.
 
 * The core distribution (vault_core/pyproject.toml, ``message-vault-core``) declares exactly the
-  packages vault_core imports, and its wheel alone, installed into a clean virtualenv, reads a
-  stream with Spark (the slow test at the end).
+  packages vault_core imports, and its wheel alone, installed into a clean virtualenv beside
+  what it declares, reads a stream with Spark (the slow test at the end).
 * requirements.txt, the Function App's deploy list, covers every package that the deployed code
   (function_app.py, vault_app, vault_core without its Spark reader) imports, with the lower
   bounds pyproject declares and an upper bound.
@@ -15,7 +15,9 @@ dependency added in the right places passes without touching this file.
 from __future__ import annotations
 
 import ast
+import fcntl
 import functools
+import hashlib
 import json
 import os
 import re
@@ -25,7 +27,9 @@ import subprocess
 import sys
 import time
 import uuid
+import zipfile
 from collections.abc import Iterator
+from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -422,6 +426,55 @@ def clean_env() -> Iterator[dict[str, str]]:
     yield env
 
 
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+DEPENDENCY_CACHE = CACHE_HOME / "message-vault" / "core-wheel"
+"""Where the core wheel's dependencies are kept between runs, one virtualenv per set of
+declarations (beside pip's own cache, which keeps their downloads)."""
+UNUSED_FOR = 7 * 24 * 3600
+"""A set of dependencies no run has used for this long is removed (its declarations changed)."""
+
+
+def declared_by(wheel: Path) -> list[str]:
+    """The wheel's ``Requires-Dist`` lines, its extras' included: what pip installs for it."""
+    with zipfile.ZipFile(wheel) as archive:
+        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
+        fields = Parser().parsestr(archive.read(name).decode())
+    return sorted(fields.get_all("Requires-Dist") or [])
+
+
+def dependencies_of(wheel: Path, env: dict[str, str]) -> Path:
+    """The site-packages of a virtualenv holding what ``wheel[spark]`` declares and nothing else.
+
+    pip installs ``wheel[spark]`` into it once per set of declarations and Python version (the
+    key), then the wheel itself is uninstalled: what stays is exactly what its declarations bring.
+    Kept between runs, so a run unpacks pyspark's 400 MB again only when the declarations change
+    (~9 CPU-s a run otherwise). A lock makes concurrent runs build it once.
+    """
+    key = hashlib.sha256(json.dumps([sys.version_info[:2], declared_by(wheel)]).encode()).hexdigest()[:16]
+    home = DEPENDENCY_CACHE / key
+    DEPENDENCY_CACHE.mkdir(parents=True, exist_ok=True)
+    with (DEPENDENCY_CACHE / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        complete = home / "complete"
+        if not complete.exists():
+            shutil.rmtree(home, ignore_errors=True)
+            run([sys.executable, "-m", "venv", "--without-pip", str(home)], 60)
+            # No pip of its own (bootstrapping one is ~3 CPU-s): this process's pip installs into it
+            # through --python. --no-compile: byte-compiling pyspark's thousands of modules is a
+            # third of the install; the Spark read compiles what it imports, once.
+            pip = [sys.executable, "-m", "pip", "--python", str(home / "bin" / "python")]
+            run([*pip, "install", "-q", "--no-compile", f"{wheel}[spark]"], 300, env=env, cwd=wheel.parent)
+            run([*pip, "uninstall", "-q", "-y", "message-vault-core"], 60, env=env)
+            complete.touch()
+        complete.touch()  # used now
+        for other in DEPENDENCY_CACHE.iterdir():
+            stamp = other / "complete"
+            if other != home and stamp.exists() and time.time() - stamp.stat().st_mtime > UNUSED_FOR:
+                shutil.rmtree(other, ignore_errors=True)
+    (site,) = home.glob("lib/python*/site-packages")
+    return site
+
+
 @pytest.mark.slow
 @pytest.mark.spark
 def test_the_core_wheel_alone_reads_a_stream_with_spark(
@@ -442,16 +495,17 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
     built = time.monotonic()
 
+    # A clean virtualenv (no --system-site-packages, nothing of this checkout or its venv) that
+    # sees only its own site-packages, with the wheel, and the dependencies pip installed for the
+    # wheel's declarations (a .pth file adds their directory to its path).
+    dependencies = dependencies_of(wheel, clean_env)
     env_dir = tmp_path / "venv"
-    # No --system-site-packages; and no pip of its own (bootstrapping one is ~3 CPU-s): this
-    # process's pip installs into it through --python, and nothing of pip's lands there.
     run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], 60)
     python = str(env_dir / "bin" / "python")
-    # Only the wheel and what it declares, from the index (pip's cache keeps pyspark's 400 MB).
-    # --no-compile: byte-compiling pyspark's thousands of modules is a third of the install and
-    # says nothing about what the wheel declares.
+    (site,) = env_dir.glob("lib/python*/site-packages")
+    (site / "core-wheel-dependencies.pth").write_text(f"{dependencies}\n")
     pip = [sys.executable, "-m", "pip", "--python", python]
-    run([*pip, "install", "-q", "--no-compile", f"{wheel}[spark]"], 300, env=clean_env, cwd=tmp_path)
+    run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], 120, env=clean_env, cwd=tmp_path)
     clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
     installed = time.monotonic()
 
