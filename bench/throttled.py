@@ -123,7 +123,7 @@ drains several (a saturated queue), few enough that none waits out its ``?wait=`
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
 requests so far."""
-CLOSED_CONFIGS = ((1, 1), (8, 1), (2, 2))
+CLOSED_CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2))
 """The configurations of ``--closed-only``: the closed loop alone, a few minutes in all."""
 
 
@@ -626,6 +626,12 @@ def main() -> None:
         help="the closed loop alone on 1 q / 1 acct, 8 q / 1 acct and 2 q / 2 acct"
         " (bench/results/throttled_closed.json)",
     )
+    parser.add_argument(
+        "--configs",
+        type=lambda text: tuple(tuple(int(n) for n in c.split("/")) for c in text.split(",")),
+        default=CLOSED_CONFIGS,
+        help="with --closed-only: queues/accounts, comma-separated (default 1/1,2/1,4/1,8/1,2/2)",
+    )
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
     parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
     parser.add_argument(
@@ -638,7 +644,7 @@ def main() -> None:
         resummarize()
         return
     if args.closed_only:
-        closed_only(args.factor, args.sustain, args.warm_up)
+        closed_only(args.factor, args.sustain, args.warm_up, args.configs)
         return
     t0 = time.monotonic()
     key = dev_key()
@@ -719,9 +725,11 @@ def main() -> None:
         azurite.cleanup()
 
 
-def closed_only(factor: float, sustain: float, warm_up: float) -> None:
-    """What each of CLOSED_CONFIGS sustains with closed-loop producers, where its queues'
-    operations go, and how long its writer invocations waited; then the read-back."""
+def closed_only(
+    factor: float, sustain: float, warm_up: float, configs: tuple[tuple[int, ...], ...] = CLOSED_CONFIGS
+) -> None:
+    """What each configuration (CLOSED_CONFIGS) sustains with closed-loop producers, where its
+    queues' operations go, and how long its writer invocations waited; then the read-back."""
     t0 = time.monotonic()
     key = dev_key()
     os.environ["AZURITE_ACCOUNTS"] = ";".join(f"{a}:{key}" for a in (VAULT_ACCOUNT, *STAGING_ACCOUNTS))
@@ -736,7 +744,7 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
     cpu: Counter[str] = Counter()
     load_average = os.getloadavg()[0]
     try:
-        for queues, accounts in CLOSED_CONFIGS:
+        for queues, accounts in configs:
             config = Config(azurite, front, vault_front, targets, queues, accounts)
             config.host.start()
             before = processes_cpu(config, azurite, front, vault_front)
@@ -787,6 +795,8 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
         c["not_yet_committed"] for c in readback
     )
     figures["host CPU s (with its workers)"] = cpu["host"] / 1000
+    figures["Azurite CPU s"] = cpu["azurite"] / 1000
+    figures["throttling fronts CPU s"] = cpu["fronts"] / 1000
     figures["benchmark seconds"] = time.monotonic() - t0
     report("throttled_closed", "./dev bench throttled --closed-only", figures)
     path = RESULTS / "throttled_closed.json"

@@ -132,6 +132,33 @@ def test_one_invocation_drains_the_queue_and_appends_every_stream_in_batch_order
     assert values(services, "payments") == [f"p{i}" for i in range(5)]
 
 
+@pytest.mark.parametrize("rounds_seconds", [writer_fn.DRAIN_ROUNDS_SECONDS, 0.0])
+def test_batches_staged_while_the_writer_appends_are_drained_in_its_next_round(
+    runtime: Runtime,
+    services: Services,
+    queue: StagingQueue,
+    monkeypatch: pytest.MonkeyPatch,
+    rounds_seconds: float,
+) -> None:
+    """While a round's drain found batches, the invocation drains again once it has appended
+    them, rather than returning to the host to be triggered again; for DRAIN_ROUNDS_SECONDS."""
+    monkeypatch.setattr(writer_fn, "DRAIN_ROUNDS_SECONDS", rounds_seconds)
+    later = iter(["o2", "o3"])
+
+    def stage_more(point: str) -> None:
+        if point == "after-commit" and (b := next(later, None)):
+            stage(services, b, [b])
+
+    stage(services, "o0", ["o0"])
+    stage(services, "o1", ["o1"])
+    runtime.fault_hook = stage_more
+    assert run_trigger(runtime, queue)
+    if rounds_seconds:  # o2 staged during round 1, o3 during round 2; round 3 found none
+        assert values(services) == ["o0", "o1", "o2", "o3"] and queue.staging.approximate_count() == 0
+    else:
+        assert values(services) == ["o0", "o1"] and queue.staging.approximate_count() == 1
+
+
 def test_a_large_batch_travels_as_a_claim_check_blob_deleted_after_its_commit(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:

@@ -65,6 +65,12 @@ DELETE_PACE_SECONDS = 0.25
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
 """How long a committed batch's delete keeps trying: well within the visibility left to a
 drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
+DRAIN_ROUNDS_SECONDS = 10.0
+"""An invocation whose drain found batches drains again once it has appended them (a round),
+while its rounds keep finding some, for up to this long: batches that arrive while it appends
+wait for its next round, not for the host to settle its trigger and poll again (a get and a
+delete of the trigger a round, and the host's back-offs between invocations, saved). Then it
+ends, so that a draining host waits no longer than this for it."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -91,6 +97,8 @@ class _Work:
 class _Plan:
     by_stream: dict[str, list[_Work]] = field(default_factory=dict)
     bytes: int = 0
+    drained: int = 0
+    """Messages its drain received (the trigger not counted)."""
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
@@ -148,39 +156,68 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
     plan = _Plan()
     _add(plan, _Work(first))
     cleanup: list[Future[None]] = []
+    ends = time.monotonic() + DRAIN_ROUNDS_SECONDS
     with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
         _drain(claims, runtime, queue, plan, renewer)
         runtime.fault("after-drain")
-        for stream, work in plan.by_stream.items():
-            drained = [w.drained for w in work if w.drained]
-            try:
-                _append(runtime, claims, queue, stream, work, renewer, cleanup)
-            except StreamFull as exc:
-                renewer.forget(drained)
-                for w in work:
-                    body = w.drained.body if w.drained else trigger.body
-                    _poison(services, queue, body, str(exc))
-                    if w.drained:
-                        _delete(queue, w.drained)
-            except BaseException as exc:
-                renewer.forget(drained)
-                if retriable(exc):  # trying again later can cure it: never a reason to poison
-                    _hand_back(services, queue, drained, exc)
-                    if stream == first.stream:
-                        _hand_back_trigger(services, queue, trigger, exc)
-                    continue
-                # A bug or an answer we do not understand: give the drained batches back and
-                # let the host retry the trigger (and poison it after maxDequeueCount).
-                _release(queue, drained)
-                if drained:
-                    telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
-                if stream == first.stream:
-                    raise
-                log.exception("append to %s failed; its drained batches return to the queue", stream)
+        appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup, trigger, first.stream)
+        while appended and plan.drained and time.monotonic() < ends:  # more came: another round
+            plan = _Plan()
+            _drain(claims, runtime, queue, plan, renewer)
+            appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup)
         waiting = time.monotonic()
         for done in cleanup:  # the deletes of committed batches, in flight while the next appended
             done.result()
         note_backoff(time.monotonic() - waiting)
+
+
+def _append_plan(
+    runtime: Runtime,
+    claims: ClaimChecks,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    cleanup: list[Future[None]],
+    trigger: StagingMessage | None = None,
+    trigger_stream: str | None = None,
+) -> bool:
+    """Append a round's batches stream by stream; False if any stream's could not be (they went
+    back to the queue, or to poison), so the invocation drains no further round. The trigger
+    is in the first round only, in ``trigger_stream``'s batches."""
+    services = runtime.services
+    appended = True
+    for stream, work in plan.by_stream.items():
+        drained = [w.drained for w in work if w.drained]
+        has_trigger = trigger is not None and stream == trigger_stream
+        try:
+            _append(runtime, claims, queue, stream, work, renewer, cleanup)
+        except StreamFull as exc:
+            renewer.forget(drained)
+            for w in work:
+                if w.drained is None:  # the trigger's batch: the host deletes its message
+                    assert trigger is not None
+                    _poison(services, queue, trigger.body, str(exc))
+                else:
+                    _poison(services, queue, w.drained.body, str(exc))
+                    _delete(queue, w.drained)
+        except BaseException as exc:
+            appended = False
+            renewer.forget(drained)
+            if retriable(exc):  # trying again later can cure it: never a reason to poison
+                _hand_back(services, queue, drained, exc)
+                if has_trigger:
+                    assert trigger is not None
+                    _hand_back_trigger(services, queue, trigger, exc)
+                continue
+            # A bug or an answer we do not understand: give the drained batches back and
+            # let the host retry the trigger (and poison it after maxDequeueCount).
+            _release(queue, drained)
+            if drained:
+                telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
+            if has_trigger:
+                raise
+            log.exception("append to %s failed; its drained batches return to the queue", stream)
+    return appended
 
 
 def _append(
@@ -249,13 +286,15 @@ def _drain(
 ) -> None:
     services = runtime.services
     while plan.bytes < DRAIN_BYTES:
+        asked = time.monotonic()
         try:
             held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
+        plan.drained += len(held)
         held = [_fresh(queue, m) if m.dequeue_count > 1 else m for m in held]
-        renewer.hold(held)
+        renewer.hold(held, since=asked)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
         for m, result in zip(held, loaded, strict=True):
@@ -430,6 +469,8 @@ class DrainRenewer:
         self.queue = queue
         self.written = written
         self._held: dict[str, QueuedMessage] = {}
+        self._hidden_at: dict[str, float] = {}
+        """When each held message was last made invisible for DRAIN_VISIBILITY (monotonic)."""
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -447,15 +488,20 @@ class DrainRenewer:
         with self._lock:
             self.written.record(())
 
-    def hold(self, messages: list[QueuedMessage]) -> None:
+    def hold(self, messages: list[QueuedMessage], since: float | None = None) -> None:
+        """Messages made invisible for DRAIN_VISIBILITY at ``since`` (monotonic; by default now):
+        a time no later than the request that received or sent them."""
+        at = time.monotonic() if since is None else since
         with self._lock:
             self._held.update((m.id, m) for m in messages)
+            self._hidden_at.update((m.id, at) for m in messages)
             self.written.record(self._held.values())
 
     def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
+                self._hidden_at.pop(m.id, None)
             self.written.record(self._held.values())
 
     def _run(self) -> None:
@@ -463,22 +509,30 @@ class DrainRenewer:
             self.renew()
 
     def renew(self) -> None:
-        """One round: every held message invisible for DRAIN_VISIBILITY from now.
+        """One round: every message held for a third of DRAIN_VISIBILITY or longer since it was
+        last made invisible, invisible for DRAIN_VISIBILITY from now. One held for less has two
+        thirds of it left and is renewed by the next round (a round every third), so a message
+        held briefly, as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
         refuses the rest too, and a round of retried renewals, one request per message, would
         take the requests its deletes and the producers need: a message left unrenewed only
         becomes visible again, a second delivery its batch id makes harmless."""
         with self._round:
+            due = time.monotonic() - DRAIN_VISIBILITY / 3
             with self._lock:
-                held = list(self._held.values())
+                held = [m for m in self._held.values() if self._hidden_at.get(m.id, 0.0) <= due]
             try:
                 for m in held:
+                    asked = time.monotonic()
                     try:  # one attempt: a refusal ends the round anyway, without a back-off
                         self.queue.staging.hide(m, DRAIN_VISIBILITY, retry=False)
                     except VaultError as exc:
                         log.info("renewing drained messages of %s stopped: %s", self.queue.name, exc)
                         return
+                    with self._lock:
+                        if m.id in self._held:
+                            self._hidden_at[m.id] = asked
             finally:
                 with self._lock:  # the new receipts
                     self.written.record(self._held.values())
