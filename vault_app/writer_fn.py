@@ -61,7 +61,8 @@ LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
 DELETE_PACE_SECONDS = 0.25
-"""Between attempts to delete a committed batch's message on a queue that refuses requests."""
+"""Between attempts to delete a committed batch's message, or to receive a drain's next
+messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
 """How long a committed batch's delete keeps trying: well within the visibility left to a
 drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
@@ -158,12 +159,12 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
     cleanup: list[Future[None]] = []
     ends = time.monotonic() + DRAIN_ROUNDS_SECONDS
     with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
-        _drain(claims, runtime, queue, plan, renewer)
+        _drain(claims, runtime, queue, plan, renewer, ends)
         runtime.fault("after-drain")
         appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup, trigger, first.stream)
         while appended and plan.drained and time.monotonic() < ends:  # more came: another round
             plan = _Plan()
-            _drain(claims, runtime, queue, plan, renewer)
+            _drain(claims, runtime, queue, plan, renewer, ends)
             appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup)
         waiting = time.monotonic()
         for done in cleanup:  # the deletes of committed batches, in flight while the next appended
@@ -282,13 +283,17 @@ def _batch(env: Envelope) -> Batch:
 
 
 def _drain(
-    claims: ClaimChecks, runtime: Runtime, queue: StagingQueue, plan: _Plan, renewer: DrainRenewer
+    claims: ClaimChecks,
+    runtime: Runtime,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    until: float,
 ) -> None:
     services = runtime.services
     while plan.bytes < DRAIN_BYTES:
-        asked = time.monotonic()
         try:
-            held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
+            asked, held = _receive_patiently(queue, until)
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
@@ -311,6 +316,21 @@ def _drain(
                 _hand_back(services, queue, [m], result)
         if len(held) < DRAIN_MESSAGES:
             return
+
+
+def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[QueuedMessage]]:
+    """One receive of up to DRAIN_MESSAGES (one request), and when its attempt was made: one
+    attempt every DELETE_PACE_SECONDS while its queue refuses (at its request target), until
+    ``until``. The SDK's back-off (0.5 s, then 2.5 s) would hold the invocation longer than the
+    queue does and leave the requests it frees to the producers' sends."""
+    while True:
+        asked = time.monotonic()
+        try:
+            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY, retry=False)
+        except VaultError as exc:
+            if not exc.retriable or asked + DELETE_PACE_SECONDS > until:
+                raise
+        time.sleep(DELETE_PACE_SECONDS)
 
 
 def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
