@@ -123,8 +123,34 @@ drains several (a saturated queue), few enough that none waits out its ``?wait=`
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
 requests so far."""
-CLOSED_CONFIGS = ((1, 1), (2, 1), (4, 1), (8, 1), (2, 2))
-"""The configurations of ``--closed-only``: the closed loop alone, a few minutes in all."""
+CLOSED_CONFIGS: tuple[tuple[int, int, float | None, int | None], ...] = (
+    (1, 1, None, None),
+    (2, 1, None, None),
+    (4, 1, None, None),
+    (8, 1, None, None),
+    (2, 2, None, None),
+)
+"""The configurations of ``--closed-only``, the closed loop alone (a few minutes in all): queues,
+accounts, and the factor and producers per queue when not ``--factor`` and IN_FLIGHT_PER_QUEUE."""
+
+
+def parse_configs(text: str) -> tuple[tuple[int, int, float | None, int | None], ...]:
+    """``Q/A[/FACTOR[/IN_FLIGHT]]``, comma-separated: ``1/1,8/1/6400/2``."""
+    out = []
+    for config in text.split(","):
+        parts = config.split("/")
+        factor = float(parts[2]) if len(parts) > 2 else None
+        in_flight = int(parts[3]) if len(parts) > 3 else None
+        out.append((int(parts[0]), int(parts[1]), factor, in_flight))
+    return tuple(out)
+
+
+def run_name(run: dict[str, Any], factor: float) -> str:
+    """A run's configuration as the figures name it; its factor too where it is not ``factor``."""
+    name = f"{run['queues']} q / {run['accounts']} acct"
+    if run.get("factor", factor) != factor:
+        name += f" ÷ {run['factor']:g}, {run['in_flight'] // run['queues']} in flight a queue"
+    return name
 
 
 def dev_key() -> str:
@@ -375,12 +401,16 @@ class Config:
             "accounts": self.accounts,
             "queues_per_account": self.queues // self.accounts,
             "load": "sustained",
+            "factor": self.targets.factor,
             "in_flight": in_flight,
             "statuses": dict(sorted(statuses.items())),
             "refused": diff(refusals, before[2]),
             **self._steady(marks["from"], marks["to"], []),
             "queue_operations": diff(operations["to"], operations["from"]),
             "writer_invocations": self.invocations(lines["from"], lines["to"]),
+            "handed_back": sum(
+                1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
+            ),
         }
 
     def invocations(self, first: int, last: int) -> dict[str, float]:
@@ -628,9 +658,10 @@ def main() -> None:
     )
     parser.add_argument(
         "--configs",
-        type=lambda text: tuple(tuple(int(n) for n in c.split("/")) for c in text.split(",")),
+        type=parse_configs,
         default=CLOSED_CONFIGS,
-        help="with --closed-only: queues/accounts, comma-separated (default 1/1,2/1,4/1,8/1,2/2)",
+        help="with --closed-only: queues/accounts[/factor[/producers per queue]], comma-separated"
+        " (default 1/1,2/1,4/1,8/1,2/2)",
     )
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
     parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
@@ -726,7 +757,10 @@ def main() -> None:
 
 
 def closed_only(
-    factor: float, sustain: float, warm_up: float, configs: tuple[tuple[int, ...], ...] = CLOSED_CONFIGS
+    factor: float,
+    sustain: float,
+    warm_up: float,
+    configs: tuple[tuple[int, int, float | None, int | None], ...] = CLOSED_CONFIGS,
 ) -> None:
     """What each configuration (CLOSED_CONFIGS) sustains with closed-loop producers, where its
     queues' operations go, and how long its writer invocations waited; then the read-back."""
@@ -736,7 +770,7 @@ def closed_only(
     targets = Targets(factor=factor)
     azurite = Azurite(in_memory=True).start()
     upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
-    front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(factor)}).start()
+    fronts = {factor: ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(factor)}).start()}
     vault_front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1"}).start()
     vault = Vault(StorageAccount(connection_string=azurite.connection_string), container="streams")
     runs: list[dict[str, Any]] = []
@@ -744,12 +778,17 @@ def closed_only(
     cpu: Counter[str] = Counter()
     load_average = os.getloadavg()[0]
     try:
-        for queues, accounts in configs:
-            config = Config(azurite, front, vault_front, targets, queues, accounts)
+        for queues, accounts, its_factor, per_queue in configs:
+            f = its_factor or factor
+            if f not in fronts:  # a front of its own: each front has one factor
+                fronts[f] = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(f)}).start()
+            front = fronts[f]
+            config = Config(azurite, front, vault_front, Targets(factor=f), queues, accounts)
             config.host.start()
             before = processes_cpu(config, azurite, front, vault_front)
+            in_flight = (per_queue or IN_FLIGHT_PER_QUEUE) * queues
             try:
-                runs.append(config.closed_loop(vault, sustain, warm_up, IN_FLIGHT_PER_QUEUE * queues))
+                runs.append(config.closed_loop(vault, sustain, warm_up, in_flight))
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -758,7 +797,8 @@ def closed_only(
             finally:
                 config.host.stop()
     finally:
-        front.stop()
+        for front in fronts.values():
+            front.stop()
         vault_front.stop()
         azurite.cleanup()
     figures: dict[str, Any] = {
@@ -767,7 +807,7 @@ def closed_only(
     }
     figures.update(model_figures(targets, runs))
     for r in runs:
-        name = f"{r['queues']} q / {r['accounts']} acct, sustained"
+        name = f"{run_name(r, factor)}, sustained"
         ops = r["queue_operations"]
         batches = r["committed_msgs_per_s"] * r["steady_seconds"] / MESSAGES_PER_POST
         for kind in ("send", "receive", "receive empty", "delete", "update"):
@@ -776,6 +816,9 @@ def closed_only(
             )
         figures[f"{name}: queue operations refused per committed batch"] = (
             sum(v for k, v in ops.items() if k.endswith("refused")) / batches if batches else None
+        )
+        figures[f"{name}: batches handed back (a lease held elsewhere, a refusal) per committed batch"] = (
+            r.get("handed_back", 0) / batches if batches else None
         )
         inv = r["writer_invocations"]
         figures[f"{name}: writer invocations"] = inv["count"]
@@ -846,10 +889,10 @@ def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def predicted(targets: Targets, run: dict[str, Any]) -> capacity.Throughput:
-    """The capacity model's figures for a run's configuration, at the front's factor."""
+    """The capacity model's figures for a run's configuration, at its front's factor."""
     w = capacity.Workload(1.0, MESSAGE_BYTES, MESSAGES_PER_POST, streams=STREAMS, key_bytes=2)
     staging = capacity.Staging(run["accounts"], run["queues_per_account"], steered=True)
-    scaled = capacity.Targets().scaled(1 / targets.factor)
+    scaled = capacity.Targets().scaled(1 / run.get("factor", targets.factor))
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
     return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting)
 
@@ -859,7 +902,7 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
     committed with closed-loop producers, and what it admitted at 3 x in the open loop."""
     figures: dict[str, Any] = {}
     for r in runs:
-        name = f"{r['queues']} q / {r['accounts']} acct"
+        name = run_name(r, targets.factor)
         if r["load"] == "sustained":
             p = predicted(targets, r)
             figures[f"{name}, sustained: committed msgs/s (model: {p.committed_binding})"] = r[
@@ -869,8 +912,9 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
             figures[
                 f"{name}, sustained: queue ops per committed batch (model {p.operations_per_batch:.2f})"
             ] = r["queue_ops_per_committed_batch"]
+            its = Targets(factor=r.get("factor", targets.factor))
             figures[f"{name}, sustained: queue operations ÷ the queues' target"] = r["queue_ops_per_s"] / (
-                r["queues"] * targets.rate("queue_messages")
+                r["queues"] * its.rate("queue_messages")
             )
         elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
             p = predicted(targets, r)

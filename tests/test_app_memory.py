@@ -262,6 +262,31 @@ def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_
     assert queue.poison.approximate_count() == 0 and values(services) == ["first"]
 
 
+def test_a_steered_batch_whose_stream_another_writer_holds_goes_back_to_the_streams_home_queue() -> None:
+    """Its home queue's owner most likely holds the stream: there it is appended in the next
+    round, where this queue's writer would only meet the same lease again."""
+    account = MemoryAccount()
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "2"}), connect=lambda _name: account))
+    try:
+        services = runtime.services
+        services.ensure()
+        home = services.queue_for(STREAM)
+        (other,) = [q for q in services.queues if q is not home]
+        stage(services, "b1", ["first"])
+        run_trigger(runtime, home)  # the stream exists
+        runtime.writers.close_all()
+        services.vault.blob(STREAM).acquire_lease(60)  # another writer
+        stage(services, "b2", ["steered"])
+        (m,) = home.staging.receive(1, 60)  # as if steering had sent it to the other queue
+        other.staging.send(m.body)
+        home.staging.delete(m)
+        run_trigger(runtime, other)
+        assert other.staging.approximate_count() == 0 and home.staging.approximate_count() == 1
+        assert values(services) == ["first"]
+    finally:
+        runtime.close()
+
+
 def test_a_queue_another_instance_owns_gets_its_batch_back_at_once(
     runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -321,7 +321,7 @@ def _predicted(settings: dict[str, Any], run: dict[str, Any]) -> model.Throughpu
     return model.staging_throughput(
         w,
         Staging(run["accounts"], run["queues_per_account"], steered=True),
-        Targets().scaled(1 / settings["factor"]),
+        Targets().scaled(1 / run.get("factor", settings["factor"])),
         batches_per_invocation=waiting,
     )
 
@@ -364,10 +364,11 @@ def _committed_misses(doc: dict[str, Any]) -> list[str]:
     for r in runs:
         p = _predicted(settings, r)
         ratio = r["committed_msgs_per_s"] / p.committed
-        used = r["queue_ops_per_s"] / (
-            r["queues"] * settings["targets"]["queue_messages"] / settings["factor"]
-        )
+        factor = r.get("factor", settings["factor"])
+        used = r["queue_ops_per_s"] / (r["queues"] * settings["targets"]["queue_messages"] / factor)
         name = f"{r['queues']} q / {r['accounts']} acct"
+        if factor != settings["factor"]:  # bench/throttled.py's run_name
+            name += f" ÷ {factor:g}, {r['in_flight'] // r['queues']} in flight a queue"
         if used >= SATURATED and abs(ratio - 1) > WITHIN:
             misses.append(f"{name}: queues at {used:.0%} of their target, committed / model {ratio:.2f}")
         if ratio > 1 + WITHIN:

@@ -163,13 +163,23 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
         runtime.fault("after-drain")
         appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup, trigger, first.stream)
         while appended and plan.drained and time.monotonic() < ends:  # more came: another round
+            # Its deletes first: on a queue at its target they and the producers' next sends take
+            # the same requests, and the next receive then finds those sends, not a few of them.
+            _wait_for(cleanup)
             plan = _Plan()
             _drain(claims, runtime, queue, plan, renewer, ends)
             appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup)
-        waiting = time.monotonic()
-        for done in cleanup:  # the deletes of committed batches, in flight while the next appended
-            done.result()
-        note_backoff(time.monotonic() - waiting)
+        _wait_for(cleanup)
+
+
+def _wait_for(cleanup: list[Future[None]]) -> None:
+    """Wait for the cleanup of the batches committed so far (their deletes, in flight while the
+    next stream appended): time spent waiting on the queue, counted as a back-off."""
+    waiting = time.monotonic()
+    for done in cleanup:
+        done.result()
+    cleanup.clear()
+    note_backoff(time.monotonic() - waiting)
 
 
 def _append_plan(
@@ -205,10 +215,10 @@ def _append_plan(
             appended = False
             renewer.forget(drained)
             if retriable(exc):  # trying again later can cure it: never a reason to poison
-                _hand_back(services, queue, drained, exc)
+                _hand_back(services, queue, drained, exc, stream)
                 if has_trigger:
                     assert trigger is not None
-                    _hand_back_trigger(services, queue, trigger, exc)
+                    _hand_back_trigger(services, queue, trigger, exc, stream)
                 continue
             # A bug or an answer we do not understand: give the drained batches back and
             # let the host retry the trigger (and poison it after maxDequeueCount).
@@ -386,16 +396,45 @@ def _reason(exc: BaseException) -> str:
     return "leased" if isinstance(exc, WriterConflict) else "unavailable"
 
 
-def _hand_back_trigger(
-    services: Services, queue: StagingQueue, trigger: StagingMessage, exc: BaseException
-) -> None:
-    """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
+def _send_back(
+    services: Services, queue: StagingQueue, body: str, exc: BaseException, stream: str | None
+) -> StagingQueue:
+    """Send a batch back as a fresh message for later; the queue that took it.
 
-    If the queue cannot take it either, fail the invocation: the host retries it later.
+    A batch whose stream another writer holds goes to the stream's home queue: steering sends a
+    stream's batches home while home is healthy (docs/ARCHITECTURE.md §2.5), so home's owner
+    most likely holds the stream and appends it in its next round, where this writer would get
+    it back and meet the same lease for as long as the stream stays busy. If home refuses (it
+    may be the throttled queue the batch was steered away from), this queue takes it.
     """
-    queue.staging.send(trigger.body, visible_in=_retry_delay(services, exc))
+    delay = _retry_delay(services, exc)
+    if isinstance(exc, WriterConflict) and stream is not None:
+        home = services.queue_for(stream)
+        if (home.account, home.name) != (queue.account, queue.name):
+            try:
+                home.staging.send(body, visible_in=delay, retry=False)
+                return home
+            except VaultError:
+                pass
+    queue.staging.send(body, visible_in=delay)
+    return queue
+
+
+def _hand_back_trigger(
+    services: Services,
+    queue: StagingQueue,
+    trigger: StagingMessage,
+    exc: BaseException,
+    stream: str | None = None,
+) -> None:
+    """Requeue the trigger's batch as a fresh message (``_send_back``); the host then deletes
+    the trigger.
+
+    If no queue can take it, fail the invocation: the host retries it later.
+    """
+    to = _send_back(services, queue, trigger.body, exc, stream)
     telemetry.current().requeued(queue.name, queue.account, _reason(exc))
-    log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
+    log.info("batch of message %s handed back to %s for later: %s", trigger.id, to.name, exc)
 
 
 def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage, *, pause: bool) -> None:
@@ -413,19 +452,24 @@ def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage, *, pause: bool)
 
 
 def _hand_back(
-    services: Services, queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException
+    services: Services,
+    queue: StagingQueue,
+    messages: list[QueuedMessage],
+    exc: BaseException,
+    stream: str | None = None,
 ) -> None:
-    """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
+    """Drained batches go back as fresh messages (dequeue count 0, ``_send_back``), the old
+    ones are deleted."""
     for m in messages:
         try:
-            queue.staging.send(m.body, visible_in=_retry_delay(services, exc))
+            to = _send_back(services, queue, m.body, exc, stream)
         except VaultError:
             _release(queue, [m])
             telemetry.current().requeued(queue.name, queue.account, _reason(exc))
             continue
         _delete(queue, m)
         telemetry.current().requeued(queue.name, queue.account, _reason(exc))
-        log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
+        log.info("batch of drained message %s handed back to %s for later: %s", m.id, to.name, exc)
 
 
 def _release(queue: StagingQueue, messages: list[QueuedMessage]) -> None:
