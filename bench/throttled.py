@@ -25,16 +25,20 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
 * **read back**: every stream is read from the vault once the writer has drained; each
   accepted POST must be there exactly once and no refused one at all.
 
-``--closed-only`` runs the closed loop alone on 1 queue, 8 queues over 1 account and 2 over 2
-(CLOSED_CONFIGS; about 5 minutes instead of 27), then the read-back, into
-``bench/results/throttled_closed.json``: the same ``settings`` (without the open loop's),
-``runs`` and ``readback``, each run with two more keys: ``queue_operations``, the steady
-window's queue message operations as the front counted them (``"send admitted"``,
-``"receive empty admitted"``, ``"delete refused"``, ``"update admitted"``: renewals...), and
-``writer_invocations``, the ``invocation`` events the host logged in it (``count``,
-``seconds``, ``backed_off_seconds``: the time they waited on refusing storage, their storage
-retries' back-offs and their wait for their paced deletes; in results recorded before 8af8e0d,
-the worker process's back-offs meanwhile, its HTTP functions' included: an upper bound).
+``--closed-only`` runs the closed loop alone on CLOSED_CONFIGS (1, 2, 4 and 8 queues over 1
+account and 2 over 2 at ``--factor``; then the 2 to 8 queue tiers again with each queue's target
+divided by its queues, so that the tier's total is one queue's at 800, and 16 producers in all;
+about 11 minutes instead of 27; ``--configs Q/A[/FACTOR[/PRODUCERS_PER_QUEUE]],...`` for
+others), then the read-back, into ``bench/results/throttled_closed.json``: the same ``settings``
+(without the open loop's), ``runs`` and ``readback``, each run with more keys: ``factor`` (its
+front's), ``queue_operations``, the steady window's queue message operations as the front
+counted them (``"send admitted"``, ``"receive empty admitted"``, ``"delete refused"``,
+``"update admitted"``: renewals...), ``writer_invocations``, the ``invocation`` events the
+host logged in it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on
+refusing storage, their storage retries' back-offs and their wait for their paced deletes; in
+results recorded before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions'
+included: an upper bound), and ``handed_back``, the batches the writers handed back in it (a
+stream's lease held by another queue's writer, or storage refusing).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
