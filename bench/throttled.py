@@ -26,19 +26,18 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
   accepted POST must be there exactly once and no refused one at all.
 
 ``--closed-only`` runs the closed loop alone on CLOSED_CONFIGS (1, 2, 4 and 8 queues over 1
-account and 2 over 2 at ``--factor``; then the 2 to 8 queue tiers again with each queue's target
-divided by its queues, so that the tier's total is one queue's at 800, and 16 producers in all;
-about 11 minutes instead of 27; ``--configs Q/A[/FACTOR[/PRODUCERS_PER_QUEUE]],...`` for
-others), then the read-back, into ``bench/results/throttled_closed.json``: the same ``settings``
-(without the open loop's), ``runs`` and ``readback``, each run with more keys: ``factor`` (its
-front's), ``queue_operations``, the steady window's queue message operations as the front
-counted them (``"send admitted"``, ``"receive empty admitted"``, ``"delete refused"``,
-``"update admitted"``: renewals...), ``writer_invocations``, the ``invocation`` events the
-host logged in it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on
-refusing storage, their storage retries' back-offs and their wait for their paced deletes; in
-results recorded before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions'
-included: an upper bound), and ``handed_back``, the batches the writers handed back in it (a
-stream's lease held by another queue's writer, or storage refusing).
+account and 2 over 2 at ``--factor``; about 6 minutes instead of 27;
+``--configs Q/A[/FACTOR[/PRODUCERS_PER_QUEUE]],...`` for others), then the read-back, into
+``bench/results/throttled_closed.json``: the same ``settings`` (without the open loop's),
+``runs`` and ``readback``, each run with more keys: ``factor`` (its front's),
+``queue_operations``, the steady window's queue message operations as the front counted them
+(``"send admitted"``, ``"receive empty admitted"``, ``"delete refused"``, ``"update
+admitted"``: renewals...), ``writer_invocations``, the ``invocation`` events the host logged in
+it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on refusing storage,
+their storage retries' back-offs and their wait for their paced deletes; in results recorded
+before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions' included: an
+upper bound), and ``handed_back``, the batches the writers handed back in it (a stream's lease
+held by another queue's writer, or storage refusing).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -133,15 +132,12 @@ CLOSED_CONFIGS: tuple[tuple[int, int, float | None, int | None], ...] = (
     (4, 1, None, None),
     (8, 1, None, None),
     (2, 2, None, None),
-    # The same tiers with every queue's target divided by the queues (the tier's total what one
-    # queue's is at --factor 800) and 16 producers in all: what this machine reaches.
-    (2, 1, 1600, 8),
-    (4, 1, 3200, 4),
-    (8, 1, 6400, 2),
-    (2, 2, 1600, 8),
 )
-"""The configurations of ``--closed-only``, the closed loop alone (about 11 minutes): queues,
-accounts, and the factor and producers per queue when not ``--factor`` and IN_FLIGHT_PER_QUEUE."""
+"""The configurations of ``--closed-only``, the closed loop alone (about 6 minutes): queues,
+accounts, and the factor and producers per queue when not ``--factor`` and IN_FLIGHT_PER_QUEUE.
+``--configs`` runs others: bench/results/throttled_closed_scaled.json has the 2 to 8 queue tiers
+again with every queue's target divided by its queues (the tier's total one queue's at 800) and
+16 producers in all, ``2/1/1600/8,4/1/3200/4,8/1/6400/2,2/2/1600/8``."""
 
 
 def parse_configs(text: str) -> tuple[tuple[int, int, float | None, int | None], ...]:
