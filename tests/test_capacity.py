@@ -359,7 +359,13 @@ def test_the_closed_loop_rerun_commits_at_most_the_model_and_loses_nothing() -> 
 
 
 @pytest.mark.parametrize(
-    "name", ["throttled_closed_scaled", "throttled_closed_factor", "throttled_closed_paced"]
+    "name",
+    [
+        "throttled_closed_scaled",
+        "throttled_closed_factor",
+        "throttled_closed_inflight",
+        "throttled_closed_paced",
+    ],
 )
 def test_other_closed_loop_runs_commit_at_most_the_model_and_lose_nothing(name: str) -> None:
     """Runs at other factors (docs/CAPACITY.md §7.2) and of the writer before its rounds: the
