@@ -523,9 +523,10 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
 class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
-    Their visibility is short (DRAIN_VISIBILITY) and renewed every third of it, as the
-    Functions host does for the trigger message: if this process dies, they are visible to
-    another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
+    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it has passed, as
+    the Functions host does for the trigger message (looked at every sixth, so a renewal a queue
+    refused is tried again with a third or more left): if this process dies, they are visible
+    to another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
     replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
 
@@ -569,13 +570,13 @@ class DrainRenewer:
             self.written.record(self._held.values())
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_VISIBILITY / 3):
+        while not self._stop.wait(DRAIN_VISIBILITY / 6):
             self.renew()
 
     def renew(self) -> None:
         """One round: every message held for a third of DRAIN_VISIBILITY or longer since it was
         last made invisible, invisible for DRAIN_VISIBILITY from now. One held for less has two
-        thirds of it left and is renewed by the next round (a round every third), so a message
+        thirds of it left and is renewed by a later round (a round every sixth), so a message
         held briefly, as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
