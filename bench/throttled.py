@@ -25,16 +25,19 @@ its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over
 * **read back**: every stream is read from the vault once the writer has drained; each
   accepted POST must be there exactly once and no refused one at all.
 
-``--closed-only`` runs the closed loop alone on 1 queue, 8 queues over 1 account and 2 over 2
-(CLOSED_CONFIGS; about 5 minutes instead of 27), then the read-back, into
+``--closed-only`` runs the closed loop alone on CLOSED_CONFIGS (1, 2, 4 and 8 queues over 1
+account and 2 over 2 at ``--factor``; about 6 minutes instead of 27;
+``--configs Q/A[/FACTOR[/PRODUCERS_PER_QUEUE]],...`` for others), then the read-back, into
 ``bench/results/throttled_closed.json``: the same ``settings`` (without the open loop's),
-``runs`` and ``readback``, each run with two more keys: ``queue_operations``, the steady
-window's queue message operations as the front counted them (``"send admitted"``,
-``"receive empty admitted"``, ``"delete refused"``, ``"update admitted"``: renewals...), and
-``writer_invocations``, the ``invocation`` events the host logged in it (``count``,
-``seconds``, ``backed_off_seconds``: the time they waited on refusing storage, their storage
-retries' back-offs and their wait for their paced deletes; in results recorded before 8af8e0d,
-the worker process's back-offs meanwhile, its HTTP functions' included: an upper bound).
+``runs`` and ``readback``, each run with more keys: ``factor`` (its front's),
+``queue_operations``, the steady window's queue message operations as the front counted them
+(``"send admitted"``, ``"receive empty admitted"``, ``"delete refused"``, ``"update
+admitted"``: renewals...), ``writer_invocations``, the ``invocation`` events the host logged in
+it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on refusing storage,
+their storage retries' back-offs and their wait for their paced deletes; in results recorded
+before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions' included: an
+upper bound), and ``handed_back``, the batches the writers handed back in it (a stream's lease
+held by another queue's writer, or storage refusing).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -123,8 +126,37 @@ drains several (a saturated queue), few enough that none waits out its ``?wait=`
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
 requests so far."""
-CLOSED_CONFIGS = ((1, 1), (8, 1), (2, 2))
-"""The configurations of ``--closed-only``: the closed loop alone, a few minutes in all."""
+CLOSED_CONFIGS: tuple[tuple[int, int, float | None, int | None], ...] = (
+    (1, 1, None, None),
+    (2, 1, None, None),
+    (4, 1, None, None),
+    (8, 1, None, None),
+    (2, 2, None, None),
+)
+"""The configurations of ``--closed-only``, the closed loop alone (about 6 minutes): queues,
+accounts, and the factor and producers per queue when not ``--factor`` and IN_FLIGHT_PER_QUEUE.
+``--configs`` runs others: bench/results/throttled_closed_scaled.json has the 2 to 8 queue tiers
+again with every queue's target divided by its queues (the tier's total one queue's at 800) and
+16 producers in all, ``2/1/1600/8,4/1/3200/4,8/1/6400/2,2/2/1600/8``."""
+
+
+def parse_configs(text: str) -> tuple[tuple[int, int, float | None, int | None], ...]:
+    """``Q/A[/FACTOR[/IN_FLIGHT]]``, comma-separated: ``1/1,8/1/6400/2``."""
+    out = []
+    for config in text.split(","):
+        parts = config.split("/")
+        factor = float(parts[2]) if len(parts) > 2 else None
+        in_flight = int(parts[3]) if len(parts) > 3 else None
+        out.append((int(parts[0]), int(parts[1]), factor, in_flight))
+    return tuple(out)
+
+
+def run_name(run: dict[str, Any], factor: float) -> str:
+    """A run's configuration as the figures name it; its factor too where it is not ``factor``."""
+    name = f"{run['queues']} q / {run['accounts']} acct"
+    if run.get("factor", factor) != factor:
+        name += f" ÷ {run['factor']:g}, {run['in_flight'] // run['queues']} in flight a queue"
+    return name
 
 
 def dev_key() -> str:
@@ -375,12 +407,16 @@ class Config:
             "accounts": self.accounts,
             "queues_per_account": self.queues // self.accounts,
             "load": "sustained",
+            "factor": self.targets.factor,
             "in_flight": in_flight,
             "statuses": dict(sorted(statuses.items())),
             "refused": diff(refusals, before[2]),
             **self._steady(marks["from"], marks["to"], []),
             "queue_operations": diff(operations["to"], operations["from"]),
             "writer_invocations": self.invocations(lines["from"], lines["to"]),
+            "handed_back": sum(
+                1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
+            ),
         }
 
     def invocations(self, first: int, last: int) -> dict[str, float]:
@@ -626,6 +662,13 @@ def main() -> None:
         help="the closed loop alone on 1 q / 1 acct, 8 q / 1 acct and 2 q / 2 acct"
         " (bench/results/throttled_closed.json)",
     )
+    parser.add_argument(
+        "--configs",
+        type=parse_configs,
+        default=CLOSED_CONFIGS,
+        help="with --closed-only: queues/accounts[/factor[/producers per queue]], comma-separated"
+        " (default CLOSED_CONFIGS)",
+    )
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
     parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
     parser.add_argument(
@@ -638,7 +681,7 @@ def main() -> None:
         resummarize()
         return
     if args.closed_only:
-        closed_only(args.factor, args.sustain, args.warm_up)
+        closed_only(args.factor, args.sustain, args.warm_up, args.configs)
         return
     t0 = time.monotonic()
     key = dev_key()
@@ -719,16 +762,21 @@ def main() -> None:
         azurite.cleanup()
 
 
-def closed_only(factor: float, sustain: float, warm_up: float) -> None:
-    """What each of CLOSED_CONFIGS sustains with closed-loop producers, where its queues'
-    operations go, and how long its writer invocations waited; then the read-back."""
+def closed_only(
+    factor: float,
+    sustain: float,
+    warm_up: float,
+    configs: tuple[tuple[int, int, float | None, int | None], ...] = CLOSED_CONFIGS,
+) -> None:
+    """What each configuration (CLOSED_CONFIGS) sustains with closed-loop producers, where its
+    queues' operations go, and how long its writer invocations waited; then the read-back."""
     t0 = time.monotonic()
     key = dev_key()
     os.environ["AZURITE_ACCOUNTS"] = ";".join(f"{a}:{key}" for a in (VAULT_ACCOUNT, *STAGING_ACCOUNTS))
     targets = Targets(factor=factor)
     azurite = Azurite(in_memory=True).start()
     upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
-    front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(factor)}).start()
+    fronts = {factor: ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(factor)}).start()}
     vault_front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1"}).start()
     vault = Vault(StorageAccount(connection_string=azurite.connection_string), container="streams")
     runs: list[dict[str, Any]] = []
@@ -736,12 +784,17 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
     cpu: Counter[str] = Counter()
     load_average = os.getloadavg()[0]
     try:
-        for queues, accounts in CLOSED_CONFIGS:
-            config = Config(azurite, front, vault_front, targets, queues, accounts)
+        for queues, accounts, its_factor, per_queue in configs:
+            f = its_factor or factor
+            if f not in fronts:  # a front of its own: each front has one factor
+                fronts[f] = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": str(f)}).start()
+            front = fronts[f]
+            config = Config(azurite, front, vault_front, Targets(factor=f), queues, accounts)
             config.host.start()
             before = processes_cpu(config, azurite, front, vault_front)
+            in_flight = (per_queue or IN_FLIGHT_PER_QUEUE) * queues
             try:
-                runs.append(config.closed_loop(vault, sustain, warm_up, IN_FLIGHT_PER_QUEUE * queues))
+                runs.append(config.closed_loop(vault, sustain, warm_up, in_flight))
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -750,7 +803,8 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
             finally:
                 config.host.stop()
     finally:
-        front.stop()
+        for front in fronts.values():
+            front.stop()
         vault_front.stop()
         azurite.cleanup()
     figures: dict[str, Any] = {
@@ -759,7 +813,7 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
     }
     figures.update(model_figures(targets, runs))
     for r in runs:
-        name = f"{r['queues']} q / {r['accounts']} acct, sustained"
+        name = f"{run_name(r, factor)}, sustained"
         ops = r["queue_operations"]
         batches = r["committed_msgs_per_s"] * r["steady_seconds"] / MESSAGES_PER_POST
         for kind in ("send", "receive", "receive empty", "delete", "update"):
@@ -768,6 +822,9 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
             )
         figures[f"{name}: queue operations refused per committed batch"] = (
             sum(v for k, v in ops.items() if k.endswith("refused")) / batches if batches else None
+        )
+        figures[f"{name}: batches handed back (a lease held elsewhere, a refusal) per committed batch"] = (
+            r.get("handed_back", 0) / batches if batches else None
         )
         inv = r["writer_invocations"]
         figures[f"{name}: writer invocations"] = inv["count"]
@@ -787,6 +844,8 @@ def closed_only(factor: float, sustain: float, warm_up: float) -> None:
         c["not_yet_committed"] for c in readback
     )
     figures["host CPU s (with its workers)"] = cpu["host"] / 1000
+    figures["Azurite CPU s"] = cpu["azurite"] / 1000
+    figures["throttling fronts CPU s"] = cpu["fronts"] / 1000
     figures["benchmark seconds"] = time.monotonic() - t0
     report("throttled_closed", "./dev bench throttled --closed-only", figures)
     path = RESULTS / "throttled_closed.json"
@@ -836,10 +895,10 @@ def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def predicted(targets: Targets, run: dict[str, Any]) -> capacity.Throughput:
-    """The capacity model's figures for a run's configuration, at the front's factor."""
+    """The capacity model's figures for a run's configuration, at its front's factor."""
     w = capacity.Workload(1.0, MESSAGE_BYTES, MESSAGES_PER_POST, streams=STREAMS, key_bytes=2)
     staging = capacity.Staging(run["accounts"], run["queues_per_account"], steered=True)
-    scaled = capacity.Targets().scaled(1 / targets.factor)
+    scaled = capacity.Targets().scaled(1 / run.get("factor", targets.factor))
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
     return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting)
 
@@ -849,7 +908,7 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
     committed with closed-loop producers, and what it admitted at 3 x in the open loop."""
     figures: dict[str, Any] = {}
     for r in runs:
-        name = f"{r['queues']} q / {r['accounts']} acct"
+        name = run_name(r, targets.factor)
         if r["load"] == "sustained":
             p = predicted(targets, r)
             figures[f"{name}, sustained: committed msgs/s (model: {p.committed_binding})"] = r[
@@ -859,8 +918,9 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
             figures[
                 f"{name}, sustained: queue ops per committed batch (model {p.operations_per_batch:.2f})"
             ] = r["queue_ops_per_committed_batch"]
+            its = Targets(factor=r.get("factor", targets.factor))
             figures[f"{name}, sustained: queue operations ÷ the queues' target"] = r["queue_ops_per_s"] / (
-                r["queues"] * targets.rate("queue_messages")
+                r["queues"] * its.rate("queue_messages")
             )
         elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
             p = predicted(targets, r)

@@ -132,6 +132,33 @@ def test_one_invocation_drains_the_queue_and_appends_every_stream_in_batch_order
     assert values(services, "payments") == [f"p{i}" for i in range(5)]
 
 
+@pytest.mark.parametrize("rounds_seconds", [writer_fn.DRAIN_ROUNDS_SECONDS, 0.0])
+def test_batches_staged_while_the_writer_appends_are_drained_in_its_next_round(
+    runtime: Runtime,
+    services: Services,
+    queue: StagingQueue,
+    monkeypatch: pytest.MonkeyPatch,
+    rounds_seconds: float,
+) -> None:
+    """While a round's drain found batches, the invocation drains again once it has appended
+    them, rather than returning to the host to be triggered again; for DRAIN_ROUNDS_SECONDS."""
+    monkeypatch.setattr(writer_fn, "DRAIN_ROUNDS_SECONDS", rounds_seconds)
+    later = iter(["o2", "o3"])
+
+    def stage_more(point: str) -> None:
+        if point == "after-commit" and (b := next(later, None)):
+            stage(services, b, [b])
+
+    stage(services, "o0", ["o0"])
+    stage(services, "o1", ["o1"])
+    runtime.fault_hook = stage_more
+    assert run_trigger(runtime, queue)
+    if rounds_seconds:  # o2 staged during round 1, o3 during round 2; round 3 found none
+        assert values(services) == ["o0", "o1", "o2", "o3"] and queue.staging.approximate_count() == 0
+    else:
+        assert values(services) == ["o0", "o1"] and queue.staging.approximate_count() == 1
+
+
 def test_a_large_batch_travels_as_a_claim_check_blob_deleted_after_its_commit(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
@@ -233,6 +260,31 @@ def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_
     run_trigger(runtime, queue)
     assert queue.staging.approximate_count() == 1 and queue.staging.peek(1) == []  # hidden for a while
     assert queue.poison.approximate_count() == 0 and values(services) == ["first"]
+
+
+def test_a_steered_batch_whose_stream_another_writer_holds_goes_back_to_the_streams_home_queue() -> None:
+    """Its home queue's owner most likely holds the stream: there it is appended in the next
+    round, where this queue's writer would only meet the same lease again."""
+    account = MemoryAccount()
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "2"}), connect=lambda _name: account))
+    try:
+        services = runtime.services
+        services.ensure()
+        home = services.queue_for(STREAM)
+        (other,) = [q for q in services.queues if q is not home]
+        stage(services, "b1", ["first"])
+        run_trigger(runtime, home)  # the stream exists
+        runtime.writers.close_all()
+        services.vault.blob(STREAM).acquire_lease(60)  # another writer
+        stage(services, "b2", ["steered"])
+        (m,) = home.staging.receive(1, 60)  # as if steering had sent it to the other queue
+        other.staging.send(m.body)
+        home.staging.delete(m)
+        run_trigger(runtime, other)
+        assert other.staging.approximate_count() == 0 and home.staging.approximate_count() == 1
+        assert values(services) == ["first"]
+    finally:
+        runtime.close()
 
 
 def test_a_queue_another_instance_owns_gets_its_batch_back_at_once(

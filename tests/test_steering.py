@@ -33,7 +33,7 @@ from vault_app.steering import (
     preference,
     send_steered,
 )
-from vault_app.writer_fn import DrainRenewer
+from vault_app.writer_fn import DRAIN_VISIBILITY, DrainRenewer
 from vault_core.errors import StorageFailure, StorageUnavailable, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
@@ -292,10 +292,33 @@ def test_the_writer_stops_a_round_of_renewals_at_the_first_refusal() -> None:
     refusing = _RefusingQueue()
     queue = StagingQueue(0, "q", cast(Queue, refusing), cast(Queue, refusing))
     renewer = DrainRenewer(queue, DrainedFile(None))
-    renewer.hold([QueuedMessage(str(i), "{}", "r") for i in range(32)])
+    renewer.hold([QueuedMessage(str(i), "{}", "r") for i in range(32)], since=time.monotonic() - 10)
     renewer.renew()
     assert refusing.renewals == 1  # not 32 requests to a queue that is already over its target
     assert not refusing.retried  # nor the SDK's back-off while the round holds its lock
+
+
+class _RenewingQueue:
+    def __init__(self) -> None:
+        self.renewed: list[str] = []
+
+    def hide(self, message: QueuedMessage, seconds: int, *, retry: bool = True) -> None:
+        self.renewed.append(message.id)
+
+
+def test_the_writer_renews_only_messages_held_for_a_third_of_their_visibility() -> None:
+    """A message drained moments ago has most of its visibility left: the next round renews it
+    in time, this one spends no request on it."""
+    renewing = _RenewingQueue()
+    queue = StagingQueue(0, "q", cast(Queue, renewing), cast(Queue, renewing))
+    renewer = DrainRenewer(queue, DrainedFile(None))
+    third = DRAIN_VISIBILITY / 3
+    renewer.hold([QueuedMessage("old", "{}", "r")], since=time.monotonic() - third)
+    renewer.hold([QueuedMessage("new", "{}", "r")])
+    renewer.renew()
+    assert renewing.renewed == ["old"]
+    renewer.renew()  # "old" was just renewed, "new" is still young
+    assert renewing.renewed == ["old"]
 
 
 class _FakeTime:

@@ -61,10 +61,17 @@ LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
 DELETE_PACE_SECONDS = 0.25
-"""Between attempts to delete a committed batch's message on a queue that refuses requests."""
+"""Between attempts to delete a committed batch's message, or to receive a drain's next
+messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
 """How long a committed batch's delete keeps trying: well within the visibility left to a
 drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
+DRAIN_ROUNDS_SECONDS = 10.0
+"""An invocation whose drain found batches drains again once it has appended them (a round),
+while its rounds keep finding some, for up to this long: batches that arrive while it appends
+wait for its next round, not for the host to settle its trigger and poll again (a get and a
+delete of the trigger a round, and the host's back-offs between invocations, saved). Then it
+ends, so that a draining host waits no longer than this for it."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -91,6 +98,8 @@ class _Work:
 class _Plan:
     by_stream: dict[str, list[_Work]] = field(default_factory=dict)
     bytes: int = 0
+    drained: int = 0
+    """Messages its drain received (the trigger not counted)."""
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
@@ -161,39 +170,78 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
     plan = _Plan()
     _add(plan, _Work(first))
     cleanup: list[Future[None]] = []
+    ends = time.monotonic() + DRAIN_ROUNDS_SECONDS
     with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
-        _drain(claims, runtime, queue, plan, renewer)
+        _drain(claims, runtime, queue, plan, renewer, ends)
         runtime.fault("after-drain")
-        for stream, work in plan.by_stream.items():
-            drained = [w.drained for w in work if w.drained]
-            try:
-                _append(runtime, claims, queue, stream, work, renewer, cleanup)
-            except StreamFull as exc:
-                renewer.forget(drained)
-                for w in work:
-                    body = w.drained.body if w.drained else trigger.body
-                    _poison(services, queue, body, str(exc))
-                    if w.drained:
-                        _delete(queue, w.drained)
-            except BaseException as exc:
-                renewer.forget(drained)
-                if retriable(exc):  # trying again later can cure it: never a reason to poison
-                    _hand_back(services, queue, drained, exc)
-                    if stream == first.stream:
-                        _hand_back_trigger(services, queue, trigger, exc)
-                    continue
-                # A bug or an answer we do not understand: give the drained batches back and
-                # let the host retry the trigger (and poison it after maxDequeueCount).
-                _release(queue, drained)
-                if drained:
-                    telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
-                if stream == first.stream:
-                    raise
-                log.exception("append to %s failed; its drained batches return to the queue", stream)
-        waiting = time.monotonic()
-        for done in cleanup:  # the deletes of committed batches, in flight while the next appended
-            done.result()
-        note_backoff(time.monotonic() - waiting)
+        appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup, trigger, first.stream)
+        while appended and plan.drained and time.monotonic() < ends:  # more came: another round
+            # Its deletes first: on a queue at its target they and the producers' next sends take
+            # the same requests, and the next receive then finds those sends, not a few of them.
+            _wait_for(cleanup)
+            plan = _Plan()
+            _drain(claims, runtime, queue, plan, renewer, ends)
+            appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup)
+        _wait_for(cleanup)
+
+
+def _wait_for(cleanup: list[Future[None]]) -> None:
+    """Wait for the cleanup of the batches committed so far (their deletes, in flight while the
+    next stream appended): time spent waiting on the queue, counted as a back-off."""
+    waiting = time.monotonic()
+    for done in cleanup:
+        done.result()
+    cleanup.clear()
+    note_backoff(time.monotonic() - waiting)
+
+
+def _append_plan(
+    runtime: Runtime,
+    claims: ClaimChecks,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    cleanup: list[Future[None]],
+    trigger: StagingMessage | None = None,
+    trigger_stream: str | None = None,
+) -> bool:
+    """Append a round's batches stream by stream; False if any stream's could not be (they went
+    back to the queue, or to poison), so the invocation drains no further round. The trigger
+    is in the first round only, in ``trigger_stream``'s batches."""
+    services = runtime.services
+    appended = True
+    for stream, work in plan.by_stream.items():
+        drained = [w.drained for w in work if w.drained]
+        has_trigger = trigger is not None and stream == trigger_stream
+        try:
+            _append(runtime, claims, queue, stream, work, renewer, cleanup)
+        except StreamFull as exc:
+            renewer.forget(drained)
+            for w in work:
+                if w.drained is None:  # the trigger's batch: the host deletes its message
+                    assert trigger is not None
+                    _poison(services, queue, trigger.body, str(exc))
+                else:
+                    _poison(services, queue, w.drained.body, str(exc))
+                    _delete(queue, w.drained)
+        except BaseException as exc:
+            appended = False
+            renewer.forget(drained)
+            if retriable(exc):  # trying again later can cure it: never a reason to poison
+                _hand_back(services, queue, drained, exc, stream)
+                if has_trigger:
+                    assert trigger is not None
+                    _hand_back_trigger(services, queue, trigger, exc, stream)
+                continue
+            # A bug or an answer we do not understand: give the drained batches back and
+            # let the host retry the trigger (and poison it after maxDequeueCount).
+            _release(queue, drained)
+            if drained:
+                telemetry.current().requeued(queue.name, queue.account, "error", len(drained))
+            if has_trigger:
+                raise
+            log.exception("append to %s failed; its drained batches return to the queue", stream)
+    return appended
 
 
 def _append(
@@ -258,18 +306,24 @@ def _batch(env: Envelope) -> Batch:
 
 
 def _drain(
-    claims: ClaimChecks, runtime: Runtime, queue: StagingQueue, plan: _Plan, renewer: DrainRenewer
+    claims: ClaimChecks,
+    runtime: Runtime,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    until: float,
 ) -> None:
     services = runtime.services
     while plan.bytes < DRAIN_BYTES:
         try:
-            held = queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY)  # one request
+            asked, held = _receive_patiently(queue, until)
         except VaultError as exc:
             log.info("draining %s stopped: %s", queue.name, exc)
             return  # append what we have
+        plan.drained += len(held)
         # A dead writer's batches all went around before: their re-sends side by side.
         held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
-        renewer.hold(held)
+        renewer.hold(held, since=asked)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
         for m, result in zip(held, loaded, strict=True):
@@ -286,6 +340,21 @@ def _drain(
                 _hand_back(services, queue, [m], result)
         if len(held) < DRAIN_MESSAGES:
             return
+
+
+def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[QueuedMessage]]:
+    """One receive of up to DRAIN_MESSAGES (one request), and when its attempt was made: one
+    attempt every DELETE_PACE_SECONDS while its queue refuses (at its request target), until
+    ``until``. The SDK's back-off (0.5 s, then 2.5 s) would hold the invocation longer than the
+    queue does and leave the requests it frees to the producers' sends."""
+    while True:
+        asked = time.monotonic()
+        try:
+            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY, retry=False)
+        except VaultError as exc:
+            if not exc.retriable or asked + DELETE_PACE_SECONDS > until:
+                raise
+        time.sleep(DELETE_PACE_SECONDS)
 
 
 def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
@@ -341,16 +410,45 @@ def _reason(exc: BaseException) -> str:
     return "leased" if isinstance(exc, WriterConflict) else "unavailable"
 
 
-def _hand_back_trigger(
-    services: Services, queue: StagingQueue, trigger: StagingMessage, exc: BaseException
-) -> None:
-    """Requeue the trigger's batch as a fresh message; the host then deletes the trigger.
+def _send_back(
+    services: Services, queue: StagingQueue, body: str, exc: BaseException, stream: str | None
+) -> StagingQueue:
+    """Send a batch back as a fresh message for later; the queue that took it.
 
-    If the queue cannot take it either, fail the invocation: the host retries it later.
+    A batch whose stream another writer holds goes to the stream's home queue: steering sends a
+    stream's batches home while home is healthy (docs/ARCHITECTURE.md §2.5), so home's owner
+    most likely holds the stream and appends it in its next round, where this writer would get
+    it back and meet the same lease for as long as the stream stays busy. If home refuses (it
+    may be the throttled queue the batch was steered away from), this queue takes it.
     """
-    queue.staging.send(trigger.body, visible_in=_retry_delay(services, exc))
+    delay = _retry_delay(services, exc)
+    if isinstance(exc, WriterConflict) and stream is not None:
+        home = services.queue_for(stream)
+        if (home.account, home.name) != (queue.account, queue.name):
+            try:
+                home.staging.send(body, visible_in=delay, retry=False)
+                return home
+            except VaultError:
+                pass
+    queue.staging.send(body, visible_in=delay)
+    return queue
+
+
+def _hand_back_trigger(
+    services: Services,
+    queue: StagingQueue,
+    trigger: StagingMessage,
+    exc: BaseException,
+    stream: str | None = None,
+) -> None:
+    """Requeue the trigger's batch as a fresh message (``_send_back``); the host then deletes
+    the trigger.
+
+    If no queue can take it, fail the invocation: the host retries it later.
+    """
+    to = _send_back(services, queue, trigger.body, exc, stream)
     telemetry.current().requeued(queue.name, queue.account, _reason(exc))
-    log.info("batch of message %s handed back to %s for later: %s", trigger.id, queue.name, exc)
+    log.info("batch of message %s handed back to %s for later: %s", trigger.id, to.name, exc)
 
 
 def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage, *, pause: bool) -> None:
@@ -368,19 +466,24 @@ def _pass_to_owner(queue: StagingQueue, trigger: StagingMessage, *, pause: bool)
 
 
 def _hand_back(
-    services: Services, queue: StagingQueue, messages: list[QueuedMessage], exc: BaseException
+    services: Services,
+    queue: StagingQueue,
+    messages: list[QueuedMessage],
+    exc: BaseException,
+    stream: str | None = None,
 ) -> None:
-    """Drained batches go back as fresh messages (dequeue count 0), the old ones are deleted."""
+    """Drained batches go back as fresh messages (dequeue count 0, ``_send_back``), the old
+    ones are deleted."""
     for m in messages:
         try:
-            queue.staging.send(m.body, visible_in=_retry_delay(services, exc))
+            to = _send_back(services, queue, m.body, exc, stream)
         except VaultError:
             _release(queue, [m])
             telemetry.current().requeued(queue.name, queue.account, _reason(exc))
             continue
         _delete(queue, m)
         telemetry.current().requeued(queue.name, queue.account, _reason(exc))
-        log.info("batch of drained message %s handed back to %s for later: %s", m.id, queue.name, exc)
+        log.info("batch of drained message %s handed back to %s for later: %s", m.id, to.name, exc)
 
 
 def _release(queue: StagingQueue, messages: list[QueuedMessage]) -> None:
@@ -434,9 +537,10 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
 class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
-    Their visibility is short (DRAIN_VISIBILITY) and renewed every third of it, as the
-    Functions host does for the trigger message: if this process dies, they are visible to
-    another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
+    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it has passed, as
+    the Functions host does for the trigger message (looked at every sixth, so a renewal a queue
+    refused is tried again with a third or more left): if this process dies, they are visible
+    to another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
     replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
 
@@ -444,6 +548,8 @@ class DrainRenewer:
         self.queue = queue
         self.written = written
         self._held: dict[str, QueuedMessage] = {}
+        self._hidden_at: dict[str, float] = {}
+        """When each held message was last made invisible for DRAIN_VISIBILITY (monotonic)."""
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -461,38 +567,51 @@ class DrainRenewer:
         with self._lock:
             self.written.record(())
 
-    def hold(self, messages: list[QueuedMessage]) -> None:
+    def hold(self, messages: list[QueuedMessage], since: float | None = None) -> None:
+        """Messages made invisible for DRAIN_VISIBILITY at ``since`` (monotonic; by default now):
+        a time no later than the request that received or sent them."""
+        at = time.monotonic() if since is None else since
         with self._lock:
             self._held.update((m.id, m) for m in messages)
+            self._hidden_at.update((m.id, at) for m in messages)
             self.written.record(self._held.values())
 
     def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
+                self._hidden_at.pop(m.id, None)
             self.written.record(self._held.values())
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_VISIBILITY / 3):
+        while not self._stop.wait(DRAIN_VISIBILITY / 6):
             self.renew()
 
     def renew(self) -> None:
-        """One round: every held message invisible for DRAIN_VISIBILITY from now.
+        """One round: every message held for a third of DRAIN_VISIBILITY or longer since it was
+        last made invisible, invisible for DRAIN_VISIBILITY from now. One held for less has two
+        thirds of it left and is renewed by a later round (a round every sixth), so a message
+        held briefly, as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
         refuses the rest too, and a round of retried renewals, one request per message, would
         take the requests its deletes and the producers need: a message left unrenewed only
         becomes visible again, a second delivery its batch id makes harmless."""
         with self._round:
+            due = time.monotonic() - DRAIN_VISIBILITY / 3
             with self._lock:
-                held = list(self._held.values())
+                held = [m for m in self._held.values() if self._hidden_at.get(m.id, 0.0) <= due]
             try:
                 for m in held:
+                    asked = time.monotonic()
                     try:  # one attempt: a refusal ends the round anyway, without a back-off
                         self.queue.staging.hide(m, DRAIN_VISIBILITY, retry=False)
                     except VaultError as exc:
                         log.info("renewing drained messages of %s stopped: %s", self.queue.name, exc)
                         return
+                    with self._lock:
+                        if m.id in self._held:
+                            self._hidden_at[m.id] = asked
             finally:
                 with self._lock:  # the new receipts
                     self.written.record(self._held.values())

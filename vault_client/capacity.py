@@ -625,7 +625,11 @@ def saturated_queue_operations(batches_per_invocation: float) -> float:
     """Operations per batch on a staging queue at its target with batches waiting, so that each
     writer invocation takes ``batches_per_invocation`` of them: the batch's put and delete, and
     per invocation the host's get of the trigger and the drain's receives of 32 until a short
-    one. One batch per invocation costs 4 (as :func:`queue_operations`); many, towards 2 + 1/32."""
+    one. One batch per invocation costs 4 (as :func:`queue_operations`); many, towards 2 + 1/32.
+    An invocation whose drain found batches drains again (rounds, vault_app.writer_fn): its
+    rounds' receives are counted as one invocation's; ``./dev bench throttled --closed-only``
+    measured 0.27 receives a batch on one throttled queue against 0.25 here (docs/CAPACITY.md
+    §7.2). Not counted: renewals, and the hand-backs of steered batches."""
     n = max(batches_per_invocation, 1.0)
     receives = 2 + math.floor((n - 1) / DRAIN_MESSAGES)
     return 2 + receives / n

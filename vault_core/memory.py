@@ -344,7 +344,7 @@ class MemoryQueue:
             self._messages[message_id] = _Stored(text, inserted, visible_at, receipt)
             return QueuedMessage(message_id, text, receipt, inserted)
 
-    def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
+    def receive(self, count: int, visibility: int, *, retry: bool = True) -> list[QueuedMessage]:
         with self._lock:
             now = self._clock.monotonic()
             out = []

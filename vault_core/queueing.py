@@ -45,9 +45,10 @@ class MessageQueue(Protocol):
         the sender may hide or delete it as if it had received it (dequeue count 0)."""
         ...
 
-    def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
+    def receive(self, count: int, visibility: int, *, retry: bool = True) -> list[QueuedMessage]:
         """Up to ``count`` visible messages, each now invisible to others for ``visibility``
-        seconds and carrying a fresh ``receipt``; none from a queue that does not exist."""
+        seconds and carrying a fresh ``receipt``; none from a queue that does not exist;
+        without ``retry``, one attempt only."""
         ...
 
     def peek(self, count: int) -> list[QueuedMessage]:

@@ -47,13 +47,14 @@ class Queue:
                 raise StorageUnavailable(f"queue {self.name!r} does not exist") from exc
         return QueuedMessage(str(sent.id), text, sent.pop_receipt or "", sent.inserted_on)
 
-    def receive(self, count: int, visibility: int) -> list[QueuedMessage]:
+    def receive(self, count: int, visibility: int, *, retry: bool = True) -> list[QueuedMessage]:
         """Up to ``count`` messages in one request, each invisible to others for ``visibility``
-        seconds; none from a queue that does not exist."""
+        seconds; none from a queue that does not exist; without ``retry``, one attempt only."""
+        options: dict[str, Any] = {} if retry else {"retry_total": 0}
         with translate_errors():
             try:
                 pages = self.client.receive_messages(
-                    messages_per_page=count, visibility_timeout=visibility
+                    messages_per_page=count, visibility_timeout=visibility, **options
                 ).by_page()
                 return [_message(m) for m in next(pages, [])]
             except ResourceNotFoundError:
