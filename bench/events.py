@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Iterator
 
 from vault_core.recordformat import NewMessage
 
@@ -75,3 +76,14 @@ def events(n: int, size: str, seed: int = 1) -> list[NewMessage]:
     """``n`` events keyed by user bucket (text keys, as the HTTP API writes them)."""
     rng = random.Random(seed)
     return [NewMessage(event(rng, i, size), f"user-{rng.randint(0, 999):03d}") for i in range(n)]
+
+
+def event_batches(n: int, size: str, per: int, seed: int = 1) -> Iterator[list[NewMessage]]:
+    """The same ``n`` events as :func:`events`, ``per`` at a time: millions of them without
+    holding them all in memory at once."""
+    rng = random.Random(seed)
+    for first in range(0, n, per):
+        yield [
+            NewMessage(event(rng, i, size), f"user-{rng.randint(0, 999):03d}")
+            for i in range(first, min(n, first + per))
+        ]

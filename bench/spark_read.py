@@ -39,12 +39,12 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from bench.common import MIB, median_of, report, timed
-from bench.events import events
+from bench.events import event_batches
 from vault_core.azure import StorageAccount
 from vault_core.recordformat import NewMessage
 from vault_core.spark.columnar import decode_pieces, record_batch
 from vault_core.spark.options import ReadOptions
-from vault_core.spark.plan import plan_read
+from vault_core.spark.plan import Partition, plan_read
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
 from vault_core.vault import Vault
 from vault_core.writer import Batch
@@ -171,10 +171,11 @@ class InMemoryReader(DataSourceReader):
 
 
 class CachedRowsSource(DataSource):
-    """The rows of byte ranges of a saved log, decoded once per Python worker and then served
-    from memory as the very Arrow batches the vault source yields for them, in the same
-    partitions: Spark's own cost of taking those rows from a Python source, with no I/O and no
-    decoding (the ceiling of any Python data source). ``empty``: the same partitions, no rows."""
+    """The rows of a read's partitions, decoded once by the driver into one Arrow IPC file per
+    partition (:func:`save_partitions`) and served from those files memory-mapped, as the very
+    Arrow batches the vault source yields for them: Spark's own cost of taking those rows from a
+    Python source, with no I/O to storage and no decoding (the ceiling of any Python data
+    source). ``empty``: the same partitions, no rows."""
 
     @classmethod
     def name(cls) -> str:
@@ -184,33 +185,39 @@ class CachedRowsSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        ranges = [tuple(int(x) for x in r.split("-")) for r in self.options["ranges"].split(",")]
-        return CachedRowsReader(self.options["path"], ranges, self.options.get("empty") == "true")
-
-
-_CACHED: dict[tuple[str, int, int], list[pa.RecordBatch]] = {}
+        return CachedRowsReader(self.options["paths"].split(","), self.options.get("empty") == "true")
 
 
 class CachedRowsReader(DataSourceReader):
-    def __init__(self, path: str, ranges: list[tuple[int, ...]], empty: bool) -> None:
-        self.path, self.ranges, self.empty = path, ranges, empty
+    def __init__(self, paths: list[str], empty: bool) -> None:
+        self.paths, self.empty = paths, empty
 
     def partitions(self) -> list[InputPartition]:
-        return [InputPartition(r) for r in self.ranges]
+        return [InputPartition(p) for p in self.paths]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if self.empty:
             return iter(())
-        start, end = partition.value
-        key = (self.path, start, end)
-        if key not in _CACHED:
-            with open(self.path, "rb") as f:
-                f.seek(start)
-                data = f.read(end - start)
-            pieces = decode_pieces(data, start, last=True, stream=CACHED_STREAM)
-            assert pieces.error is None and pieces.end == len(data)
-            _CACHED[key] = [record_batch(CACHED_STREAM, p.arrays, p.rows, ARROW_SCHEMA) for p in pieces.parts]
-        return iter(_CACHED[key])
+        # Zero-copy: the batches' buffers are the mapped file's pages (in the page cache after
+        # the warm-up round), shared by every Python worker.
+        reader = pa.ipc.open_file(pa.memory_map(partition.value))
+        return (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+
+def save_partitions(log: bytes, plan: list[Partition], directory: str) -> list[str]:
+    """The batches the vault source yields for each partition of ``plan`` over ``log`` (a saved
+    copy of the blob), one Arrow IPC file per partition: what :class:`CachedRowsSource` serves."""
+    paths = []
+    for i, part in enumerate(plan):
+        data = log[part.start : part.end]
+        pieces = decode_pieces(data, part.start, last=True, stream=CACHED_STREAM)
+        assert pieces.error is None and pieces.end == len(data)
+        path = os.path.join(directory, f"partition-{i}.arrow")
+        with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, ARROW_SCHEMA) as out:
+            for p in pieces.parts:
+                out.write_batch(record_batch(CACHED_STREAM, p.arrays, p.rows, ARROW_SCHEMA))
+        paths.append(path)
+    return paths
 
 
 CACHED_STREAM = "bench-format-v2"
@@ -330,51 +337,49 @@ def _group_count(df: DataFrame) -> object:
     return df.groupBy("key").count().collect()
 
 
-def format_main(messages: int) -> int:
+def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
     """Format 2 against format 1 through Spark, on the same ~100 B JSON events (results:
     spark_read_format): count() and groupBy(key).count() rows/s; count() on format 2 against a
     parallel raw download of the same format 2 blob; and against Spark's own ceiling for a Python
     source, the same rows served from memory as the same Arrow batches in the same partitions
     (:class:`CachedRowsSource`), with the cost of a query over no rows at all. The queries run in
-    FORMAT_ROUNDS rounds, each round every query once, and ratios are medians of per-round ratios."""
+    ``rounds`` rounds after a warm-up round, each round every query once, and ratios are medians
+    of per-round ratios."""
     azurite = Azurite(in_memory=True).start()
     saved = tempfile.mkdtemp(prefix="mv-bench-format-")
     try:
         conn = azurite.connection_string
         vault = Vault(StorageAccount(connection_string=conn)).ensure()
-        events_ = events(messages, "small")
-        committed = {}
-        for record_format in (1, 2):
-            stream = f"bench-format-v{record_format}"
-            with vault.writer(stream, record_format=record_format) as w:
-                for first in range(0, messages, PER_APPEND):
-                    w.append([Batch(events_[first : first + PER_APPEND])])
-            committed[record_format] = vault.blob(stream).state().committed
+        # The same events in both formats, generated a commit at a time (millions of them would
+        # not fit in memory at once as Python objects).
+        with (
+            vault.writer("bench-format-v1", record_format=1) as w1,
+            vault.writer("bench-format-v2", record_format=2) as w2,
+        ):
+            for chunk in event_batches(messages, "small", PER_APPEND):
+                w1.append([Batch(chunk)])
+                w2.append([Batch(chunk)])
+        committed = {f: vault.blob(f"bench-format-v{f}").state().committed for f in (1, 2)}
         spark = session()
 
         def df(record_format: int) -> DataFrame:
-            # One partition per core for both formats: format 2's blob is 4x smaller, and at the
-            # default 32 MiB it would be one partition (one core of two) where format 1 gets two.
+            # At least one partition per core for both formats: format 2's blob is 4x smaller, and
+            # below 32 MiB (the default partition size) it would be one partition, one core of two.
             reader = spark.read.format("messagevault").option("connectionString", conn)
             reader = reader.option("minPartitions", str(TASKS))
             return reader.option("streams", f"bench-format-v{record_format}").load()
 
-        # The ceiling reads what the vault source reads: the v2 blob's bytes, the same partitions.
-        path = os.path.join(saved, "v2.log")
-        with open(path, "wb") as out:
-            out.write(vault.blob(CACHED_STREAM).read(0, committed[2]))
+        # The ceiling serves what the vault source yields: the v2 blob's rows, the same partitions.
         plan = plan_read(
             ReadOptions.parse(
                 {"connectionString": conn, "streams": CACHED_STREAM, "minPartitions": str(TASKS)}
             )
         )
-        ranges = ",".join(f"{p.start}-{p.end}" for p in plan)
-        cached = spark.read.format("mv_bench_cached").option("path", path).option("ranges", ranges)
+        paths = save_partitions(vault.blob(CACHED_STREAM).read(0, committed[2]), plan, saved)
+        cached = spark.read.format("mv_bench_cached").option("paths", ",".join(paths))
         memory, empty = cached.load(), cached.option("empty", "true").load()
-
-        for _ in range(2):  # warm-up: Python workers, imports, and the ceiling's rows in each worker
-            assert df(1).count() == messages and df(2).count() == messages
-            assert memory.count() == messages and empty.count() == 0
+        assert df(1).count() == messages and df(2).count() == messages
+        assert memory.count() == messages and empty.count() == 0
         assert azurite.process is not None
         pid = azurite.process.pid
         figures: dict[str, Any] = {"load average (1 min) at start": round(os.getloadavg()[0], 2)}
@@ -389,16 +394,19 @@ def format_main(messages: int) -> int:
             "download": partial(download_all, vault, CACHED_STREAM, committed[2]),
             "v1 groupBy": partial(_group_count, df(1)),
             "v2 groupBy": partial(_group_count, df(2)),
+            "memory groupBy": partial(_group_count, memory),
         }
+        for fn in queries.values():  # a warm-up round: Python workers, imports, the JIT, the page cache
+            fn()
         walls: dict[str, list[float]] = {q: [] for q in queries}
         cpu: dict[str, dict[str, float]] = {q: {} for q in queries}
-        for _ in range(FORMAT_ROUNDS):
+        for _ in range(rounds):
             for q, fn in queries.items():
                 before = cpu_by_process(pid)
                 walls[q].append(timed(fn))
                 after = cpu_by_process(pid)
                 for k in after:
-                    cpu[q][k] = cpu[q].get(k, 0.0) + (after[k] - before.get(k, 0.0)) / FORMAT_ROUNDS
+                    cpu[q][k] = cpu[q].get(k, 0.0) + (after[k] - before.get(k, 0.0)) / rounds
 
         def wall(q: str) -> float:
             return statistics.median(walls[q])
@@ -415,7 +423,7 @@ def format_main(messages: int) -> int:
         figures["groupBy(key).count() rows/s v2 / v1 (>= 2)"] = ratio("v1 groupBy", "v2 groupBy")
         figures[f"v2 download s ({TASKS * PREFETCH} threads x 4 MiB GETs)"] = round(wall("download"), 3)
         figures["v2 count() / raw parallel download of the v2 blob (>= 0.7)"] = ratio("download", "v2")
-        figures[f"v2 partitions (minPartitions {TASKS})"] = len(plan)
+        figures[f"v2 partitions (minPartitions {TASKS}, 32 MiB at most)"] = len(plan)
         figures["in-memory Arrow source count() rows/s (same rows, batches, partitions)"] = round(
             messages / wall("memory")
         )
@@ -426,18 +434,31 @@ def format_main(messages: int) -> int:
         figures["in-memory Arrow source / v1 count() rows/s (v2 / v1 at Spark's ceiling)"] = ratio(
             "v1", "memory"
         )
+        group = "groupBy(key).count()"
+        figures[f"in-memory Arrow source {group} rows/s"] = round(messages / wall("memory groupBy"))
+        figures[f"v2 {group} / in-memory Arrow source {group} (Spark's ceiling)"] = ratio(
+            "memory groupBy", "v2 groupBy"
+        )
+        figures[f"in-memory Arrow source / v1 {group} rows/s (v2 / v1 at Spark's ceiling)"] = ratio(
+            "v1 groupBy", "memory groupBy"
+        )
         figures["count() s of the same partitions with no rows (Spark's cost per query)"] = round(
             wall("empty"), 3
         )
+        figures["load average (1 min) at the end"] = round(os.getloadavg()[0], 2)
         for q, label in (
             ("v1", "v1 count()"),
             ("v2", "v2 count()"),
             ("memory", "in-memory Arrow source count()"),
+            ("v1 groupBy", "v1 groupBy(key).count()"),
+            ("v2 groupBy", "v2 groupBy(key).count()"),
+            ("memory groupBy", "in-memory Arrow source groupBy(key).count()"),
             ("empty", "count() over no rows"),
             ("download", "v2 download"),
         ):
             figures[f"CPU s/run: {label}"] = cpu_text({k: round(v, 2) for k, v in cpu[q].items()})
-        report("spark_read_format", f"./dev bench spark_read --format {messages}", figures)
+        command = f"./dev bench spark_read --format {messages}"
+        report("spark_read_format", command + (f" {rounds}" if rounds != FORMAT_ROUNDS else ""), figures)
         spark.stop()
     finally:
         azurite.cleanup()
@@ -449,5 +470,6 @@ def format_main(messages: int) -> int:
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--format"]:
-        sys.exit(format_main(int(sys.argv[2]) if len(sys.argv) > 2 else 300_000))
+        size, rounds = (int(a) for a in [*sys.argv[2:4], "300000", str(FORMAT_ROUNDS)][:2])
+        sys.exit(format_main(size, rounds))
     sys.exit(main())
