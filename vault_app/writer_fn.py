@@ -547,9 +547,8 @@ class DrainRenewer:
     def __init__(self, queue: StagingQueue, written: DrainedFile) -> None:
         self.queue = queue
         self.written = written
-        self._held: dict[str, QueuedMessage] = {}
-        self._hidden_at: dict[str, float] = {}
-        """When each held message was last made invisible for DRAIN_VISIBILITY (monotonic)."""
+        self._held: dict[str, tuple[QueuedMessage, float]] = {}
+        """Each held message, and when it was last made invisible for DRAIN_VISIBILITY (monotonic)."""
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -572,16 +571,18 @@ class DrainRenewer:
         a time no later than the request that received or sent them."""
         at = time.monotonic() if since is None else since
         with self._lock:
-            self._held.update((m.id, m) for m in messages)
-            self._hidden_at.update((m.id, at) for m in messages)
-            self.written.record(self._held.values())
+            self._held.update((m.id, (m, at)) for m in messages)
+            self._record()
 
     def forget(self, messages: list[QueuedMessage]) -> None:
         with self._round, self._lock:
             for m in messages:
                 self._held.pop(m.id, None)
-                self._hidden_at.pop(m.id, None)
-            self.written.record(self._held.values())
+            self._record()
+
+    def _record(self) -> None:
+        """Write what is held, with its current receipts, for a replacement (under ``_lock``)."""
+        self.written.record([m for m, _ in self._held.values()])
 
     def _run(self) -> None:
         while not self._stop.wait(DRAIN_VISIBILITY / 6):
@@ -600,7 +601,7 @@ class DrainRenewer:
         with self._round:
             due = time.monotonic() - DRAIN_VISIBILITY / 3
             with self._lock:
-                held = [m for m in self._held.values() if self._hidden_at.get(m.id, 0.0) <= due]
+                held = [m for m, at in self._held.values() if at <= due]
             try:
                 for m in held:
                     asked = time.monotonic()
@@ -611,7 +612,7 @@ class DrainRenewer:
                         return
                     with self._lock:
                         if m.id in self._held:
-                            self._hidden_at[m.id] = asked
+                            self._held[m.id] = (m, asked)
             finally:
                 with self._lock:  # the new receipts
-                    self.written.record(self._held.values())
+                    self._record()
