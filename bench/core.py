@@ -54,7 +54,7 @@ from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import NewMessage
 from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
 from vault_core.vault import Vault
-from vault_core.writer import Batch, StreamWriter
+from vault_core.writer import Batch, StreamWriter, WriterSettings
 from vault_local.azurite import Azurite
 
 CHUNK = 4 * MIB
@@ -77,7 +77,7 @@ def write_stream(vault: Vault, stream: str, total: int, per_call: int = 4) -> fl
     elapsed = 0.0
     # Format 1: these figures are byte throughput against the raw primitive, and the repeated
     # payload above would compress to almost nothing in format 2 (measured by --format instead).
-    with vault.writer(stream, record_format=1) as w:
+    with vault.writer(stream, WriterSettings(record_format=1)) as w:
         while w.state.committed < total:
             batches = [BATCHES[(w.state.committed // CHUNK + k) % 4] for k in range(per_call)]
             elapsed += timed(functools.partial(w.append, batches))
@@ -331,7 +331,7 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
         raws: list[float] = []
         for r in range(FORMAT_ROUNDS):
             stream = f"fmt-{size}-{name}-{r}"
-            with vault.writer(stream, record_format=record_format, codec=codec) as w:
+            with vault.writer(stream, WriterSettings(record_format=record_format, codec=codec)) as w:
                 writes.append(timed(functools.partial(_append_all, w, batches)))
             committed = vault.reader.state(stream).committed
             raws.append(raw_download(vault, stream, committed))
@@ -465,7 +465,9 @@ def _long_scan_figures(vault: Vault, mib: int) -> dict[str, float | str]:
         n = len(messages)
         for name in ("v1", "v2"):
             record_format, codec = FORMATS[name]
-            with vault.writer(f"long-{size}-{name}", record_format=record_format, codec=codec) as w:
+            with vault.writer(
+                f"long-{size}-{name}", WriterSettings(record_format=record_format, codec=codec)
+            ) as w:
                 _append_all(w, [Batch(messages[i : i + 1000]) for i in range(0, n, 1000)])
         del messages
         seconds: dict[tuple[str, str], list[float]] = {}

@@ -46,7 +46,7 @@ from bench.events import events
 from vault_core.azure import StorageAccount
 from vault_core.pageblob import PageBlobs
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
@@ -346,7 +346,7 @@ def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: i
             streams = {}
             for record_format in (1, 2):
                 stream = f"read-{size}-v{record_format}-{uuid.uuid4().hex[:6]}"
-                with vault.writer(stream, record_format=record_format) as w:
+                with vault.writer(stream, WriterSettings(record_format=record_format)) as w:
                     for i in range(0, len(messages), 4000):
                         w.append(
                             [

@@ -47,7 +47,7 @@ from vault_core.spark.options import ReadOptions
 from vault_core.spark.plan import Partition, plan_read
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 
 MESSAGES = 1_000_000
@@ -71,7 +71,7 @@ def write_stream(vault: Vault, stream: str) -> float:
     elapsed = 0.0
     # Format 1: a repeated payload would compress to almost nothing in format 2 (--format
     # measures format 2 on generated JSON events instead).
-    with vault.writer(stream, record_format=1) as w:
+    with vault.writer(stream, WriterSettings(record_format=1)) as w:
         for first in range(0, MESSAGES, PER_APPEND):
             keys = (f"key-{i % KEYS:02d}" for i in range(first, first + PER_APPEND))
             batch = Batch([NewMessage(payload, key) for key in keys])
@@ -353,8 +353,8 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
         # The same events in both formats, generated a commit at a time (millions of them would
         # not fit in memory at once as Python objects).
         with (
-            vault.writer("bench-format-v1", record_format=1) as w1,
-            vault.writer("bench-format-v2", record_format=2) as w2,
+            vault.writer("bench-format-v1", WriterSettings(record_format=1)) as w1,
+            vault.writer("bench-format-v2", WriterSettings(record_format=2)) as w2,
         ):
             for chunk in event_batches(messages, "small", PER_APPEND):
                 w1.append([Batch(chunk)])

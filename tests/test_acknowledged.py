@@ -25,7 +25,7 @@ from vault_app.services import Services
 from vault_core.azure import azurite_connection_string
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess, local_env
 
@@ -206,7 +206,7 @@ def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
 def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_refreshing_it(
     http: httpx.Client, vault: Vault, stream: str
 ) -> None:
-    writer = vault.writer(stream, lease_seconds=15)
+    writer = vault.writer(stream, WriterSettings(lease_seconds=15))
     writer.append([Batch([NewMessage(b"one", "k")])])
     writer.append([Batch([NewMessage(b"two", "k"), NewMessage(b"three", "k")])])
     # The writer is now abandoned, as if killed: its catalog row was refreshed after the first

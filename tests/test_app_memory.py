@@ -43,7 +43,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import StreamLeased, StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.recordformat import HEADER_SIZE, NewMessage
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 STREAM = "orders"
 NOW_MS = 1_750_000_000_000
@@ -669,7 +669,9 @@ def test_a_closed_runtime_leaves_no_thread_of_its_own_running() -> None:
         stage(runtime.services, "b1", ["x" * 3000 for _ in range(50)])
         assert run_trigger(runtime, runtime.services.queue_for(STREAM))  # an open writer and its threads
         vault, offset = runtime.services.vault, 0
-        with vault.writer("reads", record_format=1) as w:  # format 1: pages of a few records each
+        with vault.writer(
+            "reads", WriterSettings(record_format=1)
+        ) as w:  # format 1: pages of a few records each
             w.append([Batch([NewMessage(bytes(1000), "k") for _ in range(40)])])
         for _ in range(3):  # a sequential reader: the read-ahead prefetches on its own threads
             data, state = runtime.read_ahead.fetch(vault.reader, "reads", offset, 4096)

@@ -25,7 +25,7 @@ from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 STREAM = "columns"
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -46,7 +46,9 @@ def written(commits: list[tuple[tuple[int, int], list[list[NewMessage]]]]) -> Va
     clock = ManualClock(1_750_000_000_000)
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     for (record_format, codec), batches in commits:
-        with vault.writer(STREAM, record_format=record_format, codec=codec, index_spacing=2048) as w:
+        with vault.writer(
+            STREAM, WriterSettings(record_format=record_format, codec=codec, index_spacing=2048)
+        ) as w:
             w.append([Batch(b) for b in batches])
         clock.advance(1_000)
     return vault
@@ -104,7 +106,7 @@ def test_a_read_as_batches_has_the_messages_and_next_offset_of_the_read_as_messa
 
 def test_a_unit_is_one_batch_and_a_run_of_records_another(clock: ManualClock) -> None:
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM, record_format=1) as w:
+    with vault.writer(STREAM, WriterSettings(record_format=1)) as w:
         w.append([Batch([NewMessage(b"a", "k"), NewMessage(b"b", b"\x01")])])
     with vault.writer(STREAM) as w:
         w.append([Batch([NewMessage(b"c", "k"), NewMessage(b"d", "k")])])
@@ -128,7 +130,7 @@ def mixed(clock: ManualClock) -> Vault:
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     rng = random.Random(5)
     for record_format in (1, 2):
-        with vault.writer(STREAM, record_format=record_format, index_spacing=4096) as w:
+        with vault.writer(STREAM, WriterSettings(record_format=record_format, index_spacing=4096)) as w:
             for i in range(3):
                 msgs = [NewMessage(rng.randbytes(rng.randint(0, 300)), f"k{j % 5}") for j in range(200)]
                 w.append([Batch(msgs, f"f{record_format}-{i}")])

@@ -44,7 +44,7 @@ from vault_core.errors import CorruptRecord, InvalidInput, InvalidOffset, Messag
 from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import HEADER_SIZE, NewMessage, encode
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 
 Sas = Callable[..., Callable[[], Access]]
@@ -53,7 +53,7 @@ FAST_RETRY = RetryPolicy(attempts=4, base=0.001, cap=0.01)
 
 # -- helpers ---------------------------------------------------------------------------------------
 def write(vault: Vault, stream: str, *batches: list[NewMessage], record_format: int = 2) -> None:
-    with vault.writer(stream, record_format=record_format) as w:
+    with vault.writer(stream, WriterSettings(record_format=record_format)) as w:
         w.append([Batch(b) for b in batches])
 
 

@@ -21,7 +21,7 @@ from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState
 from vault_core.reader import StreamReader
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 FIXTURE: dict[str, Any] = json.loads((Path(__file__).parent / "data" / "stream-release-0.1.json").read_text())
 
@@ -126,11 +126,11 @@ def test_new_writer_appends_format_2_to_release_stream(
     restore(account, vault, stream)
     [b2] = [r["fields"] for r in FIXTURE["index_rows"] if r["key"] == "bb-2"]  # an older commit's batch
     new = [NewMessage(f"after upgrade {i}".encode(), f"new-{i % 3}") for i in range(40)]
-    with vault.writer(stream, index_spacing=FIXTURE["index_spacing"]) as w:
+    with vault.writer(stream, WriterSettings(index_spacing=FIXTURE["index_spacing"])) as w:
         [again, fresh] = w.append([Batch(OLD_BATCH_AGAIN), Batch(new[:30], "after-1")])
         [more] = w.append([Batch([NewMessage(b"", b"\x00bin"), NewMessage(b"\xff" * 300, b"")])])
     # A writer that opens the mixed blob again (its recovery reads the format 2 tail) appends too.
-    with vault.writer(stream, index_spacing=FIXTURE["index_spacing"]) as w:
+    with vault.writer(stream, WriterSettings(index_spacing=FIXTURE["index_spacing"])) as w:
         [last, dup] = w.append([Batch(new[30:]), Batch(OLD_BATCH_AGAIN, "b-2")])
 
     assert (dup.duplicate, dup.first_offset, dup.next_offset) == (True, b2["First"], b2["Next"])

@@ -38,7 +38,7 @@ from vault_core.pageblob import StreamBlob
 from vault_core.pagelog import PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 
 HELPERS = Path(__file__).parent / "helpers"
@@ -67,7 +67,7 @@ def test_second_writer_gets_a_clear_leased_error(vault: Vault, stream: str) -> N
 
 
 def test_a_writer_whose_lease_was_taken_stops_and_cannot_roll_back(vault: Vault, stream: str) -> None:
-    stale = vault.writer(stream, lease_seconds=15)
+    stale = vault.writer(stream, WriterSettings(lease_seconds=15))
     stale.append([Batch(msgs(10, tag="old"))])
     vault.blob(stream).break_lease()
     with vault.writer(stream) as fresh:
@@ -79,7 +79,7 @@ def test_a_writer_whose_lease_was_taken_stops_and_cannot_roll_back(vault: Vault,
 
 @pytest.mark.slow  # outlives a real 15 s lease: the shortest Azure allows
 def test_lease_is_renewed_during_a_long_append(vault: Vault, stream: str) -> None:
-    writer = vault.writer(stream, lease_seconds=15, max_write=64 * 1024)
+    writer = vault.writer(stream, WriterSettings(lease_seconds=15, max_write=64 * 1024))
     slow_write = writer.blob.write_pages
 
     def slow(*args: object, **kwargs: object) -> str:
@@ -158,7 +158,9 @@ def test_redelivered_batch_ids_are_not_appended_twice(vault: Vault, stream: str)
 
 
 def test_a_flipped_byte_in_the_blob_is_detected_by_the_reader(vault: Vault, stream: str) -> None:
-    with vault.writer(stream, record_format=1) as w:  # format 2 units: tests/test_unitformat.py
+    with vault.writer(
+        stream, WriterSettings(record_format=1)
+    ) as w:  # format 2 units: tests/test_unitformat.py
         w.append([Batch(msgs(50))])
     blob = vault.blob(stream)
     page = bytearray(blob.read(0, PAGE_SIZE))
@@ -176,7 +178,7 @@ def test_time_seeks_find_the_first_record_at_or_after_a_time(vault: Vault, strea
     clock = ManualClock(1_000_000)
     v = Vault(vault.account, clock=clock)
     offsets = {}
-    with v.writer(stream, index_spacing=4096) as w:
+    with v.writer(stream, WriterSettings(index_spacing=4096)) as w:
         for _ in range(10):
             clock.advance(1000)
             [r] = w.append([Batch(msgs(40, size=200))])
@@ -255,7 +257,9 @@ def test_follow_yields_new_records_as_they_are_committed(vault: Vault, stream: s
 
 
 def test_skipping_a_corrupt_record_reports_where_and_how_much(vault: Vault, stream: str) -> None:
-    with vault.writer(stream, record_format=1) as w:  # one record per message: each one skipped alone
+    with vault.writer(
+        stream, WriterSettings(record_format=1)
+    ) as w:  # one record per message: each one skipped alone
         w.append([Batch(msgs(5))])
     records = list(vault.reader.scan(stream))
     blob = vault.blob(stream)
@@ -343,7 +347,7 @@ def forged_value(at: int) -> bytes:
 
 def append_a_forgery(vault: Vault, stream: str) -> int:
     """Append an honest message, then one whose value holds a forged record; its offset."""
-    with vault.writer(stream, lease_seconds=15) as w:
+    with vault.writer(stream, WriterSettings(lease_seconds=15)) as w:
         w.append([Batch([NewMessage(b"honest", "k")])])
         at = w.state.committed + HEADER_SIZE  # where the value starts (empty key)
         w.append([Batch([NewMessage(forged_value(at), b"")])])

@@ -10,7 +10,7 @@ from vault_core.pagelog import CommitState
 from vault_core.reader import StreamReader
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 
 class CountingReader(StreamReader):
@@ -33,7 +33,7 @@ class CountingReader(StreamReader):
 def fill(vault: Vault, stream: str, batches: int = 6) -> None:
     # Format 1: read-ahead works on bytes whatever the format, and these sizes are format 1's
     # (the repeated values below would compress into a couple of small format 2 units).
-    with vault.writer(stream, record_format=1) as w:
+    with vault.writer(stream, WriterSettings(record_format=1)) as w:
         for b in range(batches):
             w.append([Batch([NewMessage(f"{b}-{i}".encode() * 20, "k") for i in range(100)])])
 

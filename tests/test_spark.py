@@ -23,7 +23,7 @@ from vault_core.pageblob import StreamBlob
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import Message, NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
@@ -106,7 +106,7 @@ def write_batches(
     """One append per batch, the clock ``step_ms`` apart, so every batch has its own timestamp."""
     clock = ManualClock(t0)
     v = Vault(vault.account, clock=clock)
-    with v.writer(stream, **writer) as w:
+    with v.writer(stream, WriterSettings(**writer)) as w:
         for batch in batches:
             w.append([Batch(list(batch))])
             clock.advance(step_ms)

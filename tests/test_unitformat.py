@@ -38,7 +38,7 @@ from vault_core.unitformat import (
     encode_unit,
 )
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 TS = 1_700_000_000_000
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -191,12 +191,12 @@ def clock() -> ManualClock:
 def mixed(clock: ManualClock) -> Vault:
     """A stream of version 1 commits, then version 2 ones (one with binary keys), 3 minutes apart."""
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM, record_format=1, index_spacing=4096) as w:
+    with vault.writer(STREAM, WriterSettings(record_format=1, index_spacing=4096)) as w:
         for i in range(4):
             w.append([Batch(events(40, f"v1-{i}"), f"a{i}")])
             clock.advance(60_000)
     assert vault.reader.state(STREAM).format == 1
-    with vault.writer(STREAM, index_spacing=4096) as w:
+    with vault.writer(STREAM, WriterSettings(index_spacing=4096)) as w:
         for i in range(4):
             w.append([Batch(events(300, f"v2-{i}"), f"b{i}"), Batch([NewMessage(b"\x00", b"\xff")], f"c{i}")])
             clock.advance(60_000)

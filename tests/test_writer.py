@@ -23,7 +23,7 @@ from vault_core.memory import MemoryAccount
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import MIN_GROWTH, Batch
+from vault_core.writer import MIN_GROWTH, Batch, WriterSettings
 
 TS = 1_750_000_000_000
 
@@ -166,7 +166,7 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(
 ) -> None:
     """Points placed while appending (messages, claim-check records, units) are the points a
     recovery derives from the log: one rule for both."""
-    with vault.writer(stream, index_spacing=8192, record_format=record_format) as w:
+    with vault.writer(stream, WriterSettings(index_spacing=8192, record_format=record_format)) as w:
         for i in range(30):  # a format 2 commit is one unit: points fall on unit positions
             batch = msgs(10, size=200, tag=f"c{i}")
             records = fmt.encoded_batch(fmt.encode(batch, 0, 1))
@@ -174,7 +174,7 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(
     before = vault.index.points(stream)
     for row in vault.index.index.query(stream):
         vault.index.index.delete(row.partition, row.key)
-    with vault.writer(stream, index_spacing=8192):
+    with vault.writer(stream, WriterSettings(index_spacing=8192)):
         pass
     assert vault.index.points(stream) == before and len(before) > 5
 

@@ -21,7 +21,7 @@ from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.pagelog import CommitState, HeldLease
 from vault_core.recordformat import MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import MIN_GROWTH, Batch, StreamWriter
+from vault_core.writer import MIN_GROWTH, Batch, StreamWriter, WriterSettings
 
 LEASE = 15
 STREAM = "s"
@@ -91,7 +91,7 @@ def crash_at(point: str, nth: int = 1) -> Callable[[str, int], None]:
 
 def faulty_writer(vault: Vault, before: Callable[[str, int], None], **options: Any) -> StreamWriter:
     return StreamWriter.open(
-        Faulty(vault, before), vault.index, clock=vault.clock, lease_seconds=LEASE, **options
+        Faulty(vault, before), vault.index, WriterSettings(LEASE, **options), clock=vault.clock
     )
 
 
@@ -118,7 +118,7 @@ def test_the_blob_grows_in_large_steps_and_oversize_batches_write_nothing(vault:
 
 def test_time_seeks_and_a_clock_going_backwards(vault: Vault, clock: ManualClock) -> None:
     offsets = {}
-    with vault.writer(STREAM, index_spacing=4096) as w:
+    with vault.writer(STREAM, WriterSettings(index_spacing=4096)) as w:
         for _ in range(10):
             clock.advance(1000)
             [r] = w.append([Batch(msgs(40, size=200))])
@@ -132,7 +132,7 @@ def test_time_seeks_and_a_clock_going_backwards(vault: Vault, clock: ManualClock
 
 # -- leases ------------------------------------------------------------------------------------
 def test_a_second_writer_is_refused_until_the_lease_expires(vault: Vault, clock: ManualClock) -> None:
-    stale = vault.writer(STREAM, lease_seconds=LEASE)
+    stale = vault.writer(STREAM, WriterSettings(lease_seconds=LEASE))
     stale.append([Batch(msgs(10, tag="old"))])
     with pytest.raises(StreamLeased):
         vault.writer(STREAM)
@@ -202,7 +202,7 @@ def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: M
 
     with vault.writer(STREAM) as w:
         w.append([Batch(msgs(10, tag="before"), "b0")])
-    dying = vault.writer(STREAM, lease_seconds=LEASE)
+    dying = vault.writer(STREAM, WriterSettings(lease_seconds=LEASE))
     index.replace_all = lose_the_index_write  # type: ignore[method-assign]
     [first] = dying.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])  # committed
     abandon(dying)
@@ -232,13 +232,13 @@ def test_a_successor_under_the_dead_writers_lease_id_takes_over_at_once_and_the_
     committed stays once, and a late write of the predecessor's fails on the ETag."""
     shared = "4f8a6c1e-2b3d-4e5f-8a9b-0c1d2e3f4a5b"
     dying = StreamWriter.open(
-        vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+        vault.blob(STREAM), vault.index, WriterSettings(LEASE), clock=vault.clock, lease_id=shared
     )
     dying.append([Batch(msgs(10, tag="committed"), "batch-1")])  # then it stops: no release
     with pytest.raises(StreamLeased):
         vault.writer(STREAM)  # any other lease id waits the lease out, as before
     with StreamWriter.open(
-        vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+        vault.blob(STREAM), vault.index, WriterSettings(LEASE), clock=vault.clock, lease_id=shared
     ) as successor:  # at once
         [again, after] = successor.append(
             [Batch(msgs(10, tag="committed"), "batch-1"), Batch(msgs(5, tag="after"), "batch-2")]
@@ -270,7 +270,7 @@ def test_a_successor_reads_the_log_again_only_when_the_last_commits_rows_are_mis
 
     def successor() -> StreamWriter:
         return StreamWriter.open(
-            vault.blob(STREAM), vault.index, clock=vault.clock, lease_seconds=LEASE, lease_id=shared
+            vault.blob(STREAM), vault.index, WriterSettings(LEASE), clock=vault.clock, lease_id=shared
         )
 
     dying = successor()
@@ -299,7 +299,7 @@ def test_a_successor_reads_the_log_again_only_when_the_last_commits_rows_are_mis
 
 # -- what readers refuse -------------------------------------------------------------------------
 def test_a_flipped_byte_is_detected_and_skipping_reads_the_rest(vault: Vault) -> None:
-    with vault.writer(STREAM, record_format=1) as w:  # version 2: tests/test_unitformat.py
+    with vault.writer(STREAM, WriterSettings(record_format=1)) as w:  # version 2: tests/test_unitformat.py
         w.append([Batch(msgs(50))])
     container = vault.page_blobs
     assert isinstance(container, MemoryPageBlobs)

@@ -25,6 +25,7 @@ from vault_core import codecs, limits
 from vault_core.positive import positive
 from vault_core.recordformat import MAX_VALUE_BYTES
 from vault_core.retry import REQUEST_BUDGET_SECONDS
+from vault_core.writer import WriterSettings
 
 T = TypeVar("T")
 
@@ -168,9 +169,9 @@ class VaultSettings:
     record_codec: int = codecs.CODEC_ZSTD
 
     @property
-    def writer_options(self) -> dict[str, int]:
-        """How this app's writers encode new commits (``StreamWriter.open`` keywords)."""
-        return {"record_format": self.record_format, "codec": self.record_codec}
+    def writer_settings(self) -> WriterSettings:
+        """How this app's writers encode new commits."""
+        return WriterSettings(record_format=self.record_format, codec=self.record_codec)
 
     @property
     def queue_names(self) -> list[str]:

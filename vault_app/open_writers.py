@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vault_app.drained import DrainedFile
 from vault_app.instance import HeldLock, Instance
@@ -207,10 +207,9 @@ class OpenWriters:
         return StreamWriter.open(
             vault.blob(stream),
             vault.index,
+            replace(services.settings.writer_settings, lease_seconds=WRITER_LEASE_SECONDS),
             clock=vault.clock,
-            lease_seconds=WRITER_LEASE_SECONDS,
             lease_id=instance.lease_id,
-            **services.settings.writer_options,
         )
 
     # -- owning staging queues -------------------------------------------------------------

@@ -6,15 +6,14 @@ from datetime import datetime
 from functools import cached_property
 from typing import Protocol
 
-from vault_core import codecs
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import FormatError
 from vault_core.index import CatalogEntry, IndexTables
 from vault_core.names import validate_stream_name
-from vault_core.pagelog import MAX_PAGE_WRITE, CommitState, PageLog, PageLogs
+from vault_core.pagelog import CommitState, PageLog, PageLogs
 from vault_core.reader import StreamReader
 from vault_core.rows import Table
-from vault_core.writer import DEFAULT_LEASE_SECONDS, DEFAULT_RECORD_FORMAT, INDEX_SPACING, StreamWriter
+from vault_core.writer import StreamWriter, WriterSettings
 
 
 class Storage(Protocol):
@@ -76,24 +75,10 @@ class Vault:
     def writer(
         self,
         stream: str,
-        *,
-        lease_seconds: int = DEFAULT_LEASE_SECONDS,
-        index_spacing: int = INDEX_SPACING,
-        max_write: int = MAX_PAGE_WRITE,
-        record_format: int = DEFAULT_RECORD_FORMAT,
-        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
+        settings: WriterSettings | None = None,
     ) -> StreamWriter:
         """Open the single writer of ``stream`` (raises StreamLeased if another holds it)."""
-        return StreamWriter.open(
-            self.blob(stream),
-            self.index,
-            clock=self.clock,
-            lease_seconds=lease_seconds,
-            index_spacing=index_spacing,
-            max_write=max_write,
-            record_format=record_format,
-            codec=codec,
-        )
+        return StreamWriter.open(self.blob(stream), self.index, settings, clock=self.clock)
 
     def streams(self) -> list[CatalogEntry]:
         """Every stream, its size and count as its commit record says them, in two requests.

@@ -71,6 +71,26 @@ DEFAULT_RECORD_FORMAT = UNIT_VERSION
 
 
 @dataclass(frozen=True)
+class WriterSettings:
+    """How a writer writes, named once: the app, the local host and tests pass one of these down
+    to :meth:`StreamWriter.open` (``Vault.writer``) instead of each repeating the keywords."""
+
+    lease_seconds: int = DEFAULT_LEASE_SECONDS
+    """The blob lease's duration; the writer renews it once a third of it has passed."""
+    index_spacing: int = INDEX_SPACING
+    max_write: int = MAX_PAGE_WRITE
+    """Most bytes per page write (Azure's limit; tests make it smaller to split commits)."""
+    record_format: int = DEFAULT_RECORD_FORMAT
+    """1: version 1 records, one per message; 2: version 2 units (a commit at a time)."""
+    codec: int = codecs.CODECS[codecs.DEFAULT_CODEC]
+    """How version 2 units are compressed (``vault_core.codecs``)."""
+
+    def __post_init__(self) -> None:
+        if self.record_format not in (1, UNIT_VERSION) or self.codec not in codecs.CODEC_NAMES:
+            raise ValueError(f"record format {self.record_format} / codec {self.codec} unknown")
+
+
+@dataclass(frozen=True)
 class Batch:
     """Messages that must be appended together: all of them or none."""
 
@@ -143,26 +163,15 @@ class StreamWriter:
         state: CommitState,
         *,
         clock: Clock,
-        lease_seconds: int,
-        index_spacing: int = INDEX_SPACING,
-        max_write: int = MAX_PAGE_WRITE,
-        record_format: int = DEFAULT_RECORD_FORMAT,
-        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
+        settings: WriterSettings,
     ) -> None:
-        if record_format not in (1, UNIT_VERSION) or codec not in codecs.CODEC_NAMES:
-            raise ValueError(f"record format {record_format} / codec {codec} unknown")
         self.blob = blob
-        self.record_format = record_format
-        """1: version 1 records, one per message; 2: version 2 units (a commit at a time)."""
-        self.codec = codec
+        self.settings = settings
         self.stream = blob.stream
         self.index = index
         self.lease = lease
         self.state = state
         self.clock = clock
-        self.lease_seconds = lease_seconds
-        self.index_spacing = index_spacing
-        self.max_write = max_write
         self._renewed_at = clock.monotonic()
         self._tail = b""
         self._last_point: IndexPoint | None = None
@@ -179,14 +188,10 @@ class StreamWriter:
         cls,
         blob: PageLog,
         index: IndexTables,
+        settings: WriterSettings | None = None,
         *,
         clock: Clock | None = None,
-        lease_seconds: int = DEFAULT_LEASE_SECONDS,
-        index_spacing: int = INDEX_SPACING,
-        max_write: int = MAX_PAGE_WRITE,
         lease_id: str | None = None,
-        record_format: int = DEFAULT_RECORD_FORMAT,
-        codec: int = codecs.CODECS[codecs.DEFAULT_CODEC],
     ) -> StreamWriter:
         """Create the stream if needed, take its lease and recover from the commit record.
 
@@ -196,23 +201,13 @@ class StreamWriter:
         write still keep a second one from writing, but it would fail rather than wait).
         """
         clock = clock or SystemClock()
+        settings = settings or WriterSettings()
         try:  # one request for a stream that exists, the usual case (a takeover is one)
-            lease = blob.acquire_lease(lease_seconds, lease_id)
+            lease = blob.acquire_lease(settings.lease_seconds, lease_id)
         except StreamNotFound:
             blob.create_if_missing()
-            lease = blob.acquire_lease(lease_seconds, lease_id)
-        writer = cls(
-            blob,
-            index,
-            lease,
-            CommitState(),
-            clock=clock,
-            lease_seconds=lease_seconds,
-            index_spacing=index_spacing,
-            max_write=max_write,
-            record_format=record_format,
-            codec=codec,
-        )
+            lease = blob.acquire_lease(settings.lease_seconds, lease_id)
+        writer = cls(blob, index, lease, CommitState(), clock=clock, settings=settings)
         try:
             writer._recover()
         except BaseException:
@@ -324,7 +319,7 @@ class StreamWriter:
         from vault_core.reader import scan_log  # the reader depends on nothing in this module
 
         start = last.offset if last else 0
-        index = _IndexPoints(self.index_spacing, last)
+        index = _IndexPoints(self.settings.index_spacing, last)
         minutes: list[IndexPoint] = []
         count = last.count if last else 0
         previous_ts: int | None = None
@@ -420,12 +415,12 @@ class StreamWriter:
         offset = state.committed
         count = state.count
         pages = _PagePipeline(self._write, state.etag, self._uploader)
-        index = _IndexPoints(self.index_spacing, self._last_point)
+        index = _IndexPoints(self.settings.index_spacing, self._last_point)
         results: dict[int, AppendResult] = {}
         committed_batches: list[CommittedBatch] = []
         try:
             as_records = group.batches  # format 1: one record per message, laid out below
-            if self.record_format == UNIT_VERSION:
+            if self.settings.record_format == UNIT_VERSION:
                 laid = self._lay_out_units(group, buf, pages, write_pos, offset, count, ts, index)
                 offset, count, write_pos, spans = laid
                 as_records = []
@@ -451,7 +446,7 @@ class StreamWriter:
                     index.frame(offset, ts, count)
                     offset += encode_into(buf, message, offset, ts)
                     count += 1
-                    if len(buf) >= self.max_write:
+                    if len(buf) >= self.settings.max_write:
                         write_pos = self._send_full(pages, buf, write_pos)
                 write_pos = self._send_full(pages, buf, write_pos)
                 result = AppendResult(batch.batch_id, first, offset, batch.count, ts)
@@ -481,7 +476,7 @@ class StreamWriter:
             first_ts=state.first_ts if state.first_ts is not None else (ts if added else None),
             last_ts=ts if added else state.last_ts,
             batches=tuple(committed_batches),
-            format=max(state.format, self.record_format) if added else state.format,
+            format=max(state.format, self.settings.record_format) if added else state.format,
         )
         self._keep_lease()
         self._wait_recorded()  # the previous commit's batch ids must be in Tables before mv_batches changes
@@ -529,7 +524,7 @@ class StreamWriter:
             index.frame(offset, ts, count)
             unit_offsets.append(offset)
             unit_firsts.append(seen - len(values))
-            unit = encode_unit(keys, values, offset, ts, codec=self.codec, key_is_text=text)
+            unit = encode_unit(keys, values, offset, ts, codec=self.settings.codec, key_is_text=text)
             buf.extend(unit)
             offset += len(unit)
             count += len(values)
@@ -577,10 +572,11 @@ class StreamWriter:
 
     def _send_full(self, pages: _PagePipeline, buf: bytearray, write_pos: int) -> int:
         """Send every whole ``max_write`` chunk at the front of ``buf``; the new write position."""
-        while len(buf) >= self.max_write:
-            pages.send(write_pos, bytes(memoryview(buf)[: self.max_write]))
-            write_pos += self.max_write
-            del buf[: self.max_write]
+        max_write = self.settings.max_write
+        while len(buf) >= max_write:
+            pages.send(write_pos, bytes(memoryview(buf)[:max_write]))
+            write_pos += max_write
+            del buf[:max_write]
         return write_pos
 
     def _record(
@@ -634,7 +630,7 @@ class StreamWriter:
     def _keep_lease(self, force: bool = False) -> None:
         """Renew the lease once a third of its duration has passed, so long appends keep it."""
         now = self.clock.monotonic()
-        if force or now - self._renewed_at > self.lease_seconds / 3:
+        if force or now - self._renewed_at > self.settings.lease_seconds / 3:
             self.lease.renew()
             self._renewed_at = now
 

@@ -24,7 +24,7 @@ from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
 
 OUT = Path(__file__).resolve().parents[1] / "data" / "stream-release-0.1.json"
@@ -60,7 +60,7 @@ def main() -> None:
         vault = Vault(account, clock=clock).ensure()
         for batches in commits():
             clock.advance(1000)
-            with vault.writer(STREAM, index_spacing=INDEX_SPACING) as w:
+            with vault.writer(STREAM, WriterSettings(index_spacing=INDEX_SPACING)) as w:
                 w.append(batches)
         blob = vault.page_blobs.client.get_blob_client(STREAM)  # type: ignore[attr-defined]
         props = blob.get_blob_properties()

@@ -17,7 +17,7 @@ from vault_core.index import IndexTables
 from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_core.writer import Batch
+from vault_core.writer import Batch, WriterSettings
 
 
 def pause(*_: Any, **__: Any) -> None:
@@ -28,7 +28,7 @@ def pause(*_: Any, **__: Any) -> None:
 def main() -> None:
     conn, stream, phase, batch_id = sys.argv[1:5]
     vault = Vault(StorageAccount(connection_string=conn)).ensure()
-    writer = vault.writer(stream, lease_seconds=15)
+    writer = vault.writer(stream, WriterSettings(lease_seconds=15))
     messages = [NewMessage(b"uncommitted-%d" % i + b"x" * 3000, "crash") for i in range(3000)]
     if phase == "before-commit":
         StreamBlob.commit = pause  # type: ignore[method-assign,assignment]
