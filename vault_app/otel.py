@@ -32,6 +32,17 @@ SERVICE_NAME = "message-vault"
 """The service (App Insights role) name outside Azure, where there is no WEBSITE_SITE_NAME."""
 _W3C = TraceContextTextMapPropagator()
 
+COUNTERS = {  # name: (unit, description); attributes as docs/OPERATING.md says
+    "vault.append.messages": ("{message}", "Messages appended to streams (duplicates not counted)"),
+    "vault.append.bytes": ("By", "Log bytes appended to streams"),
+    "vault.batches.requeued": ("{batch}", "Batches handed back to their queue"),
+    "vault.batches.poisoned": ("{batch}", "Batches parked in a poison queue"),
+}
+HISTOGRAMS = {
+    "vault.append.duration": ("ms", "Append of coalesced batches to durable commit"),
+    "vault.commit.lag": ("ms", "Staging (the POST; the envelope's ts) to durable commit, per batch"),
+}
+
 
 def start() -> OtelTelemetry:
     """Telemetry on the process's global OpenTelemetry providers, configuring them if nobody has.
@@ -72,14 +83,8 @@ class _OtelSpan(Span):
 class OtelTelemetry(Telemetry):
     """Spans and metrics on the given providers (tests: in-memory ones), or the global ones.
 
-    Metrics:
-
-    ``vault.append.messages``  counter, messages appended (duplicates not counted), per stream
-    ``vault.append.bytes``     counter, log bytes appended, per stream
-    ``vault.append.duration``  histogram, ms from the start of an append to its durable commit
-    ``vault.commit.lag``       histogram, ms from a batch's staging (the envelope's ``ts``) to its commit
-    ``vault.batches.requeued`` counter, batches handed back to their queue, per queue and ``vault.reason``
-    ``vault.batches.poisoned`` counter, batches parked in poison, per queue (and stream if known)
+    The metrics are :data:`COUNTERS` and :data:`HISTOGRAMS` (docs/OPERATING.md lists them with
+    their attributes).
     """
 
     enabled = True
@@ -93,24 +98,14 @@ class OtelTelemetry(Telemetry):
         self._meter_provider = meter_provider
         self._tracer = trace.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
         meter = metrics.get_meter(INSTRUMENTATION, meter_provider=meter_provider)
-        self._messages = meter.create_counter(
-            "vault.append.messages", unit="{message}", description="Messages appended to streams"
-        )
-        self._bytes = meter.create_counter(
-            "vault.append.bytes", unit="By", description="Log bytes appended to streams"
-        )
-        self._duration = meter.create_histogram(
-            "vault.append.duration", unit="ms", description="Append of coalesced batches to durable commit"
-        )
-        self._lag = meter.create_histogram(
-            "vault.commit.lag", unit="ms", description="Staging (the POST) to durable commit, per batch"
-        )
-        self._requeued = meter.create_counter(
-            "vault.batches.requeued", unit="{batch}", description="Batches handed back to their queue"
-        )
-        self._poisoned = meter.create_counter(
-            "vault.batches.poisoned", unit="{batch}", description="Batches parked in a poison queue"
-        )
+        self._counters = {
+            name: meter.create_counter(name, unit=unit, description=text)
+            for name, (unit, text) in COUNTERS.items()
+        }
+        self._histograms = {
+            name: meter.create_histogram(name, unit=unit, description=text)
+            for name, (unit, text) in HISTOGRAMS.items()
+        }
 
     # -- spans -------------------------------------------------------------------------------
     @contextmanager
@@ -140,17 +135,19 @@ class OtelTelemetry(Telemetry):
 
     def appended(self, stream: str, commits: Sequence[Commit], started_ns: int, committed_ns: int) -> None:
         by_stream = {"vault.stream": stream}
-        self._duration.record((committed_ns - started_ns) / 1e6, by_stream)
+        self._histograms["vault.append.duration"].record((committed_ns - started_ns) / 1e6, by_stream)
         fresh = [c for c in commits if not c.duplicate]
         if fresh:
-            self._messages.add(sum(c.count for c in fresh), by_stream)
-            self._bytes.add(sum(c.next_offset - c.first_offset for c in fresh), by_stream)
+            self._counters["vault.append.messages"].add(sum(c.count for c in fresh), by_stream)
+            self._counters["vault.append.bytes"].add(
+                sum(c.next_offset - c.first_offset for c in fresh), by_stream
+            )
         committed_ms = committed_ns // 1_000_000
         append = trace.get_current_span().get_span_context()
         links = [Link(append)] if append.is_valid else None
         for c in fresh:
             lag = max(0, committed_ms - c.received_ms)
-            self._lag.record(lag, by_stream)
+            self._histograms["vault.commit.lag"].record(lag, by_stream)
             # Under the POST's context when the batch carries one (else under the append).
             parent = _context(c.trace)
             commit = self._tracer.start_span(
@@ -177,14 +174,14 @@ class OtelTelemetry(Telemetry):
             "vault.account": account,
             "vault.reason": reason,
         }
-        self._requeued.add(count, attributes)
+        self._counters["vault.batches.requeued"].add(count, attributes)
         trace.get_current_span().add_event("vault.requeued", {**attributes, "vault.batches": count})
 
     def poisoned(self, queue: str, account: int, stream: str | None) -> None:
         attributes: dict[str, str | int] = {"vault.queue": queue, "vault.account": account}
         if stream is not None:
             attributes["vault.stream"] = stream
-        self._poisoned.add(1, attributes)
+        self._counters["vault.batches.poisoned"].add(1, attributes)
         trace.get_current_span().add_event("vault.poisoned", attributes)
 
     # -- plumbing ----------------------------------------------------------------------------
