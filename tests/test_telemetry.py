@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -33,13 +34,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from vault_app import envelope, telemetry
 from vault_app.claimcheck import claim_name
 from vault_app.open_writers import OpenWriters
-from vault_app.otel import OtelTelemetry
+from vault_app.otel import COUNTERS, HISTOGRAMS, OtelTelemetry
 from vault_app.runtime import Runtime
 from vault_app.services import Services
 from vault_core.recordformat import NewMessage
 from vault_local.azurite import Azurite
 
 HELPERS = Path(__file__).resolve().parent / "helpers"
+OPERATING_MD = Path(__file__).resolve().parent.parent / "docs" / "OPERATING.md"
 
 
 class Recorded:
@@ -67,6 +69,11 @@ class Recorded:
             if m.name == metric
             for point in m.data.data_points
         ]
+
+
+def test_the_metrics_docs_list_are_the_ones_the_app_creates() -> None:
+    rows = re.findall(r"^\| `(vault\.[a-z.]+)` \| (counter|histogram) \|", OPERATING_MD.read_text(), re.M)
+    assert sorted(rows) == sorted([(n, "counter") for n in COUNTERS] + [(n, "histogram") for n in HISTOGRAMS])
 
 
 @pytest.fixture
