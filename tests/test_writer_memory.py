@@ -106,6 +106,13 @@ def after_lease_expiry(clock: ManualClock) -> None:
 
 
 # -- the protocol ------------------------------------------------------------------------------
+def test_writer_settings_refuse_a_record_format_or_codec_the_writer_does_not_know() -> None:
+    with pytest.raises(ValueError, match="record format 3"):
+        WriterSettings(record_format=3)
+    with pytest.raises(ValueError, match="codec 99"):
+        WriterSettings(codec=99)
+
+
 def test_the_blob_grows_in_large_steps_and_oversize_batches_write_nothing(vault: Vault) -> None:
     with vault.writer(STREAM) as w:
         w.append([Batch(msgs(10, size=1000))])

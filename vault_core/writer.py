@@ -72,7 +72,7 @@ DEFAULT_RECORD_FORMAT = UNIT_VERSION
 
 @dataclass(frozen=True)
 class WriterSettings:
-    """How a writer writes, named once: the app, the local host and tests pass one of these down
+    """How a writer writes, named once: the app, tools and tests pass one of these down
     to :meth:`StreamWriter.open` (``Vault.writer``) instead of each repeating the keywords."""
 
     lease_seconds: int = DEFAULT_LEASE_SECONDS
