@@ -219,6 +219,8 @@ class Config:
         for i in range(accounts):
             settings[f"VaultStaging{i}"] = front.connection_string(STAGING_ACCOUNTS[i])
         self.host = HostProcess(azurite.connection_string, settings=settings)
+        assert azurite.process is not None
+        self.azurite_pid = azurite.process.pid
         self.streams = [f"th-{prefix}-{i}" for i in range(STREAMS)]
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
@@ -358,9 +360,13 @@ class Config:
         start = time.monotonic()
         stop = start + seconds
 
+        spans: list[tuple[float, float, str]] = []
+        """What each producer did when: a POST by its answer, or a sleep on its ``Retry-After``."""
+
         def producer(_: int) -> None:
             while time.monotonic() < stop:
                 post, stream = self.new_post()
+                sent = time.monotonic()
                 try:
                     r = client.post(
                         f"/streams/{stream}/messages",
@@ -371,9 +377,11 @@ class Config:
                 except httpx.TimeoutException:
                     with self._lock:
                         statuses["timeout"] += 1
+                        spans.append((sent, time.monotonic(), "timeout"))
                     continue
                 with self._lock:
                     statuses[str(r.status_code)] += 1
+                    spans.append((sent, time.monotonic(), str(r.status_code)))
                     if r.status_code in (200, 202):
                         self.accepted[post] = stream
                     else:
@@ -381,16 +389,23 @@ class Config:
                 if r.status_code == 503:
                     if not r.headers.get("Retry-After"):
                         statuses["503 without Retry-After"] += 1
+                    slept = time.monotonic()
                     time.sleep(float(r.headers.get("Retry-After") or 1))
+                    with self._lock:
+                        spans.append((slept, time.monotonic(), "Retry-After"))
 
         marks: dict[str, Mark] = {}
         operations: dict[str, dict[str, int]] = {}
         lines: dict[str, int] = {}
+        unused: dict[str, float] = {}
+        machine: dict[str, dict[str, float]] = {}
 
         def mark(name: str) -> None:
             marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
             operations[name] = self.front.operations()
             lines[name] = len(self.host.lines)
+            unused[name] = self.front_unused()
+            machine[name] = self.machine_cpu()
 
         sampler = threading.Timer(warm_up, mark, ("from",))
         sampler.start()
@@ -417,9 +432,34 @@ class Config:
             "handed_back": sum(
                 1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
             ),
+            "unused_queue_tokens": unused["to"] - unused["from"],
+            "cpu_seconds": {k: v - machine["from"][k] for k, v in machine["to"].items()},
+            "producer_seconds": _clipped(spans, marks["from"][0], marks["to"][0]),
+            "post_seconds": _durations(spans, marks["from"][0], marks["to"][0]),
         }
 
-    def invocations(self, first: int, last: int) -> dict[str, float]:
+    def front_unused(self) -> float:
+        """Tokens this configuration's staging queues' full buckets could not hold so far."""
+        found = self.front.unused().get("queue_messages", {})
+        return sum(v for p, v in found.items() if p.split("/", 1)[-1].startswith(self.prefix))
+
+    def machine_cpu(self) -> dict[str, float]:
+        """CPU seconds so far: the machine's (every core, busy), and of it the host with its
+        workers, Azurite, the fronts and this process (the producers)."""
+        times = psutil.cpu_times()
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+        assert self.host.proc is not None
+        host = psutil.Process(self.host.proc.pid)
+        procs = [host, *host.children(recursive=True)]
+        return {
+            "machine": busy,
+            "host": sum(p.cpu_times().user + p.cpu_times().system for p in procs if p.is_running()),
+            "azurite": cpu_seconds(self.azurite_pid),
+            "fronts": sum(cpu_seconds(f.proc.pid) for f in (self.front, self.vault_front) if f.proc),
+            "producers": cpu_seconds(os.getpid()),
+        }
+
+    def invocations(self, first: int, last: int) -> dict[str, Any]:
         """The writer invocations the host logged between two of its output lines: how many,
         their seconds in all, and the seconds of it they waited on storage that refused them
         (vault_app.writer_fn's ``invocation`` event)."""
@@ -428,10 +468,14 @@ class Config:
             for line in self.host.lines[first:last]
             if '{"event":"invocation"' in line
         ]
+        by_queue: dict[str, float] = {}
+        for f in found:
+            by_queue[f["queue"]] = by_queue.get(f["queue"], 0.0) + f["seconds"]
         return {
             "count": len(found),
             "seconds": sum(f["seconds"] for f in found),
             "backed_off_seconds": sum(f["backed_off"] for f in found),
+            "seconds_by_queue": dict(sorted(by_queue.items())),
         }
 
     def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
@@ -562,6 +606,27 @@ class Config:
                 props = service.get_queue_client(f"{self.prefix}-{q}").get_queue_properties()
                 total += props.approximate_message_count or 0
         return total
+
+
+def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
+    """Producer-seconds within [start, end] by what the producers did (a POST by its answer, a
+    sleep on Retry-After)."""
+    out: dict[str, float] = {}
+    for a, b, kind in spans:
+        inside = min(b, end) - max(a, start)
+        if inside > 0:
+            out[kind] = out.get(kind, 0.0) + inside
+    return {k: round(v, 3) for k, v in sorted(out.items())}
+
+
+def _durations(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
+    """The mean seconds of the POSTs answered in [start, end], by answer (a 200's is its batch's
+    time from send to commit, seen by its producer)."""
+    found: dict[str, list[float]] = {}
+    for a, b, kind in spans:
+        if kind != "Retry-After" and start <= b <= end:
+            found.setdefault(kind, []).append(b - a)
+    return {k: round(statistics.mean(v), 3) for k, v in sorted(found.items())}
 
 
 HOTSPOTS = (
@@ -837,6 +902,7 @@ def closed_only(
         figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
+        figures.update(where_the_time_went(name, r))
     figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
     figures["lost"] = sum(c["lost"] for c in readback)
     figures["duplicated"] = sum(c["duplicated"] for c in readback)
@@ -866,6 +932,31 @@ def closed_only(
     doc["runs"] = runs
     doc["readback"] = readback
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
+    """What bound a closed-loop run, as its window measured it (recorded since the front counts
+    its buckets' unused tokens): each queue's budget that nobody asked for, what the producers
+    were doing, and the machine's CPU and who used it."""
+    if "unused_queue_tokens" not in run:
+        return {}
+    window = run["steady_seconds"]
+    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * window
+    producer_seconds = run["in_flight"] * window
+    cores = psutil.cpu_count() or 1
+    figures: dict[str, Any] = {
+        f"{name}: queues' budget unused (their buckets full) ÷ target": run["unused_queue_tokens"] / budget,
+    }
+    for kind, seconds in run["producer_seconds"].items():
+        figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
+    figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")
+    cpu = run["cpu_seconds"]
+    figures[f"{name}: machine CPU busy ÷ its {cores} cores"] = cpu["machine"] / (cores * window)
+    for who in ("host", "azurite", "fronts", "producers"):
+        figures[f"{name}: {who} CPU (cores)"] = cpu[who] / window
+    batches = run["committed_msgs_per_s"] * window / MESSAGES_PER_POST
+    figures[f"{name}: host CPU ms per committed batch"] = 1000 * cpu["host"] / batches if batches else None
+    return figures
 
 
 def resummarize() -> None:
