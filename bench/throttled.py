@@ -221,6 +221,7 @@ class Config:
         self.host = HostProcess(azurite.connection_string, settings=settings)
         assert azurite.process is not None
         self.azurite_pid = azurite.process.pid
+        self.azurite_connection = azurite.connection_string
         self.streams = [f"th-{prefix}-{i}" for i in range(STREAMS)]
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
@@ -407,13 +408,20 @@ class Config:
             unused[name] = self.front_unused()
             machine[name] = self.machine_cpu()
 
-        sampler = threading.Timer(warm_up, mark, ("from",))
+        idle = IdleBudget(self)
+
+        def open_window() -> None:
+            mark("from")
+            idle.start()
+
+        sampler = threading.Timer(warm_up, open_window)
         sampler.start()
         with ThreadPoolExecutor(in_flight) as pool:
             for n in range(in_flight):
                 pool.submit(producer, n)
             time.sleep(max(0.0, stop - time.monotonic()))
             sampler.join()
+            idle.stop()
             mark("to")
         client.close()
         refusals = self.snapshot()[2]
@@ -435,19 +443,27 @@ class Config:
             "unused_queue_tokens": unused["to"] - unused["from"],
             "cpu_seconds": {k: v - machine["from"][k] for k, v in machine["to"].items()},
             "producer_seconds": _clipped(spans, marks["from"][0], marks["to"][0]),
+            "unused_queue_tokens_by_queue_state": idle.by_state,
             "post_seconds": _durations(spans, marks["from"][0], marks["to"][0]),
         }
 
     def front_unused(self) -> float:
         """Tokens this configuration's staging queues' full buckets could not hold so far."""
         found = self.front.unused().get("queue_messages", {})
-        return sum(v for p, v in found.items() if p.split("/", 1)[-1].startswith(self.prefix))
+        return sum(v for p, v in found.items() if self.is_staging_queue(p))
+
+    def is_staging_queue(self, partition: str) -> bool:
+        """Whether a front's queue partition (``account/queue``) is one of this configuration's
+        staging queues (``<prefix>-<i>``; not their poison queues, which nobody uses here)."""
+        name = partition.split("/", 1)[-1]
+        return name.startswith(f"{self.prefix}-") and name[len(self.prefix) + 1 :].isdigit()
 
     def machine_cpu(self) -> dict[str, float]:
         """CPU seconds so far: the machine's (every core, busy), and of it the host with its
         workers, Azurite, the fronts and this process (the producers)."""
-        times = psutil.cpu_times()
-        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0)
+        times = psutil.cpu_times()  # guest time is in user time already
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "guest", 0.0)
+        busy -= getattr(times, "guest_nice", 0.0)
         assert self.host.proc is not None
         host = psutil.Process(self.host.proc.pid)
         procs = [host, *host.children(recursive=True)]
@@ -606,6 +622,49 @@ class Config:
                 props = service.get_queue_client(f"{self.prefix}-{q}").get_queue_properties()
                 total += props.approximate_message_count or 0
         return total
+
+
+class IdleBudget:
+    """Samples, once a second in a steady window, each staging queue's tokens unused (its bucket
+    full) and whether batches were waiting in it then (visible messages, peeked straight from
+    Azurite: free of any target), so that a queue's unused budget says who was idle: its writer,
+    with batches waiting for it, or the producers, with none waiting (every batch in flight
+    inside the writer's round or on its way to its producer)."""
+
+    INTERVAL = 1.0
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.by_state: dict[str, float] = {"batches waiting": 0.0, "none waiting": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        services = {
+            a: QueueServiceClient.from_connection_string(config.azurite_connection.replace(VAULT_ACCOUNT, a))
+            for a in STAGING_ACCOUNTS[: config.accounts]
+        }
+        self.queues = {
+            f"{a}/{config.prefix}-{q}": services[a].get_queue_client(f"{config.prefix}-{q}")
+            for a in services
+            for q in range(config.queues // config.accounts)
+        }
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = self.config.front.unused().get("queue_messages", {})
+        while not self._stop.wait(self.INTERVAL):
+            now = self.config.front.unused().get("queue_messages", {})
+            for partition, client in self.queues.items():
+                lost = now.get(partition, 0.0) - last.get(partition, 0.0)
+                if lost > 0:
+                    waiting = bool(client.peek_messages(max_messages=1))
+                    self.by_state["batches waiting" if waiting else "none waiting"] += lost
+            last = now
 
 
 def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
@@ -947,6 +1006,8 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
     figures: dict[str, Any] = {
         f"{name}: queues' budget unused (their buckets full) ÷ target": run["unused_queue_tokens"] / budget,
     }
+    for state, tokens in run.get("unused_queue_tokens_by_queue_state", {}).items():
+        figures[f"{name}: queues' budget unused with {state} in them ÷ target"] = tokens / budget
     for kind, seconds in run["producer_seconds"].items():
         figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
     figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")
