@@ -399,14 +399,23 @@ class Config:
         operations: dict[str, dict[str, int]] = {}
         lines: dict[str, int] = {}
         unused: dict[str, float] = {}
+        front_at: dict[str, float] = {}
         machine: dict[str, dict[str, float]] = {}
 
         def mark(name: str) -> None:
-            marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
+            # The front's counts first, together (a few fast requests), then the streams' counts
+            # (32 reads, seconds on a busy machine), each window timed by the middle of its reads:
+            # a window whose ends took unequal times to read is not counted as longer than it was.
+            at = time.monotonic()
+            queue_ops = self.front_queue_ops()
             operations[name] = self.front.operations()
-            lines[name] = len(self.host.lines)
             unused[name] = self.front_unused()
+            front_at[name] = (at + time.monotonic()) / 2
+            lines[name] = len(self.host.lines)
             machine[name] = self.machine_cpu()
+            at = time.monotonic()
+            committed = self.committed(vault)
+            marks[name] = ((at + time.monotonic()) / 2, committed, queue_ops)
 
         idle = IdleBudget(self)
 
@@ -441,6 +450,7 @@ class Config:
                 1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
             ),
             "unused_queue_tokens": unused["to"] - unused["from"],
+            "front_seconds": front_at["to"] - front_at["from"],
             "cpu_seconds": {k: v - machine["from"][k] for k, v in machine["to"].items()},
             "producer_seconds": _clipped(spans, marks["from"][0], marks["to"][0]),
             "unused_queue_tokens_by_queue_state": idle.by_state,
@@ -1000,7 +1010,8 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
     if "unused_queue_tokens" not in run:
         return {}
     window = run["steady_seconds"]
-    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * window
+    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages")
+    budget *= run.get("front_seconds", window)
     producer_seconds = run["in_flight"] * window
     cores = psutil.cpu_count() or 1
     figures: dict[str, Any] = {
@@ -1046,13 +1057,26 @@ def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
-def predicted(targets: Targets, run: dict[str, Any]) -> capacity.Throughput:
-    """The capacity model's figures for a run's configuration, at its front's factor."""
+def predicted(
+    targets: Targets, run: dict[str, Any], measured: capacity.Measured | None = None
+) -> capacity.Throughput:
+    """The capacity model's figures for a run's configuration, at its front's factor; with
+    ``measured``, the run's own operations a batch and unused share (docs/CAPACITY.md §7.3)."""
     w = capacity.Workload(1.0, MESSAGE_BYTES, MESSAGES_PER_POST, streams=STREAMS, key_bytes=2)
     staging = capacity.Staging(run["accounts"], run["queues_per_account"], steered=True)
     scaled = capacity.Targets().scaled(1 / run.get("factor", targets.factor))
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
-    return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting)
+    return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting, measured=measured)
+
+
+def measured_in(run: dict[str, Any]) -> capacity.Measured | None:
+    """A closed-loop run's operations a committed batch and its queues' unused share, as its
+    front counted them (runs recorded since the front counts unused tokens)."""
+    if "unused_queue_tokens" not in run or not run["queue_ops_per_committed_batch"]:
+        return None
+    seconds = run.get("front_seconds", run["steady_seconds"])
+    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * seconds
+    return capacity.Measured(run["queue_ops_per_committed_batch"], run["unused_queue_tokens"] / budget)
 
 
 def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -1074,6 +1098,15 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
             figures[f"{name}, sustained: queue operations ÷ the queues' target"] = r["queue_ops_per_s"] / (
                 r["queues"] * its.rate("queue_messages")
             )
+            m = measured_in(r)
+            if m is not None:
+                ops_only = predicted(targets, r, capacity.Measured(m.operations_per_batch))
+                figures[f"{name}, sustained: committed ÷ model with the run's operations a batch"] = (
+                    r["committed_msgs_per_s"] / ops_only.committed
+                )
+                figures[f"{name}, sustained: queues' target unused (buckets full)"] = m.unused_share
+                both = f"{name}, sustained: committed ÷ model with the run's operations and unused target"
+                figures[both] = r["committed_msgs_per_s"] / predicted(targets, r, m).committed
         elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
             p = predicted(targets, r)
             figures[f"{name}, {OVERLOAD:g}x open loop: admitted ÷ model"] = (
