@@ -400,6 +400,7 @@ class Config:
         lines: dict[str, int] = {}
         unused: dict[str, float] = {}
         front_at: dict[str, float] = {}
+        vault_requests: dict[str, dict[str, int]] = {}
         machine: dict[str, dict[str, float]] = {}
 
         def mark(name: str) -> None:
@@ -413,6 +414,7 @@ class Config:
             front_at[name] = (at + time.monotonic()) / 2
             lines[name] = len(self.host.lines)
             machine[name] = self.machine_cpu()
+            vault_requests[name] = self.vault_counts()
             at = time.monotonic()
             committed = self.committed(vault)
             marks[name] = ((at + time.monotonic()) / 2, committed, queue_ops)
@@ -446,15 +448,30 @@ class Config:
             **self._steady(marks["from"], marks["to"], []),
             "queue_operations": diff(operations["to"], operations["from"]),
             "writer_invocations": self.invocations(lines["from"], lines["to"]),
+            "appends": self.appends(lines["from"], lines["to"]),
             "handed_back": sum(
                 1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
             ),
             "unused_queue_tokens": unused["to"] - unused["from"],
             "front_seconds": front_at["to"] - front_at["from"],
+            "vault_requests": diff(vault_requests["to"], vault_requests["from"]),
             "cpu_seconds": {k: v - machine["from"][k] for k, v in machine["to"].items()},
             "producer_seconds": _clipped(spans, marks["from"][0], marks["to"][0]),
             "unused_queue_tokens_by_queue_state": idle.by_state,
             "post_seconds": _durations(spans, marks["from"][0], marks["to"][0]),
+        }
+
+    def vault_counts(self) -> dict[str, int]:
+        """Requests so far on the vault account (its front at Azure's targets never refuses
+        here), and the entities of them on the batch-status table: the producers' ``?wait=``
+        reads of their batches' rows, the status rows written at staging and at commit."""
+        stats = self.vault_front.stats()
+        rows = stats.get("table_partition_entities", {})
+        return {
+            "requests": admitted(stats, "account_requests", (VAULT_ACCOUNT,)),
+            "batch table entities": sum(
+                c["admitted"] for p, c in rows.items() if p.split("/")[1:2] == ["mvbatches"]
+            ),
         }
 
     def front_unused(self) -> float:
@@ -502,6 +519,20 @@ class Config:
             "seconds": sum(f["seconds"] for f in found),
             "backed_off_seconds": sum(f["backed_off"] for f in found),
             "seconds_by_queue": dict(sorted(by_queue.items())),
+        }
+
+    def appends(self, first: int, last: int) -> dict[str, float]:
+        """The writers' appends (one stream's commit each) the host logged between two of its
+        output lines: how many, the batches in them, and the median of their wall time."""
+        found = [
+            json.loads(line[line.index('{"event":"appended"') :])
+            for line in self.host.lines[first:last]
+            if '{"event":"appended"' in line
+        ]
+        return {
+            "count": len(found),
+            "batches": sum(len(f["batch_ids"]) for f in found),
+            "median_ms": statistics.median(f["duration_ms"] for f in found) if found else 0.0,
         }
 
     def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
@@ -1028,6 +1059,12 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
         figures[f"{name}: {who} CPU (cores)"] = cpu[who] / window
     batches = run["committed_msgs_per_s"] * window / MESSAGES_PER_POST
     figures[f"{name}: host CPU ms per committed batch"] = 1000 * cpu["host"] / batches if batches else None
+    appends = run.get("appends")
+    if appends and appends["count"]:
+        figures[f"{name}: writers' appends, median wall seconds"] = appends["median_ms"] / 1000
+        figures[f"{name}: writers' appends, batches in one"] = appends["batches"] / appends["count"]
+    for kind, count in run.get("vault_requests", {}).items():
+        figures[f"{name}: vault account {kind} per committed batch"] = count / batches if batches else None
     return figures
 
 

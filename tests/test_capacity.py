@@ -292,6 +292,21 @@ def test_a_steered_tier_commits_its_queues_target_over_operations_and_admits_its
     assert full.committed == pytest.approx(20 / model.writer_cpu_seconds(1.0, w))
 
 
+def test_a_runs_measured_operations_and_unused_target_replace_the_counted_ones() -> None:
+    w = Workload(1, 100, 20, streams=32)
+    scaled = Targets().scaled(1 / 800)  # a queue 2.5 requests/s
+    m = model.Measured(operations_per_batch=3.0, unused_share=0.25)
+    four = model.staging_throughput(
+        w, Staging(1, 4, steered=True), scaled, batches_per_invocation=8, measured=m
+    )
+    assert four.committed == pytest.approx(4 * 2.5 * 0.75 / 3.0 * 20) and four.operations_per_batch == 3
+    counted = model.staging_throughput(w, Staging(1, 4, steered=True), scaled, batches_per_invocation=8)
+    assert four.committed / counted.committed == pytest.approx(2.25 / 3.0 * 0.75)
+    for bad in ((0.0, 0.0), (2.0, 1.0), (2.0, -0.1)):
+        with pytest.raises(ValueError):
+            model.Measured(*bad)
+
+
 # -- the model against the throttled benchmark -------------------------------------------------
 WITHIN = 0.15
 SATURATED = 0.85
