@@ -37,7 +37,17 @@ it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on refu
 their storage retries' back-offs and their wait for their paced deletes; in results recorded
 before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions' included: an
 upper bound), and ``handed_back``, the batches the writers handed back in it (a stream's lease
-held by another queue's writer, or storage refusing).
+held by another queue's writer, or storage refusing). Since c4c4bda also (docs/CAPACITY.md
+§7.3): ``unused_queue_tokens``, the tokens the configuration's queues' full buckets could not
+hold in the window (the front's ``/_throttle/unused``), over ``front_seconds``, and
+``unused_queue_tokens_by_queue_state``, the same sampled once a second against whether batches
+were waiting in the queue (``"batches waiting"``, ``"none waiting"``); ``cpu_seconds`` in the
+window (``machine``: every core busy; ``host`` with its workers, ``azurite``, ``fronts``,
+``producers``: this process); ``producer_seconds`` by what the producers did (a POST by its
+answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean POST by answer;
+``appends`` (``count``, ``batches``, ``median_ms``: the writers' ``appended`` events);
+``vault_requests`` (``requests`` on the vault account, ``batch table entities``); and
+``writer_invocations.seconds_by_queue``.
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
