@@ -353,6 +353,8 @@ def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: 
             "admitted": 1,
             "refused": 0,
         }
+        # A bucket of one token refills in 1e9 / 2,000 s: nothing it could not hold yet.
+        assert front.unused()["queue_messages"][f"devstoreaccount1/{client.queue_name}"] == 0
     finally:
         front.stop()
     assert front.proc is None
