@@ -391,6 +391,7 @@ def test_one_queue_commits_within_15_percent_of_the_model_in_the_run_of_the_roun
         "throttled_closed_factor",
         "throttled_closed_inflight",
         "throttled_closed_paced",
+        "throttled_closed_slower",
     ],
 )
 def test_other_closed_loop_runs_commit_at_most_the_model_and_lose_nothing(name: str) -> None:
