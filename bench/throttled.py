@@ -122,6 +122,10 @@ OVERLOAD = 3.0
 """The open-loop load whose steady window (its last two thirds) also counts what the tier
 commits while it admits all it can."""
 MESSAGES_PER_POST = 20
+DEFAULT_FACTOR = 800.0
+"""Azure's targets ÷ this (``--factor``): a queue 2.5 requests/s, an account 25."""
+DEFAULT_SUSTAIN_SECONDS = 45.0
+"""Seconds of closed-loop producers (``--sustain``)."""
 MESSAGE_BYTES = 100
 STREAMS = 32
 REQUESTS_PER_BATCH = 2.0
@@ -822,10 +826,15 @@ def _kind(partition: str, streams: list[str], config: Config) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--factor", type=float, default=800.0, help="Azure's targets divided by this")
+    parser.add_argument(
+        "--factor", type=float, default=DEFAULT_FACTOR, help="Azure's targets divided by this"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of offered load per point")
     parser.add_argument(
-        "--sustain", type=float, default=45.0, help="seconds of closed-loop producers (what a tier sustains)"
+        "--sustain",
+        type=float,
+        default=DEFAULT_SUSTAIN_SECONDS,
+        help="seconds of closed-loop producers (what a tier sustains)",
     )
     parser.add_argument(
         "--warm-up", type=float, default=15.0, help="seconds of the closed loop before its window opens"
@@ -1023,7 +1032,14 @@ def closed_only(
     figures["Azurite CPU s"] = cpu["azurite"] / 1000
     figures["throttling fronts CPU s"] = cpu["fronts"] / 1000
     figures["benchmark seconds"] = time.monotonic() - t0
-    report("throttled_closed", "./dev bench throttled --closed-only", figures)
+    command = "./dev bench throttled --closed-only"
+    if configs != CLOSED_CONFIGS:
+        command += " --configs " + ",".join("/".join(f"{x:g}" for x in c if x is not None) for c in configs)
+    if factor != DEFAULT_FACTOR:
+        command += f" --factor {factor:g}"
+    if sustain != DEFAULT_SUSTAIN_SECONDS:
+        command += f" --sustain {sustain:g}"
+    report("throttled_closed", command, figures)
     path = RESULTS / "throttled_closed.json"
     doc = json.loads(path.read_text())
     doc["settings"] = {
