@@ -392,6 +392,7 @@ def test_one_queue_commits_within_15_percent_of_the_model_in_the_run_of_the_roun
         "throttled_closed_inflight",
         "throttled_closed_paced",
         "throttled_closed_slower",
+        "throttled_closed_repeat",
     ],
 )
 def test_other_closed_loop_runs_commit_at_most_the_model_and_lose_nothing(name: str) -> None:
@@ -404,14 +405,18 @@ def test_other_closed_loop_runs_commit_at_most_the_model_and_lose_nothing(name: 
     assert all(c["lost"] == c["duplicated"] == 0 for c in doc["readback"])
 
 
-def test_the_closed_loop_rerun_is_the_model_with_its_measured_operations_and_idle_target() -> None:
-    """The last run counted, per configuration, every queue operation a committed batch cost
-    and the share of its queues' target that no request asked for (docs/CAPACITY.md §7.3). With
-    those two in place of the counted ones (``capacity.Measured``), the model accounts for what
-    every configuration committed within 15 %: the queues' requests go where the front says,
-    and nothing else is left out. The unused share is measured, not predicted."""
-    doc = _throttled(THROTTLED_CLOSED)
-    assert not _committed_misses(doc), "one queue, at its target, within 15 % of the counted model"
+@pytest.mark.parametrize("name", ["throttled_closed", "throttled_closed_repeat", "throttled_closed_slower"])
+def test_the_closed_loop_reruns_are_the_model_with_their_measured_operations_and_idle_target(
+    name: str,
+) -> None:
+    """Since c4c4bda a run counts, per configuration, every queue operation a committed batch
+    cost and the share of its queues' target that no request asked for (docs/CAPACITY.md §7.3).
+    With those two in place of the counted ones (``capacity.Measured``), the model accounts for
+    what every configuration committed within 15 %: the queues' requests go where the front
+    says, and nothing else is left out. The unused share is measured, not predicted."""
+    doc = _throttled(THROTTLED_CLOSED.with_name(f"{name}.json"))
+    if name == "throttled_closed":  # its one queue ran at 93 % of its target
+        assert not _committed_misses(doc), "one queue, at its target, within 15 % of the counted model"
     settings = doc["settings"]
     for r in doc["runs"]:
         seconds = r["front_seconds"]
@@ -432,9 +437,11 @@ def test_the_closed_loop_rerun_is_the_model_with_its_measured_operations_and_idl
             measured=measured,
         )
         ratio = r["committed_msgs_per_s"] / p.committed
-        name = f"{r['queues']} q / {r['accounts']} acct"
-        assert ratio == pytest.approx(1, abs=WITHIN), (name, ratio)
-        figure = f"{name}, sustained: committed ÷ model with the run's operations and unused target"
+        config = f"{r['queues']} q / {r['accounts']} acct"
+        if r["factor"] != settings["factor"]:  # bench/throttled.py's run_name
+            config += f" ÷ {r['factor']:g}, {r['in_flight'] // r['queues']} in flight a queue"
+        assert ratio == pytest.approx(1, abs=WITHIN), (config, ratio)
+        figure = f"{config}, sustained: committed ÷ model with the run's operations and unused target"
         assert doc["figures"][figure] == pytest.approx(ratio), "BENCHMARKS.md's ratio is this one"
 
 
