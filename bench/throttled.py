@@ -1067,8 +1067,7 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
     if "unused_queue_tokens" not in run:
         return {}
     window = run["steady_seconds"]
-    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages")
-    budget *= run.get("front_seconds", window)
+    budget = queue_budget(run)
     producer_seconds = run["in_flight"] * window
     cores = psutil.cpu_count() or 1
     figures: dict[str, Any] = {
@@ -1137,9 +1136,15 @@ def measured_in(run: dict[str, Any]) -> capacity.Measured | None:
     front counted them (runs recorded since the front counts unused tokens)."""
     if "unused_queue_tokens" not in run or not run["queue_ops_per_committed_batch"]:
         return None
+    return capacity.Measured(
+        run["queue_ops_per_committed_batch"], run["unused_queue_tokens"] / queue_budget(run)
+    )
+
+
+def queue_budget(run: dict[str, Any]) -> float:
+    """The requests a closed-loop run's queues could take in the window the front counted."""
     seconds = run.get("front_seconds", run["steady_seconds"])
-    budget = run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * seconds
-    return capacity.Measured(run["queue_ops_per_committed_batch"], run["unused_queue_tokens"] / budget)
+    return float(run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * seconds)
 
 
 def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any]:
