@@ -1,8 +1,8 @@
 """The capacity model (vault_client/capacity.py, pricing.py) and ``vault capacity``.
 
 Pure and fast: arithmetic, the app's envelope code, and the command in-process. The worked
-examples of docs/CAPACITY.md are checked by tests/test_docs.py; the model against a measured
-run of the throttled benchmark are the last two tests here (they need bench/results/throttled.json).
+examples of docs/CAPACITY.md are checked by tests/test_docs.py; the model against the recorded
+runs of the throttled benchmark (bench/results/throttled*.json) are the tests at the end.
 """
 
 from __future__ import annotations
