@@ -37,7 +37,17 @@ it (``count``, ``seconds``, ``backed_off_seconds``: the time they waited on refu
 their storage retries' back-offs and their wait for their paced deletes; in results recorded
 before 8af8e0d, the worker process's back-offs meanwhile, its HTTP functions' included: an
 upper bound), and ``handed_back``, the batches the writers handed back in it (a stream's lease
-held by another queue's writer, or storage refusing).
+held by another queue's writer, or storage refusing). Since c4c4bda also (docs/CAPACITY.md
+§7.3): ``unused_queue_tokens``, the tokens the configuration's queues' full buckets could not
+hold in the window (the front's ``/_throttle/unused``), over ``front_seconds``, and
+``unused_queue_tokens_by_queue_state``, the same sampled once a second against whether batches
+were waiting in the queue (``"batches waiting"``, ``"none waiting"``); ``cpu_seconds`` in the
+window (``machine``: every core busy; ``host`` with its workers, ``azurite``, ``fronts``,
+``producers``: this process); ``producer_seconds`` by what the producers did (a POST by its
+answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean POST by answer;
+``appends`` (``count``, ``batches``, ``median_ms``: the writers' ``appended`` events);
+``vault_requests`` (``requests`` on the vault account, ``batch table entities``); and
+``writer_invocations.seconds_by_queue``.
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -112,6 +122,10 @@ OVERLOAD = 3.0
 """The open-loop load whose steady window (its last two thirds) also counts what the tier
 commits while it admits all it can."""
 MESSAGES_PER_POST = 20
+DEFAULT_FACTOR = 800.0
+"""Azure's targets ÷ this (``--factor``): a queue 2.5 requests/s, an account 25."""
+DEFAULT_SUSTAIN_SECONDS = 45.0
+"""Seconds of closed-loop producers (``--sustain``)."""
 MESSAGE_BYTES = 100
 STREAMS = 32
 REQUESTS_PER_BATCH = 2.0
@@ -219,6 +233,9 @@ class Config:
         for i in range(accounts):
             settings[f"VaultStaging{i}"] = front.connection_string(STAGING_ACCOUNTS[i])
         self.host = HostProcess(azurite.connection_string, settings=settings)
+        assert azurite.process is not None
+        self.azurite_pid = azurite.process.pid
+        self.azurite_connection = azurite.connection_string
         self.streams = [f"th-{prefix}-{i}" for i in range(STREAMS)]
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
@@ -358,9 +375,13 @@ class Config:
         start = time.monotonic()
         stop = start + seconds
 
+        spans: list[tuple[float, float, str]] = []
+        """What each producer did when: a POST by its answer, or a sleep on its ``Retry-After``."""
+
         def producer(_: int) -> None:
             while time.monotonic() < stop:
                 post, stream = self.new_post()
+                sent = time.monotonic()
                 try:
                     r = client.post(
                         f"/streams/{stream}/messages",
@@ -371,9 +392,11 @@ class Config:
                 except httpx.TimeoutException:
                     with self._lock:
                         statuses["timeout"] += 1
+                        spans.append((sent, time.monotonic(), "timeout"))
                     continue
                 with self._lock:
                     statuses[str(r.status_code)] += 1
+                    spans.append((sent, time.monotonic(), str(r.status_code)))
                     if r.status_code in (200, 202):
                         self.accepted[post] = stream
                     else:
@@ -381,24 +404,49 @@ class Config:
                 if r.status_code == 503:
                     if not r.headers.get("Retry-After"):
                         statuses["503 without Retry-After"] += 1
+                    slept = time.monotonic()
                     time.sleep(float(r.headers.get("Retry-After") or 1))
+                    with self._lock:
+                        spans.append((slept, time.monotonic(), "Retry-After"))
 
         marks: dict[str, Mark] = {}
         operations: dict[str, dict[str, int]] = {}
         lines: dict[str, int] = {}
+        unused: dict[str, float] = {}
+        front_at: dict[str, float] = {}
+        vault_requests: dict[str, dict[str, int]] = {}
+        machine: dict[str, dict[str, float]] = {}
 
         def mark(name: str) -> None:
-            marks[name] = (time.monotonic(), self.committed(vault), self.front_queue_ops())
+            # The front's counts first, together (a few fast requests), then the streams' counts
+            # (32 reads, seconds on a busy machine), each window timed by the middle of its reads:
+            # a window whose ends took unequal times to read is not counted as longer than it was.
+            at = time.monotonic()
+            queue_ops = self.front_queue_ops()
             operations[name] = self.front.operations()
+            unused[name] = self.front_unused()
+            front_at[name] = (at + time.monotonic()) / 2
             lines[name] = len(self.host.lines)
+            machine[name] = self.machine_cpu()
+            vault_requests[name] = self.vault_counts()
+            at = time.monotonic()
+            committed = self.committed(vault)
+            marks[name] = ((at + time.monotonic()) / 2, committed, queue_ops)
 
-        sampler = threading.Timer(warm_up, mark, ("from",))
+        idle = IdleBudget(self)
+
+        def open_window() -> None:
+            mark("from")
+            idle.start()
+
+        sampler = threading.Timer(warm_up, open_window)
         sampler.start()
         with ThreadPoolExecutor(in_flight) as pool:
             for n in range(in_flight):
                 pool.submit(producer, n)
             time.sleep(max(0.0, stop - time.monotonic()))
             sampler.join()
+            idle.stop()
             mark("to")
         client.close()
         refusals = self.snapshot()[2]
@@ -414,12 +462,61 @@ class Config:
             **self._steady(marks["from"], marks["to"], []),
             "queue_operations": diff(operations["to"], operations["from"]),
             "writer_invocations": self.invocations(lines["from"], lines["to"]),
+            "appends": self.appends(lines["from"], lines["to"]),
             "handed_back": sum(
                 1 for line in self.host.lines[lines["from"] : lines["to"]] if "handed back to" in line
             ),
+            "unused_queue_tokens": unused["to"] - unused["from"],
+            "front_seconds": front_at["to"] - front_at["from"],
+            "vault_requests": diff(vault_requests["to"], vault_requests["from"]),
+            "cpu_seconds": {k: v - machine["from"][k] for k, v in machine["to"].items()},
+            "producer_seconds": _clipped(spans, marks["from"][0], marks["to"][0]),
+            "unused_queue_tokens_by_queue_state": idle.by_state,
+            "post_seconds": _durations(spans, marks["from"][0], marks["to"][0]),
         }
 
-    def invocations(self, first: int, last: int) -> dict[str, float]:
+    def vault_counts(self) -> dict[str, int]:
+        """Requests so far on the vault account (its front at Azure's targets never refuses
+        here), and the entities of them on the batch-status table: the producers' ``?wait=``
+        reads of their batches' rows, the status rows written at staging and at commit."""
+        stats = self.vault_front.stats()
+        rows = stats.get("table_partition_entities", {})
+        return {
+            "requests": admitted(stats, "account_requests", (VAULT_ACCOUNT,)),
+            "batch table entities": sum(
+                c["admitted"] for p, c in rows.items() if p.split("/")[1:2] == ["mvbatches"]
+            ),
+        }
+
+    def front_unused(self) -> float:
+        """Tokens this configuration's staging queues' full buckets could not hold so far."""
+        found = self.front.unused().get("queue_messages", {})
+        return sum(v for p, v in found.items() if self.is_staging_queue(p))
+
+    def is_staging_queue(self, partition: str) -> bool:
+        """Whether a front's queue partition (``account/queue``) is one of this configuration's
+        staging queues (``<prefix>-<i>``; not their poison queues, which nobody uses here)."""
+        name = partition.split("/", 1)[-1]
+        return name.startswith(f"{self.prefix}-") and name[len(self.prefix) + 1 :].isdigit()
+
+    def machine_cpu(self) -> dict[str, float]:
+        """CPU seconds so far: the machine's (every core, busy), and of it the host with its
+        workers, Azurite, the fronts and this process (the producers)."""
+        times = psutil.cpu_times()  # guest time is in user time already
+        busy = sum(times) - times.idle - getattr(times, "iowait", 0.0) - getattr(times, "guest", 0.0)
+        busy -= getattr(times, "guest_nice", 0.0)
+        assert self.host.proc is not None
+        host = psutil.Process(self.host.proc.pid)
+        procs = [host, *host.children(recursive=True)]
+        return {
+            "machine": busy,
+            "host": sum(p.cpu_times().user + p.cpu_times().system for p in procs if p.is_running()),
+            "azurite": cpu_seconds(self.azurite_pid),
+            "fronts": sum(cpu_seconds(f.proc.pid) for f in (self.front, self.vault_front) if f.proc),
+            "producers": cpu_seconds(os.getpid()),
+        }
+
+    def invocations(self, first: int, last: int) -> dict[str, Any]:
         """The writer invocations the host logged between two of its output lines: how many,
         their seconds in all, and the seconds of it they waited on storage that refused them
         (vault_app.writer_fn's ``invocation`` event)."""
@@ -428,10 +525,28 @@ class Config:
             for line in self.host.lines[first:last]
             if '{"event":"invocation"' in line
         ]
+        by_queue: dict[str, float] = {}
+        for f in found:
+            by_queue[f["queue"]] = by_queue.get(f["queue"], 0.0) + f["seconds"]
         return {
             "count": len(found),
             "seconds": sum(f["seconds"] for f in found),
             "backed_off_seconds": sum(f["backed_off"] for f in found),
+            "seconds_by_queue": dict(sorted(by_queue.items())),
+        }
+
+    def appends(self, first: int, last: int) -> dict[str, float]:
+        """The writers' appends (one stream's commit each) the host logged between two of its
+        output lines: how many, the batches in them, and the median of their wall time."""
+        found = [
+            json.loads(line[line.index('{"event":"appended"') :])
+            for line in self.host.lines[first:last]
+            if '{"event":"appended"' in line
+        ]
+        return {
+            "count": len(found),
+            "batches": sum(len(f["batch_ids"]) for f in found),
+            "median_ms": statistics.median(f["duration_ms"] for f in found) if found else 0.0,
         }
 
     def client_producers(self, load: float, seconds: float, producers: int = 24) -> dict[str, Any]:
@@ -564,6 +679,70 @@ class Config:
         return total
 
 
+class IdleBudget:
+    """Samples, once a second in a steady window, each staging queue's tokens unused (its bucket
+    full) and whether batches were waiting in it then (visible messages, peeked straight from
+    Azurite: free of any target), so that a queue's unused budget says who was idle: its writer,
+    with batches waiting for it, or the producers, with none waiting (every batch in flight
+    inside the writer's round or on its way to its producer)."""
+
+    INTERVAL = 1.0
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.by_state: dict[str, float] = {"batches waiting": 0.0, "none waiting": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        services = {
+            a: QueueServiceClient.from_connection_string(config.azurite_connection.replace(VAULT_ACCOUNT, a))
+            for a in STAGING_ACCOUNTS[: config.accounts]
+        }
+        self.queues = {
+            f"{a}/{config.prefix}-{q}": services[a].get_queue_client(f"{config.prefix}-{q}")
+            for a in services
+            for q in range(config.queues // config.accounts)
+        }
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        last = self.config.front.unused().get("queue_messages", {})
+        while not self._stop.wait(self.INTERVAL):
+            now = self.config.front.unused().get("queue_messages", {})
+            for partition, client in self.queues.items():
+                lost = now.get(partition, 0.0) - last.get(partition, 0.0)
+                if lost > 0:
+                    waiting = bool(client.peek_messages(max_messages=1))
+                    self.by_state["batches waiting" if waiting else "none waiting"] += lost
+            last = now
+
+
+def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
+    """Producer-seconds within [start, end] by what the producers did (a POST by its answer, a
+    sleep on Retry-After)."""
+    out: dict[str, float] = {}
+    for a, b, kind in spans:
+        inside = min(b, end) - max(a, start)
+        if inside > 0:
+            out[kind] = out.get(kind, 0.0) + inside
+    return {k: round(v, 3) for k, v in sorted(out.items())}
+
+
+def _durations(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
+    """The mean seconds of the POSTs answered in [start, end], by answer (a 200's is its batch's
+    time from send to commit, seen by its producer)."""
+    found: dict[str, list[float]] = {}
+    for a, b, kind in spans:
+        if kind != "Retry-After" and start <= b <= end:
+            found.setdefault(kind, []).append(b - a)
+    return {k: round(statistics.mean(v), 3) for k, v in sorted(found.items())}
+
+
 HOTSPOTS = (
     # name, POSTs/s, streams, messages per POST, message bytes, tailing consumers
     ("hot stream, 1-message POSTs", 10.0, 1, 1, 100, 0),
@@ -647,10 +826,15 @@ def _kind(partition: str, streams: list[str], config: Config) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--factor", type=float, default=800.0, help="Azure's targets divided by this")
+    parser.add_argument(
+        "--factor", type=float, default=DEFAULT_FACTOR, help="Azure's targets divided by this"
+    )
     parser.add_argument("--seconds", type=float, default=8.0, help="seconds of offered load per point")
     parser.add_argument(
-        "--sustain", type=float, default=45.0, help="seconds of closed-loop producers (what a tier sustains)"
+        "--sustain",
+        type=float,
+        default=DEFAULT_SUSTAIN_SECONDS,
+        help="seconds of closed-loop producers (what a tier sustains)",
     )
     parser.add_argument(
         "--warm-up", type=float, default=15.0, help="seconds of the closed loop before its window opens"
@@ -837,6 +1021,7 @@ def closed_only(
         figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
+        figures.update(where_the_time_went(name, r))
     figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
     figures["lost"] = sum(c["lost"] for c in readback)
     figures["duplicated"] = sum(c["duplicated"] for c in readback)
@@ -847,7 +1032,14 @@ def closed_only(
     figures["Azurite CPU s"] = cpu["azurite"] / 1000
     figures["throttling fronts CPU s"] = cpu["fronts"] / 1000
     figures["benchmark seconds"] = time.monotonic() - t0
-    report("throttled_closed", "./dev bench throttled --closed-only", figures)
+    command = "./dev bench throttled --closed-only"
+    if configs != CLOSED_CONFIGS:
+        command += " --configs " + ",".join("/".join(f"{x:g}" for x in c if x is not None) for c in configs)
+    if factor != DEFAULT_FACTOR:
+        command += f" --factor {factor:g}"
+    if sustain != DEFAULT_SUSTAIN_SECONDS:
+        command += f" --sustain {sustain:g}"
+    report("throttled_closed", command, figures)
     path = RESULTS / "throttled_closed.json"
     doc = json.loads(path.read_text())
     doc["settings"] = {
@@ -866,6 +1058,39 @@ def closed_only(
     doc["runs"] = runs
     doc["readback"] = readback
     path.write_text(json.dumps(doc, indent=2) + "\n")
+
+
+def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
+    """What bound a closed-loop run, as its window measured it (recorded since the front counts
+    its buckets' unused tokens): each queue's budget that nobody asked for, what the producers
+    were doing, and the machine's CPU and who used it."""
+    if "unused_queue_tokens" not in run:
+        return {}
+    window = run["steady_seconds"]
+    budget = queue_budget(run)
+    producer_seconds = run["in_flight"] * window
+    cores = psutil.cpu_count() or 1
+    figures: dict[str, Any] = {
+        f"{name}: queues' budget unused (their buckets full) ÷ target": run["unused_queue_tokens"] / budget,
+    }
+    for state, tokens in run.get("unused_queue_tokens_by_queue_state", {}).items():
+        figures[f"{name}: queues' budget unused with {state} in them ÷ target"] = tokens / budget
+    for kind, seconds in run["producer_seconds"].items():
+        figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
+    figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")
+    cpu = run["cpu_seconds"]
+    figures[f"{name}: machine CPU busy ÷ its {cores} cores"] = cpu["machine"] / (cores * window)
+    for who in ("host", "azurite", "fronts", "producers"):
+        figures[f"{name}: {who} CPU (cores)"] = cpu[who] / window
+    batches = run["committed_msgs_per_s"] * window / MESSAGES_PER_POST
+    figures[f"{name}: host CPU ms per committed batch"] = 1000 * cpu["host"] / batches if batches else None
+    appends = run.get("appends")
+    if appends and appends["count"]:
+        figures[f"{name}: writers' appends, median wall seconds"] = appends["median_ms"] / 1000
+        figures[f"{name}: writers' appends, batches in one"] = appends["batches"] / appends["count"]
+    for kind, count in run.get("vault_requests", {}).items():
+        figures[f"{name}: vault account {kind} per committed batch"] = count / batches if batches else None
+    return figures
 
 
 def resummarize() -> None:
@@ -894,13 +1119,32 @@ def hotspot_figures(hotspots: list[dict[str, Any]]) -> dict[str, Any]:
     return figures
 
 
-def predicted(targets: Targets, run: dict[str, Any]) -> capacity.Throughput:
-    """The capacity model's figures for a run's configuration, at its front's factor."""
+def predicted(
+    targets: Targets, run: dict[str, Any], measured: capacity.Measured | None = None
+) -> capacity.Throughput:
+    """The capacity model's figures for a run's configuration, at its front's factor; with
+    ``measured``, the run's own operations a batch and unused share (docs/CAPACITY.md §7.3)."""
     w = capacity.Workload(1.0, MESSAGE_BYTES, MESSAGES_PER_POST, streams=STREAMS, key_bytes=2)
     staging = capacity.Staging(run["accounts"], run["queues_per_account"], steered=True)
     scaled = capacity.Targets().scaled(1 / run.get("factor", targets.factor))
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
-    return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting)
+    return capacity.staging_throughput(w, staging, scaled, batches_per_invocation=waiting, measured=measured)
+
+
+def measured_in(run: dict[str, Any]) -> capacity.Measured | None:
+    """A closed-loop run's operations a committed batch and its queues' unused share, as its
+    front counted them (runs recorded since the front counts unused tokens)."""
+    if "unused_queue_tokens" not in run or not run["queue_ops_per_committed_batch"]:
+        return None
+    return capacity.Measured(
+        run["queue_ops_per_committed_batch"], run["unused_queue_tokens"] / queue_budget(run)
+    )
+
+
+def queue_budget(run: dict[str, Any]) -> float:
+    """The requests a closed-loop run's queues could take in the window the front counted."""
+    seconds = run.get("front_seconds", run["steady_seconds"])
+    return float(run["queues"] * Targets(factor=run["factor"]).rate("queue_messages") * seconds)
 
 
 def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -922,6 +1166,15 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
             figures[f"{name}, sustained: queue operations ÷ the queues' target"] = r["queue_ops_per_s"] / (
                 r["queues"] * its.rate("queue_messages")
             )
+            m = measured_in(r)
+            if m is not None:
+                ops_only = predicted(targets, r, capacity.Measured(m.operations_per_batch))
+                figures[f"{name}, sustained: committed ÷ model with the run's operations a batch"] = (
+                    r["committed_msgs_per_s"] / ops_only.committed
+                )
+                figures[f"{name}, sustained: queues' target unused (buckets full)"] = m.unused_share
+                both = f"{name}, sustained: committed ÷ model with the run's operations and unused target"
+                figures[both] = r["committed_msgs_per_s"] / predicted(targets, r, m).committed
         elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
             p = predicted(targets, r)
             figures[f"{name}, {OVERLOAD:g}x open loop: admitted ÷ model"] = (

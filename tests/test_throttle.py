@@ -261,6 +261,22 @@ def test_a_bucket_refills_at_its_scaled_rate() -> None:
     assert admitted == 128 + 1279  # the full bucket, then 128/s for 1279/128 s
 
 
+def test_a_full_bucket_counts_the_tokens_nobody_asked_for() -> None:
+    now = [0.0]
+    bucket = TokenBucket(rate=2, burst=2, clock=lambda: now[0])
+    now[0] = 3.0  # full from the start: 3 s of tokens lost
+    assert bucket.unused_until_now() == 6
+    bucket.take(2)
+    now[0] = 4.0  # one second refills it exactly: nothing more lost
+    assert bucket.unused_until_now() == 6
+    now[0] = 4.5
+    assert bucket.unused_until_now() == 7
+    limiter = Limiter(Targets(factor=1000), clock=lambda: now[0])  # a queue 2 a second
+    assert limiter.admit([Charge("queue_messages", "a/q")]) is None
+    now[0] += 10
+    assert limiter.unused()["queue_messages"]["a/q"] == 19  # 2 a second for 10 s, less the one taken
+
+
 @pytest.mark.parametrize(
     ("service", "method", "path", "body", "expected"),
     [
@@ -337,6 +353,8 @@ def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: 
             "admitted": 1,
             "refused": 0,
         }
+        # A bucket of one token refills in 1e9 / 2,000 s: nothing it could not hold yet.
+        assert front.unused()["queue_messages"][f"devstoreaccount1/{client.queue_name}"] == 0
     finally:
         front.stop()
     assert front.proc is None

@@ -654,13 +654,40 @@ class Throughput:
     """Staging queue operations per committed batch."""
 
 
+@dataclass(frozen=True)
+class Measured:
+    """What a run of the throttled benchmark measured that the counted model leaves out, for
+    checking the model against that run (docs/CAPACITY.md §7.3); ``vault capacity`` never uses
+    it. Both come from the throttling front's own counts in the run's steady window."""
+
+    operations_per_batch: float
+    """Staging queue operations a committed batch cost, every kind counted: besides the
+    counted send, delete and receives, the renewals of drained messages, the hand-backs of
+    steered batches (a send, a delete and a receive each), re-sends and empty receives."""
+    unused_share: float = 0.0
+    """The share of the queues' target no request asked for (their token buckets full): time
+    a queue's writer was not receiving while batches waited, or every batch in flight was in a
+    writer's round or on its way back to its producer."""
+
+    def __post_init__(self) -> None:
+        if self.operations_per_batch <= 0 or not 0 <= self.unused_share < 1:
+            raise ValueError("operations a batch are positive; the unused share is in [0, 1)")
+
+
 def staging_throughput(
-    w: Workload, staging: Staging, targets: Targets, *, batches_per_invocation: float | None = None
+    w: Workload,
+    staging: Staging,
+    targets: Targets,
+    *,
+    batches_per_invocation: float | None = None,
+    measured: Measured | None = None,
 ) -> Throughput:
     """The most a steered staging tier commits and admits with a workload's batches (its shape:
     the rate is what is found). ``batches_per_invocation``: batches waiting on a queue when its
     writer starts an invocation; by default a writer cycle's worth at half the queue's target
-    (Azure's scale), behind a throttling front as many as producers keep in flight per queue."""
+    (Azure's scale), behind a throttling front as many as producers keep in flight per queue.
+    ``measured``: a benchmark run's own operations a batch and unused share instead of the
+    counted ones (the run's accounting of its queues' requests, not a forecast)."""
     per_queue = targets.queue_messages
     if batches_per_invocation is None:
         batches_per_invocation = per_queue / 2 * WRITER_CYCLE_SECONDS
@@ -668,6 +695,9 @@ def staging_throughput(
     account_bound = staging.queues_per_account * per_queue > targets.account_requests
     per_account = targets.account_requests if account_bound else staging.queues_per_account * per_queue
     requests = staging.accounts * per_account  # staging requests/s the tier's queues get
+    if measured is not None:
+        ops = measured.operations_per_batch
+        requests *= 1 - measured.unused_share
     where = "staging account" if account_bound else "staging queue"
     committed, binding = requests / ops, where
     by_writers = staging.queues / writer_cpu_seconds(1.0, w)  # one vCPU per queue's writer

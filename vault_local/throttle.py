@@ -24,7 +24,9 @@ for blob and queue, OData JSON for table. Refused requests take no tokens.
 
 Accounts are told apart by the first path segment (Azurite's path-style URLs), so one front
 serves every account of one Azurite. ``GET /_throttle`` on any listener answers the counts of
-admitted and refused requests per partition, as JSON (what the benchmark reads).
+admitted and refused requests per partition, as JSON (what the benchmark reads);
+``/_throttle/unused`` the tokens each partition's full bucket could not hold (its target's share
+that nobody asked for), and ``/_throttle/operations`` the queue message operations by kind.
 
 Run as a process of its own (``python -m vault_local.throttle --blob P --queue P --table P``; it
 prints ``READY {"blob": port, ...}``), or in-process with :class:`ThrottlingFront`.
@@ -109,11 +111,21 @@ class TokenBucket:
         self.clock = clock
         self.tokens = self.burst
         self.updated = clock()
+        self.unused = 0.0
+        """Tokens the bucket could not hold because it was full: the partition's budget that no
+        request asked for (a queue below its target while its callers waited elsewhere)."""
 
     def _refill(self) -> None:
         now = self.clock()
-        self.tokens = min(self.burst, self.tokens + (now - self.updated) * self.rate)
+        filled = self.tokens + (now - self.updated) * self.rate
+        self.unused += max(0.0, filled - self.burst)
+        self.tokens = min(self.burst, filled)
         self.updated = now
+
+    def unused_until_now(self) -> float:
+        """:attr:`unused`, brought up to now (a bucket is refilled only when a request touches it)."""
+        self._refill()
+        return self.unused
 
     def has(self, cost: float) -> bool:
         self._refill()
@@ -271,6 +283,15 @@ class Limiter:
                 }
             return out
 
+    def unused(self) -> dict[str, dict[str, float]]:
+        """``{target: {partition: tokens}}``: what each partition's full bucket could not hold
+        so far (TokenBucket.unused), the share of its target that no request asked for."""
+        with self._lock:
+            out: dict[str, dict[str, float]] = {}
+            for (target, partition), bucket in sorted(self._buckets.items()):
+                out.setdefault(target, {})[partition] = round(bucket.unused_until_now(), 3)
+            return out
+
 
 def error_response(service: str, refusal: Refusal) -> tuple[dict[str, str], bytes]:
     """The headers and body Azure sends with a refusal, in the service's own error format."""
@@ -308,6 +329,7 @@ _HOP_BY_HOP = {
 }
 STATS_PATH = "/_throttle"
 OPERATIONS_PATH = "/_throttle/operations"
+UNUSED_PATH = "/_throttle/unused"
 
 
 def queue_operation(method: str, path: str) -> str | None:
@@ -397,6 +419,9 @@ class ThrottlingFront:
                     return self._send(
                         200, {"Content-Type": "application/json"}, json.dumps(front.limiter.stats()).encode()
                     )
+                if self.path == UNUSED_PATH:
+                    counted = json.dumps(front.limiter.unused())
+                    return self._send(200, {"Content-Type": "application/json"}, counted.encode())
                 if self.path == OPERATIONS_PATH:
                     with front._operations_lock:
                         counted = json.dumps(dict(sorted(front.operations.items())))
@@ -491,6 +516,10 @@ class ThrottleProcess:
     def operations(self) -> dict[str, int]:
         """Queue message operations so far by kind and answer (``ThrottlingFront.operations``)."""
         return dict(self._get(OPERATIONS_PATH))
+
+    def unused(self) -> dict[str, dict[str, float]]:
+        """Tokens each partition's full bucket could not hold so far (``Limiter.unused``)."""
+        return dict(self._get(UNUSED_PATH))
 
     def _get(self, path: str) -> Any:
         conn = http.client.HTTPConnection("127.0.0.1", self.ports["queue"], timeout=30)
