@@ -136,6 +136,17 @@ def test_a_dead_workers_queue_functions_move_at_once_to_a_live_one_and_stay_ther
     assert queues.worker(0, [None, None, None]) is None  # the host waits for a replacement
 
 
+def test_a_dead_workers_queue_functions_go_to_a_warm_survivor_not_to_the_spare_in_its_slot() -> None:
+    queues = QueueAffinity(2)
+    assert queues.worker(0, [0, 0]) == 0
+    queues.vacate(0)  # worker 0 died, and a spare took its slot at once
+    assert queues.worker(0, [0, 3]) == 1 and queues.worker(0, [0, 0]) == 1  # moved, and stays
+    alone = QueueAffinity(1)
+    alone.vacate(0)
+    assert alone.worker(0, [0]) == 0  # no survivor: the spare takes the queue over
+    assert alone.worker(0, [None]) is None
+
+
 def test_round_robin_queue_dispatch_takes_the_live_workers_in_turn_as_the_functions_host_does() -> None:
     queues = QueueAffinity(3, round_robin=True)
     assert [queues.worker(0, [0, 0, 0]) for _ in range(4)] == [0, 1, 2, 0]

@@ -62,6 +62,8 @@ WAIT_FOR_WORKER_HTTP = 5.0
 """Seconds an HTTP request waits for a worker while its replacement starts (no spare was ready),
 before the host answers 503 with Retry-After: well within a client's timeout."""
 SPARE_WORKERS_SETTING = "LOCAL_SPARE_WORKERS"
+SPARE_START_DELAY = 3.0
+"""Seconds after a spare took a dead worker's place before the next spare starts."""
 MAX_SPARE_WORKERS = 2
 WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
 """Seconds the host waits for a worker told to terminate before it kills it."""
@@ -126,7 +128,9 @@ class QueueAffinity:
     What is faithful is what a death does: the functions of a dead worker move at once to the
     least busy live one, which takes the queue over (the instance's lease id, its lock gone with
     the dead process), instead of waiting for the replacement to start. They stay there: moving
-    back to the replacement would find the survivor owning the queue.
+    back to the replacement would find the survivor owning the queue. A warm spare that takes a
+    dead worker's slot at once (:meth:`vacate`) does not take its queue functions while another
+    worker lives: that one is warm (its storage clients made, its code run), the spare is not.
 
     ``round_robin``: every invocation goes to the next live worker instead, as the Functions host
     sends them (``./dev bench recovery`` measures what that costs the writer).
@@ -137,6 +141,12 @@ class QueueAffinity:
         self.round_robin = round_robin
         self._moved: dict[int, int] = {}
         self._turn = itertools.count()
+        self._vacated: int | None = None
+        """The slot of the worker that died last: its queue functions go to another live worker."""
+
+    def vacate(self, slot: int) -> None:
+        """The worker in ``slot`` died (a spare may take its slot before the next invocation)."""
+        self._vacated = slot
 
     def worker(self, function_index: int, loads: Sequence[int | None]) -> int | None:
         """The worker for this function now (``loads``: in flight per worker, None if dead);
@@ -145,12 +155,18 @@ class QueueAffinity:
             live = [i for i, load in enumerate(loads) if load is not None]
             return live[next(self._turn) % len(live)] if live else None
         slot = self._moved.get(function_index, queue_worker(function_index, self.workers))
-        if loads[slot] is not None:
+        if loads[slot] is not None and slot != self._vacated:
             return slot
+        others = [None if i == self._vacated else load for i, load in enumerate(loads)]
         try:
-            moved = least_busy(loads, function_index)
-        except LookupError:
-            return None
+            moved = least_busy(others, function_index)
+        except LookupError:  # no other live worker: the spare in the dead one's slot, if any
+            if loads[slot] is not None:
+                return slot
+            try:
+                moved = least_busy(loads, function_index)
+            except LookupError:
+                return None
         self._moved[function_index] = moved
         return moved
 
@@ -537,8 +553,13 @@ class Workers:
         failed = w.fail_all(why + " while running this invocation")
         if self._stopping.is_set():
             return
+        with self._changed:
+            self._queues.vacate(w.slot)
         if self._promote(w.slot):
             log.error("%s; %d invocation(s) in flight failed; the warm spare took its place", why, failed)
+            # Not at once: a start takes seconds of CPU (importing the SDKs), which the takeover
+            # needs now, on as few as one or two cores.
+            self._stopping.wait(SPARE_START_DELAY)
             self._refill()
         else:
             log.error("%s; %d invocation(s) in flight failed; starting a replacement", why, failed)
