@@ -19,14 +19,17 @@ messages).
 measured is the takeover, not a backlog's catch-up); the worker process that owns staging queues
 0 and 2 (host log) is SIGKILLed ``--worker-kills`` times, the next kill once the previous one's
 takeover is measured, the host has replaced the dead worker, and at least ``--kill-every``
-seconds have passed. Run once per ``--worker-modes`` entry, one after the other: 1 or 2 language
-workers (``FUNCTIONS_WORKER_PROCESS_COUNT``) and host.json's ``visibilityTimeout`` at 10 s (before
-issue 24) or 1 s (this app's host.json). With one worker the replacement takes the queues over;
-with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill: the time
-until another process owns both queues (host log), until the first batch posted after the kill to
-a stream of those queues commits (the *takeover*; target 2 s), and until the replacement is
-ready. The takeover's commit is the writer's ``appended`` log line (logged just after it, with
-the worker's clock); the time until ``GET .../batches/{id}`` reports it (its batch row, written in
+seconds have passed (and a new warm spare is ready). Run once per ``--worker-modes`` entry, one
+after the other: 1 or 2 language workers (``FUNCTIONS_WORKER_PROCESS_COUNT``), with the local
+host's warm spare (``LOCAL_SPARE_WORKERS`` 1, the default) or without it (0: a fresh interpreter
+starts after the kill), and host.json's ``visibilityTimeout`` at 10 s (before issue 24) or 1 s
+(this app's host.json). With one worker the spare (or without it, the replacement) takes the
+queues over; with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill:
+the time until another process owns both queues (host log), until the first batch posted after
+the kill to a stream of those queues commits (the *takeover*; target 2 s), until the
+replacement is ready (a spare: has taken the dead worker's place), and until a new spare is.
+The takeover's commit is the writer's ``appended`` log line (logged just after it, with the
+worker's clock); the time until ``GET .../batches/{id}`` reports it (its batch row, written in
 the background after the commit, as the sampler polls every 0.1 s) is shown beside it. Over the
 whole run: the seconds from each acknowledgement (202) to the commit (as the sampler sees it),
 p50/p99/max, and lost, duplicated and poisoned batches.
