@@ -55,6 +55,7 @@ import os
 import re
 import signal
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -245,6 +246,7 @@ WORKER_MODES = {
         WorkerMode("two-10", 2, 10, spares=0),  # a survivor takes over; its trigger retried as before
         WorkerMode("one-1-nospare", 1, 1, spares=0),  # a replacement starts after the kill
         WorkerMode("one-1", 1, 1),  # the local host's default: the warm spare takes over
+        WorkerMode("two-1-nospare", 2, 1, spares=0),  # a survivor takes over, a replacement starts
         WorkerMode("two-1", 2, 1),  # this app's host.json
         WorkerMode("two-1-rr", 2, 1, round_robin=True),
     )
@@ -480,6 +482,11 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
         figures["worker kill, 1 worker: ack to commit p99, warm spare / no spare"] = percentile(
             spare.lags, 0.99
         ) / percentile(alone.lags, 0.99)
+    if "two-1" in by_name and "two-1-nospare" in by_name:
+        spare, alone = by_name["two-1"], by_name["two-1-nospare"]
+        figures["worker kill, 2 workers: takeover max, warm spare / no spare"] = max(spare.takeovers) / max(
+            alone.takeovers
+        )
     return figures
 
 
@@ -685,6 +692,7 @@ def main() -> None:
     parser.add_argument("--stall", type=float, default=10, help="seconds Azurite stays frozen")
     parser.add_argument("--after", type=float, default=20, help="seconds of ingest after SIGCONT")
     parser.add_argument("--logs", type=Path, help="keep every host's output in this directory")
+    parser.add_argument("--name", default="recovery", help="results file: bench/results/NAME.json")
     args = parser.parse_args()
     t0 = time.monotonic()
     azurite = Azurite().start()  # on disk: never SIGKILLed, only frozen and resumed
@@ -711,9 +719,11 @@ def main() -> None:
         for _ in range(args.stalls):
             stalls.append(stall_once(env))
             print("stall:", stalls[-1], flush=True)
-        report(
-            "recovery", "./dev bench recovery", summarise(kills, stalls, args, time.monotonic() - t0, workers)
-        )
+        given = [a for a in sys.argv[1:] if not a.startswith("--logs=")]
+        if "--logs" in given:  # where the logs went is no part of the run
+            del given[given.index("--logs") : given.index("--logs") + 2]
+        command = " ".join(["./dev bench recovery", *given])
+        report(args.name, command, summarise(kills, stalls, args, time.monotonic() - t0, workers))
     finally:
         azurite.cleanup()
 
