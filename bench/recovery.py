@@ -233,7 +233,9 @@ class WorkerMode:
     @property
     def label(self) -> str:
         workers = "1 worker" if self.workers == 1 else f"{self.workers} workers"
-        spare = ", no spare" if self.spares == 0 else ""
+        # Said where it is not the host's default (a spare with one worker, none with more).
+        spare = ", no spare" if self.spares == 0 and self.workers == 1 else ""
+        spare = ", warm spare" if self.spares and self.workers > 1 else spare
         turns = ", round robin as on Azure" if self.round_robin else ""
         return f"{workers}{spare}{turns}, visibilityTimeout {self.visibility} s"
 
@@ -246,9 +248,9 @@ WORKER_MODES = {
         WorkerMode("two-10", 2, 10, spares=0),  # a survivor takes over; its trigger retried as before
         WorkerMode("one-1-nospare", 1, 1, spares=0),  # a replacement starts after the kill
         WorkerMode("one-1", 1, 1),  # the local host's default: the warm spare takes over
-        WorkerMode("two-1-nospare", 2, 1, spares=0),  # a survivor takes over, a replacement starts
-        WorkerMode("two-1", 2, 1),  # this app's host.json
-        WorkerMode("two-1-rr", 2, 1, round_robin=True),
+        WorkerMode("two-1", 2, 1, spares=0),  # this app's host.json; a survivor takes over
+        WorkerMode("two-1-spare", 2, 1),  # a spare too (not the host's default with two workers)
+        WorkerMode("two-1-rr", 2, 1, round_robin=True, spares=0),
     )
 }
 
@@ -482,8 +484,8 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
         figures["worker kill, 1 worker: ack to commit p99, warm spare / no spare"] = percentile(
             spare.lags, 0.99
         ) / percentile(alone.lags, 0.99)
-    if "two-1" in by_name and "two-1-nospare" in by_name:
-        spare, alone = by_name["two-1"], by_name["two-1-nospare"]
+    if "two-1-spare" in by_name and "two-1" in by_name:
+        spare, alone = by_name["two-1-spare"], by_name["two-1"]
         figures["worker kill, 2 workers: takeover max, warm spare / no spare"] = max(spare.takeovers) / max(
             alone.takeovers
         )

@@ -165,12 +165,12 @@ def test_worker_settings_default_like_the_functions_host_and_validate() -> None:
         worker_settings({"PYTHON_THREADPOOL_THREAD_COUNT": "0"})
 
 
-def test_spare_workers_default_to_one_and_validate() -> None:
-    assert spare_workers({}) == 1
-    assert [spare_workers({"LOCAL_SPARE_WORKERS": n}) for n in ("0", "2", " 1 ")] == [0, 2, 1]
+def test_spare_workers_default_to_one_for_a_lone_worker_and_validate() -> None:
+    assert spare_workers({}, 1) == 1 and spare_workers({}, 2) == 0  # a survivor needs no spare
+    assert [spare_workers({"LOCAL_SPARE_WORKERS": n}, 2) for n in ("0", "2", " 1 ")] == [0, 2, 1]
     for bad in ("3", "-1", "one", "1.5"):
         with pytest.raises(ValueError, match=r"LOCAL_SPARE_WORKERS must be a whole number from 0 to 2"):
-            spare_workers({"LOCAL_SPARE_WORKERS": bad})
+            spare_workers({"LOCAL_SPARE_WORKERS": bad}, 1)
 
 
 class _Idle:

@@ -572,7 +572,7 @@ def run(
     logging.getLogger("azure").setLevel(logging.WARNING)
     try:
         processes, threads = worker_settings(os.environ)
-        spares = spare_workers(os.environ)
+        spares = spare_workers(os.environ, processes)
     except ValueError as exc:
         sys.exit(f"vault_local host: {exc}")
     import function_app  # imported after the environment is set, as the host does

@@ -8,7 +8,7 @@ sends invocations (HTTP: to the least busy worker; a queue function: to one live
 replacement in the background, as the Functions host does. Meanwhile invocations go to the live
 workers: with two or more, a survivor takes a dead worker's queues over at once.
 
-**The warm spare** (``LOCAL_SPARE_WORKERS``, 1 by default): one more worker, started and done
+**The warm spare** (``LOCAL_SPARE_WORKERS``, by default 1 with one worker): one more worker, started and done
 importing the app, which gets no invocation and owns nothing until a worker dies. Then it takes
 the dead worker's place at once, and a new spare starts in the background. Starting a worker
 takes seconds (a fresh interpreter importing the SDKs), and with one worker nothing else could
@@ -80,11 +80,13 @@ def worker_settings(env: Mapping[str, str]) -> tuple[int, int]:
     return processes, threads
 
 
-def spare_workers(env: Mapping[str, str]) -> int:
-    """``LOCAL_SPARE_WORKERS``: warm spare workers the local host keeps (default 1; 0 to 2)."""
+def spare_workers(env: Mapping[str, str], workers: int) -> int:
+    """``LOCAL_SPARE_WORKERS``: warm spare workers the local host keeps (0 to 2). By default one
+    for a lone worker, none for more: with two or more a warm survivor takes a dead worker's
+    queues over at once, and a spare's start (seconds of CPU) only competes with it."""
     raw = (env.get(SPARE_WORKERS_SETTING) or "").strip()
     if not raw:
-        return 1
+        return 1 if workers == 1 else 0
     count = int(raw) if raw.isdigit() else -1
     if not 0 <= count <= MAX_SPARE_WORKERS:
         raise ValueError(
