@@ -79,7 +79,8 @@ def main() -> None:
     try:
         for name, make in SHAPES.items():
             body = make()
-            host = HostProcess(storage.connection_string).start()
+            # No warm spare: the one worker process is the one measured.
+            host = HostProcess(storage.connection_string, settings={"LOCAL_SPARE_WORKERS": "0"}).start()
             try:
                 httpx.get(f"{host.url}/health", timeout=30)
                 measure(host, json.dumps({"messages": [{"value": "warm"}]}).encode())  # imports, pools

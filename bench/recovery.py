@@ -19,14 +19,17 @@ messages).
 measured is the takeover, not a backlog's catch-up); the worker process that owns staging queues
 0 and 2 (host log) is SIGKILLed ``--worker-kills`` times, the next kill once the previous one's
 takeover is measured, the host has replaced the dead worker, and at least ``--kill-every``
-seconds have passed. Run once per ``--worker-modes`` entry, one after the other: 1 or 2 language
-workers (``FUNCTIONS_WORKER_PROCESS_COUNT``) and host.json's ``visibilityTimeout`` at 10 s (before
-issue 24) or 1 s (this app's host.json). With one worker the replacement takes the queues over;
-with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill: the time
-until another process owns both queues (host log), until the first batch posted after the kill to
-a stream of those queues commits (the *takeover*; target 2 s), and until the replacement is
-ready. The takeover's commit is the writer's ``appended`` log line (logged just after it, with
-the worker's clock); the time until ``GET .../batches/{id}`` reports it (its batch row, written in
+seconds have passed (and a new warm spare is ready). Run once per ``--worker-modes`` entry, one
+after the other: 1 or 2 language workers (``FUNCTIONS_WORKER_PROCESS_COUNT``), with the local
+host's warm spare (``LOCAL_SPARE_WORKERS`` 1, the default) or without it (0: a fresh interpreter
+starts after the kill), and host.json's ``visibilityTimeout`` at 10 s (before issue 24) or 1 s
+(this app's host.json). With one worker the spare (or without it, the replacement) takes the
+queues over; with two the survivor does, at once (docs/ARCHITECTURE.md §3.7). Measured per kill:
+the time until another process owns both queues (host log), until the first batch posted after
+the kill to a stream of those queues commits (the *takeover*; target 2 s), until the
+replacement is ready (a spare: has taken the dead worker's place), and until a new spare is.
+The takeover's commit is the writer's ``appended`` log line (logged just after it, with the
+worker's clock); the time until ``GET .../batches/{id}`` reports it (its batch row, written in
 the background after the commit, as the sampler polls every 0.1 s) is shown beside it. Over the
 whole run: the seconds from each acknowledgement (202) to the commit (as the sampler sees it),
 p50/p99/max, and lost, duplicated and poisoned batches.
@@ -52,6 +55,7 @@ import os
 import re
 import signal
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -92,6 +96,8 @@ PER_BATCH = 100
 RECOVERY_TARGET_SECONDS = 30.0
 TAKEOVER_TARGET_SECONDS = 2.0
 """From a worker's kill until its replacement commits a batch of its queues (issue 24)."""
+SPARE_READY = "warm spare language worker ready"
+"""The host's log line when a new spare has started (vault_local.workers)."""
 VICTIM_QUEUES = (0, 2)
 """The queues whose owner the worker-kill runs kill (with two workers, worker 0's at the start)."""
 
@@ -221,22 +227,30 @@ class WorkerMode:
     """host.json ``visibilityTimeout`` (s): when the killed invocation's trigger is retried."""
     round_robin: bool = False
     """Queue invocations to the live workers in turn, as Azure's host sends them."""
+    spares: int = 1
+    """``LOCAL_SPARE_WORKERS``: 0, a replacement starts after the kill (before issue 24's spare)."""
 
     @property
     def label(self) -> str:
         workers = "1 worker" if self.workers == 1 else f"{self.workers} workers"
+        # Said where it is not the host's default (a spare with one worker, none with more).
+        spare = ", no spare" if self.spares == 0 and self.workers == 1 else ""
+        spare = ", warm spare" if self.spares and self.workers > 1 else spare
         turns = ", round robin as on Azure" if self.round_robin else ""
-        return f"{workers}{turns}, visibilityTimeout {self.visibility} s"
+        return f"{workers}{spare}{turns}, visibilityTimeout {self.visibility} s"
 
 
 WORKER_MODES = {
     m.name: m
     for m in (
-        WorkerMode("one-10", 1, 10),  # Azure's default worker count, host.json before issue 24
-        WorkerMode("two-10", 2, 10),  # a survivor takes over; its trigger retried as before
-        WorkerMode("one-1", 1, 1),
-        WorkerMode("two-1", 2, 1),  # this app's host.json
-        WorkerMode("two-1-rr", 2, 1, round_robin=True),
+        # Azure's default worker count, host.json before issue 24, no warm spare
+        WorkerMode("one-10", 1, 10, spares=0),
+        WorkerMode("two-10", 2, 10, spares=0),  # a survivor takes over; its trigger retried as before
+        WorkerMode("one-1-nospare", 1, 1, spares=0),  # a replacement starts after the kill
+        WorkerMode("one-1", 1, 1),  # the local host's default: the warm spare takes over
+        WorkerMode("two-1", 2, 1, spares=0),  # this app's host.json; a survivor takes over
+        WorkerMode("two-1-spare", 2, 1),  # a spare too (not the host's default with two workers)
+        WorkerMode("two-1-rr", 2, 1, round_robin=True, spares=0),
     )
 }
 
@@ -245,7 +259,9 @@ WORKER_MODES = {
 class WorkerKills:
     mode: WorkerMode
     replaced: list[float]
-    """Per kill: s from the kill until the host logged a replacement ready."""
+    """Per kill: s from the kill until the host logged a replacement ready (a spare: promoted)."""
+    spared: list[float]
+    """Per kill: s from the kill until a new warm spare was ready (nan: no spares)."""
     owned: list[float]
     """Per kill: s from the kill until another process logged owning both victim queues."""
     takeovers: list[float]
@@ -325,7 +341,11 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
     streams = spread_streams(f"rw-{uuid.uuid4().hex[:6]}", STREAMS)
     victims = victim_streams(streams)
     queues = [f"0/{prefix}-{q}" for q in VICTIM_QUEUES]
-    settings = {"VAULT_QUEUE_PREFIX": prefix, "FUNCTIONS_WORKER_PROCESS_COUNT": str(mode.workers)}
+    settings = {
+        "VAULT_QUEUE_PREFIX": prefix,
+        "FUNCTIONS_WORKER_PROCESS_COUNT": str(mode.workers),
+        "LOCAL_SPARE_WORKERS": str(mode.spares),
+    }
     args: tuple[str, ...] = ("--host-json", str(host_json(mode.visibility, scratch)))
     args += ("--round-robin-queues",) if mode.round_robin else ()
     hosts: list[HostProcess] = []
@@ -337,6 +357,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
             hosts, streams, env.args.producers, per_batch=PER_BATCH, rate=env.args.worker_rate
         )
         replaced: list[float] = []
+        spared: list[float] = []
         owned: list[float] = []
         takeovers: list[float] = []
         seen: list[float] = []
@@ -349,14 +370,17 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                 # with two workers, the survivor that took them over).
                 victim = _owners(list(host.lines), queues[0])[-1][1]
                 before = sum("replaced (pid" in x for x in list(host.lines))
+                spares_before = sum(SPARE_READY in x for x in list(host.lines))
                 os.kill(victim, signal.SIGKILL)
                 killed, killed_at = time.perf_counter(), time.time()
                 ready: float | None = None
+                spare: float | None = None if mode.spares else float("nan")
                 took: float | None = None
                 takeover: float | None = None
                 reads: float | None = None
                 while (
                     ready is None
+                    or spare is None
                     or takeover is None
                     or reads is None
                     or time.perf_counter() < killed + env.args.kill_every
@@ -368,6 +392,8 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                     lines = list(host.lines)
                     if ready is None and sum("replaced (pid" in x for x in lines) > before:
                         ready = time.perf_counter() - killed
+                    if spare is None and sum(SPARE_READY in x for x in lines) > spares_before:
+                        spare = time.perf_counter() - killed
                     if took is None:
                         took = owned_again(lines, queues, killed_at, victim)
                     after = [x for x in acked if x.stream in victims and x.posted > killed]
@@ -380,6 +406,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                         reads = min(done) - killed if done else None
                     time.sleep(0.05)
                 replaced.append(ready)
+                spared.append(spare)
                 takeovers.append(takeover)
                 seen.append(reads)
                 owned.append(took if took is not None else float("nan"))
@@ -393,6 +420,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
         return WorkerKills(
             mode,
             replaced,
+            spared,
             owned,
             takeovers,
             seen,
@@ -421,6 +449,15 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
                 r.seen, "{:.1f}"
             ),
             f"worker kill, {label}: s until the replacement is ready, each kill": _each(r.replaced, "{:.1f}"),
+            **(
+                {
+                    f"worker kill, {label}: s until a new warm spare is ready, each kill": _each(
+                        r.spared, "{:.1f}"
+                    )
+                }
+                if r.mode.spares
+                else {}
+            ),
             f"worker kill, {label}: ack to commit s, p50 / p99 / max (all batches)": (
                 f"{percentile(r.lags, 0.5):.2f} / {percentile(r.lags, 0.99):.2f} / {max(r.lags):.2f}"
             ),
@@ -439,6 +476,19 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
         figures["worker kill: ack to commit p99, 2 workers 1 s / 1 worker 10 s"] = percentile(
             after.lags, 0.99
         ) / percentile(before.lags, 0.99)
+    if "one-1" in by_name and "one-1-nospare" in by_name:
+        spare, alone = by_name["one-1"], by_name["one-1-nospare"]
+        figures["worker kill, 1 worker: takeover max, warm spare / no spare"] = max(spare.takeovers) / max(
+            alone.takeovers
+        )
+        figures["worker kill, 1 worker: ack to commit p99, warm spare / no spare"] = percentile(
+            spare.lags, 0.99
+        ) / percentile(alone.lags, 0.99)
+    if "two-1-spare" in by_name and "two-1" in by_name:
+        spare, alone = by_name["two-1-spare"], by_name["two-1"]
+        figures["worker kill, 2 workers: takeover max, warm spare / no spare"] = max(spare.takeovers) / max(
+            alone.takeovers
+        )
     return figures
 
 
@@ -644,6 +694,7 @@ def main() -> None:
     parser.add_argument("--stall", type=float, default=10, help="seconds Azurite stays frozen")
     parser.add_argument("--after", type=float, default=20, help="seconds of ingest after SIGCONT")
     parser.add_argument("--logs", type=Path, help="keep every host's output in this directory")
+    parser.add_argument("--name", default="recovery", help="results file: bench/results/NAME.json")
     args = parser.parse_args()
     t0 = time.monotonic()
     azurite = Azurite().start()  # on disk: never SIGKILLed, only frozen and resumed
@@ -670,9 +721,11 @@ def main() -> None:
         for _ in range(args.stalls):
             stalls.append(stall_once(env))
             print("stall:", stalls[-1], flush=True)
-        report(
-            "recovery", "./dev bench recovery", summarise(kills, stalls, args, time.monotonic() - t0, workers)
-        )
+        given = [a for a in sys.argv[1:] if not a.startswith("--logs=")]
+        if "--logs" in given:  # where the logs went is no part of the run
+            del given[given.index("--logs") : given.index("--logs") + 2]
+        command = " ".join(["./dev bench recovery", *given])
+        report(args.name, command, summarise(kills, stalls, args, time.monotonic() - t0, workers))
     finally:
         azurite.cleanup()
 

@@ -363,6 +363,22 @@ def test_a_writer_opened_ahead_serves_the_next_append_and_one_no_append_took_sta
     assert values(services, "ahead") == ["a"]
 
 
+def test_an_append_whose_open_ahead_met_a_lease_looks_again(runtime: Runtime, services: Services) -> None:
+    """A new owner opens a dead owner's stream while it drains, and may meet the dead owner's
+    lease then; the drain can outlast that lease, so the append tries again rather than handing
+    every drained batch of the stream back on the open's stale answer."""
+    blob = services.vault.blob("was-leased")
+    blob.create_if_missing()
+    lease = blob.acquire_lease(15, "a-dead-instance")
+    runtime.writers.open_ahead(services, "was-leased")
+    opening = runtime.writers._opening["was-leased"]
+    with pytest.raises(StreamLeased):
+        opening.result(10)
+    lease.release()  # ran out during the drain
+    runtime.writers.append(services, "was-leased", [Batch(messages(["c"]), "b3")])
+    assert values(services, "was-leased") == ["c"]
+
+
 def test_poison_is_listed_and_a_replayed_batch_is_staged_again_and_committed_once(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:

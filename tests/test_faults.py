@@ -47,7 +47,8 @@ def kill_a_worker(host: HostProcess) -> bool:
     workers = psutil.Process(host.proc.pid).children()
     if not workers:
         return False
-    os.kill(workers[0].pid, signal.SIGKILL)
+    # The busiest: a worker that runs the writer, not an idle warm spare.
+    os.kill(max(workers, key=lambda w: sum(w.cpu_times()[:2])).pid, signal.SIGKILL)
     return True
 
 
@@ -169,9 +170,9 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         )
         assert all(done for _, done in faults)
         assert poisoned == 0
-        # Refusals are 503 (storage) or, as the Functions host answers when a language worker
-        # dies under a request, 500 worker_failed; never a 500 from the app itself.
-        assert set(statuses) <= {200, 202, "503 unavailable", "500 worker_failed", "connection error"}
+        # Refusals are 503: storage, or a language worker that died under the request (the
+        # local host's worker_failed, with Retry-After); never a 500.
+        assert set(statuses) <= {200, 202, "503 unavailable", "503 worker_failed", "connection error"}
     finally:
         stop.set()
         for h in hosts:

@@ -33,20 +33,35 @@ from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
-from vault_local.channel import Channel
+from vault_local.channel import HTTP, Channel
 from vault_local.host import idle_wait
 from vault_local.process import HostProcess, local_env
-from vault_local.workers import ForkedProcess, QueueAffinity, least_busy, queue_worker, worker_settings
+from vault_local.workers import (
+    ForkedProcess,
+    QueueAffinity,
+    WorkerFailed,
+    Workers,
+    _Worker,
+    least_busy,
+    queue_worker,
+    spare_workers,
+    worker_settings,
+)
 
 
-def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str) -> HostProcess:
-    settings = {"VAULT_STAGING_QUEUES": "2", "FUNCTIONS_WORKER_PROCESS_COUNT": workers}
+def own_host(azurite: Azurite, tmp_path: Path, workers: str, *args: str, spares: str = "1") -> HostProcess:
+    settings = {
+        "VAULT_STAGING_QUEUES": "2",
+        "FUNCTIONS_WORKER_PROCESS_COUNT": workers,
+        "LOCAL_SPARE_WORKERS": spares,
+    }
     return isolated_host(azurite, tmp_path, *args, settings=settings)
 
 
 @pytest.fixture
 def two_workers(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
-    host = own_host(azurite, tmp_path, "2").start()
+    """Two workers and no spare: a survivor takes over, and a fresh interpreter replaces the dead."""
+    host = own_host(azurite, tmp_path, "2", spares="0").start()
     yield host
     host.stop()
 
@@ -121,6 +136,17 @@ def test_a_dead_workers_queue_functions_move_at_once_to_a_live_one_and_stay_ther
     assert queues.worker(0, [None, None, None]) is None  # the host waits for a replacement
 
 
+def test_a_dead_workers_queue_functions_go_to_a_warm_survivor_not_to_the_spare_in_its_slot() -> None:
+    queues = QueueAffinity(2)
+    assert queues.worker(0, [0, 0]) == 0
+    queues.vacate(0)  # worker 0 died, and a spare took its slot at once
+    assert queues.worker(0, [0, 3]) == 1 and queues.worker(0, [0, 0]) == 1  # moved, and stays
+    alone = QueueAffinity(1)
+    alone.vacate(0)
+    assert alone.worker(0, [0]) == 0  # no survivor: the spare takes the queue over
+    assert alone.worker(0, [None]) is None
+
+
 def test_round_robin_queue_dispatch_takes_the_live_workers_in_turn_as_the_functions_host_does() -> None:
     queues = QueueAffinity(3, round_robin=True)
     assert [queues.worker(0, [0, 0, 0]) for _ in range(4)] == [0, 1, 2, 0]
@@ -137,6 +163,45 @@ def test_worker_settings_default_like_the_functions_host_and_validate() -> None:
             worker_settings({"FUNCTIONS_WORKER_PROCESS_COUNT": bad})
     with pytest.raises(ValueError, match="PYTHON_THREADPOOL_THREAD_COUNT"):
         worker_settings({"PYTHON_THREADPOOL_THREAD_COUNT": "0"})
+
+
+def test_spare_workers_default_to_one_for_a_lone_worker_and_validate() -> None:
+    assert spare_workers({}, 1) == 1 and spare_workers({}, 2) == 0  # a survivor needs no spare
+    assert [spare_workers({"LOCAL_SPARE_WORKERS": n}, 2) for n in ("0", "2", " 1 ")] == [0, 2, 1]
+    for bad in ("3", "-1", "one", "1.5"):
+        with pytest.raises(ValueError, match=r"LOCAL_SPARE_WORKERS must be a whole number from 0 to 2"):
+            spare_workers({"LOCAL_SPARE_WORKERS": bad}, 1)
+
+
+class _Idle:
+    """A worker process that never ends: what :class:`Workers` needs of one, for in-process tests."""
+
+    pid = 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        raise subprocess.TimeoutExpired("idle", timeout or 0)
+
+    def kill(self) -> None:
+        pass
+
+
+def test_an_invocation_its_dead_worker_never_received_waits_for_the_spare_that_takes_its_place() -> None:
+    workers = Workers(1, 1, app_dir=Path.cwd(), spares=1)
+    dead, gone = socket.socketpair()
+    gone.close()  # the worker died; the host has not read its end of file yet
+    ours, spare_end = socket.socketpair()
+    workers._slots = [_Worker(0, _Idle(), Channel(dead))]
+    workers._spares = [_Worker(1, _Idle(), Channel(ours))]
+    promotion = threading.Timer(0.2, workers._promote, args=(0,))  # as the reader thread does
+    promotion.start()
+    sent = workers.invoke_http({"function": "f"}, b"body")  # the send fails: on to the spare
+    assert Channel(spare_end).recv()[::2] == (HTTP, {"function": "f"})
+    assert not sent.done() and workers._slots[0].channel.sock is ours and workers._spares == []
+    promotion.join()
+    with pytest.raises(WorkerFailed, match="no language worker is running"):  # none: 503 (the host)
+        Workers(1, 1, app_dir=Path.cwd())._send(None, HTTP, {}, b"", wait=0.1)
+    for sock in (dead, ours, spare_end):
+        sock.close()
 
 
 def test_frames_carry_large_bodies_unchanged_both_ways() -> None:
@@ -226,9 +291,9 @@ def test_a_killed_worker_fails_its_requests_is_replaced_and_a_survivor_takes_its
     commit_directly(vault, stream, b"after the kill")
     for t in polls:
         t.join(60)
-    failed = [r for r in answers if r.status_code == 500]
+    failed = [r for r in answers if r.status_code == 503]
     assert len(failed) == 1 and failed[0].json()["error"] == "worker_failed", [r.text for r in answers]
-    assert "killed by SIGKILL" in failed[0].json()["message"]
+    assert "killed by SIGKILL" in failed[0].json()["message"] and failed[0].headers["Retry-After"] == "1"
     served = [[m["value"] for m in r.json()["messages"]] for r in answers if r.status_code == 200]
     assert served == [["after the kill"]]
     # A replacement takes the dead worker's place, and the host keeps serving.
@@ -258,10 +323,11 @@ def test_a_killed_worker_fails_its_requests_is_replaced_and_a_survivor_takes_its
     assert [m["value"] for m in doc["messages"]] == values
 
 
-def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_its_replacement_takes_over_at_once(
+def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_the_warm_spare_takes_over_at_once(
     azurite: Azurite, tmp_path: Path
 ) -> None:
-    """The replacement runs on the same instance, so it takes over what the dead worker held
+    """The warm spare takes the dead worker's place at once, and a fresh spare starts behind it.
+    It runs on the same instance, so it takes over what the dead worker held
     (docs/ARCHITECTURE.md §3.7) while it is still held: the queue's owner lease and the lease of
     the stream it had just committed to (kept from running out here, as if no time passed), and
     the batch of another stream it had drained. How fast: BENCHMARKS.md, Recovery."""
@@ -309,11 +375,12 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_its_replac
     try:
         client = httpx.Client(base_url=host.url, params={"code": host.key}, timeout=30)
         host.wait_for("FAULT after-commit", 30)  # printed by the worker, seen on the host's stdout
-        [worker] = workers_of(host)
-        worker.send_signal(signal.SIGKILL)
+        [(_, worker)] = owners(host)
+        [spare] = [w.pid for w in workers_of(host) if w.pid != worker]
+        os.kill(worker, signal.SIGKILL)
         keeper.start()
         wait_until(lambda: logged(host, "failed (dequeue count 1): language worker 0"))
-        wait_until(lambda: logged(host, "language worker 0 replaced"), timeout=60)
+        assert wait_until(lambda: logged(host, f"language worker 0 replaced (pid {spare}) by the warm spare"))
 
         def values() -> list[list[str]]:
             pages = [client.get(f"/streams/{s}/messages", params={"from": 0}) for s in (first, second)]
@@ -322,6 +389,9 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_its_replac
         wait_until(lambda: values() == [["x"], ["y"]], timeout=60)  # x once: a duplicate
         # Right after the kill, the owner lease was live and held under the instance's id.
         assert (0, leased[0].blob_name) in kept
+        assert owners(host)[-1][1] == spare
+        wait_until(lambda: logged(host, "warm spare language worker ready"), timeout=60)
+        assert len(workers_of(host)) == 2  # the promoted spare, and a fresh one behind it
         assert logged(host, f"1 messages a dead process had drained from 0/{queue.name} are visible again")
     finally:
         done.set()

@@ -124,8 +124,13 @@ class OpenWriters:
             if writer is None and opening is None:
                 self._lock_stream(instance, stream)
         try:
+            if opening is not None:
+                try:
+                    writer = opening.result()
+                except StreamLeased:  # a lease the drain may have outlasted (a dead owner's): again
+                    writer = None
             if writer is None:
-                writer = opening.result() if opening else self._open_writer(services, instance, stream)
+                writer = self._open_writer(services, instance, stream)
             try:
                 results = writer.append(batches)
             except LeaseLost:

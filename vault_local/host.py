@@ -14,7 +14,8 @@ It does what ``func start`` does for this app, no more:
 * runs the functions themselves, as the Functions host does, in ``FUNCTIONS_WORKER_PROCESS_COUNT``
   language worker processes (:mod:`vault_local.worker`) with real ``azure.functions`` request and
   message objects, so the HTTP tier, the queue pollers and the function code do not share one
-  GIL. A worker that dies fails its in-flight invocations and is replaced.
+  GIL. A worker that dies fails its in-flight invocations (a request: 503 with Retry-After) and
+  is replaced, at once by a warm spare (``LOCAL_SPARE_WORKERS``, :mod:`vault_local.workers`).
 * drains on SIGTERM or SIGINT, as the Functions host does when Azure stops an instance: see
   :meth:`LocalHost._drain`.
 
@@ -72,6 +73,7 @@ from vault_local.workers import (
     WorkerFailed,
     Workers,
     WorkerStartError,
+    spare_workers,
     worker_settings,
 )
 
@@ -88,6 +90,8 @@ HTTP_CLOSE_TIMEOUT = 2
 MAX_CONNECTIONS = 1000
 RETRY_MARGIN = 0.05
 """Seconds after a failed invocation's message is due back that its queue is polled again."""
+WORKER_RETRY_AFTER_SECONDS = 1
+"""Retry-After of a request whose worker died: a spare has taken its place by then, or soon will."""
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 """Requests a drain does not wait for: safe to retry, and a long poll may have a minute left."""
 
@@ -261,7 +265,7 @@ class LocalHost:
             except WorkerFailed as exc:
                 if self.draining:  # a read cut short, or an invocation past the grace period
                     return _shutting_down()
-                return JSONResponse({"error": "worker_failed", "message": str(exc)}, 500)
+                return _worker_failed(exc)
             except FunctionFailed:  # what Starlette answered when the function raised in-process
                 return PlainTextResponse("Internal Server Error", 500)
             media = resp.mimetype or "text/plain"
@@ -519,6 +523,16 @@ def _shutting_down() -> Response:
     )
 
 
+def _worker_failed(exc: WorkerFailed) -> Response:
+    """The worker running the request died (or none came up in time): retriable, so a 503. A
+    POST may have been staged before the death: its retry with the same Idempotency-Key finds it."""
+    return JSONResponse(
+        {"error": "worker_failed", "message": f"{exc}; retry shortly"},
+        503,
+        headers={"Retry-After": str(WORKER_RETRY_AFTER_SECONDS)},
+    )
+
+
 def load_local_settings(path: Path) -> dict[str, str]:
     """The ``Values`` of a local.settings.json, as ``func start`` puts them in the environment."""
     text = path.read_text() if path.is_file() else ""
@@ -558,6 +572,7 @@ def run(
     logging.getLogger("azure").setLevel(logging.WARNING)
     try:
         processes, threads = worker_settings(os.environ)
+        spares = spare_workers(os.environ, processes)
     except ValueError as exc:
         sys.exit(f"vault_local host: {exc}")
     import function_app  # imported after the environment is set, as the host does
@@ -575,6 +590,7 @@ def run(
         app_dir=Path(function_app.__file__).resolve().parent,
         fault=fault,
         round_robin_queues=round_robin_queues,
+        spares=spares,
     )
     try:
         workers.start()
@@ -592,7 +608,7 @@ def run(
         )
         names = ", ".join(h.name for h in host.http)
         names += "; queues: " + ", ".join(q.queue_name for q in host.queues)
-        names += f"; {processes} worker process(es) x {threads} threads"
+        names += f"; {processes} worker process(es) x {threads} threads, {spares} warm spare(s)"
         # The whole line in one write (end=""): the workers share this stdout, and print's
         # separate write of "\n" let a worker's line land in the middle of this one.
         ready = f"READY http://127.0.0.1:{port}{host.prefix} ({names})\n"

@@ -178,6 +178,20 @@ def _failure(kind: int, meta: Mapping[str, Any], exc: Exception) -> dict[str, An
     return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
 
 
+def warm_up(runtime: Runtime) -> None:
+    """Before READY, what a worker's first invocations would otherwise pay for: the app's storage
+    clients (made, no request sent) and with them the queue SDK, which ``vault_core.azure``
+    imports on first use. A spare that takes a dead worker's place then starts on its takeover
+    at once. Best effort: a setting that cannot make a client fails the first invocation, as
+    before, with its own message."""
+    services = runtime.services
+    try:
+        for made in ("vault", "claims", "batch_table", "queues", "steering"):
+            getattr(services, made)
+    except Exception:
+        log.warning("language worker warm-up: the storage clients could not be made", exc_info=True)
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m vault_local.worker")
     parser.add_argument("--fd", type=int, required=True, help="this worker's end of the host's socketpair")
@@ -203,6 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     runtime: Runtime = function_app.runtime
     if args.fault:
         install_fault(runtime, args.fault)
+    warm_up(runtime)
     from vault_local.routes import discover
 
     http, queues = discover(function_app.app)

@@ -8,6 +8,13 @@ sends invocations (HTTP: to the least busy worker; a queue function: to one live
 replacement in the background, as the Functions host does. Meanwhile invocations go to the live
 workers: with two or more, a survivor takes a dead worker's queues over at once.
 
+**The warm spare** (``LOCAL_SPARE_WORKERS``, by default 1 with one worker): one more worker, started and done
+importing the app, which gets no invocation and owns nothing until a worker dies. Then it takes
+the dead worker's place at once, and a new spare starts in the background. Starting a worker
+takes seconds (a fresh interpreter importing the SDKs), and with one worker nothing else could
+take the dead one's queues over meanwhile. An invocation that could not be sent to a worker (it
+died before the host noticed) never reached it, so it goes to the next live worker instead.
+
 Starting: the first workers are forked from the host, which has just imported the app and done
 nothing else (no thread, no connection, no function listed), so each begins where a fresh
 interpreter would be after ``import function_app``, without paying for that import again. A
@@ -50,7 +57,14 @@ MAX_WORKER_PROCESSES = 10
 START_TIMEOUT = 60.0
 """Seconds a new worker may take to import the app and report ready."""
 WAIT_FOR_WORKER = 60.0
-"""Seconds an invocation waits for a worker while its replacement starts."""
+"""Seconds a queue invocation waits for a worker while its replacement starts."""
+WAIT_FOR_WORKER_HTTP = 5.0
+"""Seconds an HTTP request waits for a worker while its replacement starts (no spare was ready),
+before the host answers 503 with Retry-After: well within a client's timeout."""
+SPARE_WORKERS_SETTING = "LOCAL_SPARE_WORKERS"
+SPARE_START_DELAY = 3.0
+"""Seconds after a spare took a dead worker's place before the next spare starts."""
+MAX_SPARE_WORKERS = 2
 WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
 """Seconds the host waits for a worker told to terminate before it kills it."""
 
@@ -64,6 +78,21 @@ def worker_settings(env: Mapping[str, str]) -> tuple[int, int]:
     processes = positive(env, "FUNCTIONS_WORKER_PROCESS_COUNT", 1, top=MAX_WORKER_PROCESSES)
     threads = positive(env, "PYTHON_THREADPOOL_THREAD_COUNT", min(32, (os.cpu_count() or 1) + 4))
     return processes, threads
+
+
+def spare_workers(env: Mapping[str, str], workers: int) -> int:
+    """``LOCAL_SPARE_WORKERS``: warm spare workers the local host keeps (0 to 2). By default one
+    for a lone worker, none for more: with two or more a warm survivor takes a dead worker's
+    queues over at once, and a spare's start (seconds of CPU) only competes with it."""
+    raw = (env.get(SPARE_WORKERS_SETTING) or "").strip()
+    if not raw:
+        return 1 if workers == 1 else 0
+    count = int(raw) if raw.isdigit() else -1
+    if not 0 <= count <= MAX_SPARE_WORKERS:
+        raise ValueError(
+            f"{SPARE_WORKERS_SETTING} must be a whole number from 0 to {MAX_SPARE_WORKERS}, not {raw!r}"
+        )
+    return count
 
 
 # -- dispatch --------------------------------------------------------------------------------
@@ -101,7 +130,9 @@ class QueueAffinity:
     What is faithful is what a death does: the functions of a dead worker move at once to the
     least busy live one, which takes the queue over (the instance's lease id, its lock gone with
     the dead process), instead of waiting for the replacement to start. They stay there: moving
-    back to the replacement would find the survivor owning the queue.
+    back to the replacement would find the survivor owning the queue. A warm spare that takes a
+    dead worker's slot at once (:meth:`vacate`) does not take its queue functions while another
+    worker lives: that one is warm (its storage clients made, its code run), the spare is not.
 
     ``round_robin``: every invocation goes to the next live worker instead, as the Functions host
     sends them (``./dev bench recovery`` measures what that costs the writer).
@@ -112,6 +143,12 @@ class QueueAffinity:
         self.round_robin = round_robin
         self._moved: dict[int, int] = {}
         self._turn = itertools.count()
+        self._vacated: int | None = None
+        """The slot of the worker that died last: its queue functions go to another live worker."""
+
+    def vacate(self, slot: int) -> None:
+        """The worker in ``slot`` died (a spare may take its slot before the next invocation)."""
+        self._vacated = slot
 
     def worker(self, function_index: int, loads: Sequence[int | None]) -> int | None:
         """The worker for this function now (``loads``: in flight per worker, None if dead);
@@ -120,18 +157,28 @@ class QueueAffinity:
             live = [i for i, load in enumerate(loads) if load is not None]
             return live[next(self._turn) % len(live)] if live else None
         slot = self._moved.get(function_index, queue_worker(function_index, self.workers))
-        if loads[slot] is not None:
+        if loads[slot] is not None and slot != self._vacated:
             return slot
+        others = [None if i == self._vacated else load for i, load in enumerate(loads)]
         try:
-            moved = least_busy(loads, function_index)
-        except LookupError:
-            return None
+            moved = least_busy(others, function_index)
+        except LookupError:  # no other live worker: the spare in the dead one's slot, if any
+            if loads[slot] is not None:
+                return slot
+            try:
+                moved = least_busy(loads, function_index)
+            except LookupError:
+                return None
         self._moved[function_index] = moved
         return moved
 
 
 class WorkerFailed(Exception):
     """The worker running (or about to run) an invocation died or could not be reached."""
+
+
+class WorkerUnreachable(WorkerFailed):
+    """The invocation could not be sent: its worker never saw it, so another may run it."""
 
 
 class FunctionFailed(Exception):
@@ -260,14 +307,16 @@ class _Worker:
         fut.set_running_or_notify_cancel()
         with self._lock:
             if not self.alive:
-                fut.set_exception(WorkerFailed(f"language worker {self.slot} is not running"))
-                return fut
+                raise WorkerUnreachable(f"language worker {self.slot} is not running")
             ident = next(self._ids)
             self._inflight[ident] = fut
         try:
             self.channel.send(kind, ident, meta, body)
         except OSError as exc:  # it died under us: the reader thread notices too
-            self._settle(ident, exc=WorkerFailed(f"language worker {self.slot} is unreachable: {exc}"))
+            with self._lock:
+                self.alive = False  # not to be picked again meanwhile
+                self._inflight.pop(ident, None)
+            raise WorkerUnreachable(f"language worker {self.slot} is unreachable: {exc}") from exc
         return fut
 
     def _settle(self, ident: int, result: Any = None, exc: BaseException | None = None) -> None:
@@ -310,6 +359,7 @@ class Workers:
         app_dir: Path,
         fault: str | None = None,
         round_robin_queues: bool = False,
+        spares: int = 0,
     ) -> None:
         if not 1 <= count <= MAX_WORKER_PROCESSES:
             raise ValueError(f"worker count must be 1..{MAX_WORKER_PROCESSES}, not {count}")
@@ -317,9 +367,14 @@ class Workers:
         self.threads = threads
         self.app_dir = app_dir
         self.fault = fault
+        self.spares = spares
         self.functions: frozenset[str] = frozenset()
         """The functions every worker found in the app (set by :meth:`start`)."""
         self._slots: list[_Worker] = []
+        self._spares: list[_Worker] = []
+        """Warm spares, started and ready, that run nothing until one takes a dead worker's slot."""
+        self._spare_numbers = itertools.count(count)
+        """A spare's ``--slot`` (its threads' names): numbers after the workers' own."""
         self._queues = QueueAffinity(count, round_robin=round_robin_queues)
         self._changed = threading.Condition()
         self._turn = itertools.count()
@@ -331,17 +386,20 @@ class Workers:
 
         Call it before this process lists the app's functions or does any I/O: the first
         workers are forked (see the module's docstring)."""
-        launched = [self._launch(slot) for slot in range(self.count)]
+        launched = [self._launch(slot, fault=self.fault) for slot in range(self.count)]
+        launched += [self._launch(next(self._spare_numbers)) for _ in range(self.spares)]
         try:
             first = self._handshake(*launched[0], expected=None)
             self.functions = first.functions
-            self._slots = [first, *(self._handshake(*one, expected=self.functions) for one in launched[1:])]
+            rest = [self._handshake(*one, expected=self.functions) for one in launched[1:]]
         except BaseException:
             for _, proc, channel in launched:
                 channel.close()
                 proc.kill()
             raise
-        for w in self._slots:
+        self._slots = [first, *rest[: self.count - 1]]
+        self._spares = rest[self.count - 1 :]
+        for w in [*self._slots, *self._spares]:
             self._watch(w)
 
     def close(self) -> None:
@@ -353,13 +411,15 @@ class Workers:
         self._stopping.set()  # first: the readers must not replace the workers that now exit
         with self._changed:
             self._changed.notify_all()
-        for w in self._slots:
+        with self._changed:
+            everyone = [*self._slots, *self._spares]
+        for w in everyone:
             try:
                 w.channel.send(TERMINATE, 0, {})
             except OSError:
                 pass  # already gone
         deadline = time.monotonic() + WORKER_EXIT_TIMEOUT
-        for w in self._slots:
+        for w in everyone:
             try:
                 w.proc.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
@@ -369,15 +429,25 @@ class Workers:
 
     # -- invoking --------------------------------------------------------------------------
     def invoke_http(self, meta: Mapping[str, Any], body: bytes) -> Future[HttpResult]:
-        return self._pick(None).submit(HTTP, meta, body)
+        return self._send(None, HTTP, meta, body, WAIT_FOR_WORKER_HTTP)
 
     def invoke_queue(self, function_index: int, meta: Mapping[str, Any], body: bytes) -> Future[None]:
-        return self._pick(function_index).submit(QUEUE, meta, body)
+        return self._send(function_index, QUEUE, meta, body, WAIT_FOR_WORKER)
 
-    def _pick(self, queue_function: int | None) -> _Worker:
+    def _send(
+        self, queue_function: int | None, kind: int, meta: Mapping[str, Any], body: bytes, wait: float
+    ) -> Future[Any]:
+        """Send to a live worker; one found dead on the way never saw it, so try the next one."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self._pick(queue_function, deadline).submit(kind, meta, body)
+            except WorkerUnreachable as exc:
+                log.warning("%s; sending the invocation to another", exc)
+
+    def _pick(self, queue_function: int | None, deadline: float) -> _Worker:
         """A live worker (for HTTP: the least busy; for a queue function: its own, see
-        :class:`QueueAffinity`), waiting only while no worker is alive."""
-        deadline = time.monotonic() + WAIT_FOR_WORKER
+        :class:`QueueAffinity`), waiting until ``deadline`` only while no worker is alive."""
         with self._changed:
             while True:
                 loads = [w.load if w.alive else None for w in self._slots]
@@ -393,14 +463,14 @@ class Workers:
                 self._changed.wait(left)
 
     # -- lifecycle -------------------------------------------------------------------------
-    def _launch(self, slot: int) -> tuple[int, Process, Channel]:
+    def _launch(self, slot: int, *, fault: str | None = None) -> tuple[int, Process, Channel]:
         ours, theirs = socket.socketpair()
         argv = ["--fd", str(theirs.fileno()), "--slot", str(slot), "--threads", str(self.threads)]
         argv += ["--app-dir", str(self.app_dir)]
-        # The --fault seam stops the first workers only: a replacement runs clean, so a test can
-        # see it take over from the worker it killed.
-        if self.fault and not self.functions:
-            argv += ["--fault", self.fault]
+        # The --fault seam stops the first workers only: a spare or a replacement runs clean, so
+        # a test can see it take over from the worker it killed.
+        if fault:
+            argv += ["--fault", fault]
         # Same process group, stdout and environment as the host: killing the host's group
         # kills its workers, and their output lands where the host's does.
         proc: Process
@@ -472,12 +542,66 @@ class Workers:
         except subprocess.TimeoutExpired:  # alive but its socket is broken: useless, so end it
             w.proc.kill()
             code = None
+        with self._changed:
+            spare = w in self._spares
+            if spare:
+                self._spares.remove(w)
+        if spare:
+            if not self._stopping.is_set():
+                log.error("the warm spare language worker (pid %d) died (%s)", w.proc.pid, _exit_reason(code))
+                self._refill()
+            return
         why = f"language worker {w.slot} (pid {w.proc.pid}) died ({_exit_reason(code)})"
         failed = w.fail_all(why + " while running this invocation")
         if self._stopping.is_set():
             return
-        log.error("%s; %d invocation(s) in flight failed; starting a replacement", why, failed)
-        self._replace(w.slot)
+        with self._changed:
+            self._queues.vacate(w.slot)
+        if self._promote(w.slot):
+            log.error("%s; %d invocation(s) in flight failed; the warm spare took its place", why, failed)
+            # Not at once: a start takes seconds of CPU (importing the SDKs), which the takeover
+            # needs now, on as few as one or two cores.
+            self._stopping.wait(SPARE_START_DELAY)
+            self._refill()
+        else:
+            log.error("%s; %d invocation(s) in flight failed; starting a replacement", why, failed)
+            self._replace(w.slot)
+
+    def _promote(self, slot: int) -> bool:
+        """Put a warm spare in ``slot``, at once; False if none is ready."""
+        with self._changed:
+            if not self._spares:
+                return False
+            spare = self._spares.pop(0)
+            spare.slot = slot
+            self._slots[slot] = spare
+            self._changed.notify_all()
+        log.info("language worker %d replaced (pid %d) by the warm spare", slot, spare.proc.pid)
+        return True
+
+    def _refill(self) -> None:
+        """Start fresh spares until there are :attr:`spares` again (in the calling thread)."""
+        backoff = Backoff(0.5, 30.0)
+        while not self._stopping.is_set():
+            with self._changed:
+                if len(self._spares) >= self.spares:
+                    return
+            try:
+                w = self._handshake(*self._launch(next(self._spare_numbers)), expected=self.functions)
+            except WorkerStartError as exc:
+                delay = backoff.next()
+                log.error("%s; retrying in %.1f s", exc, delay)
+                self._stopping.wait(delay)
+                continue
+            with self._changed:
+                wanted = not self._stopping.is_set() and len(self._spares) < self.spares
+                if wanted:
+                    self._spares.append(w)
+            if not wanted:  # closed meanwhile, or another death's refill came first
+                w.channel.close()  # it sees end of file and exits
+                continue
+            self._watch(w)
+            log.info("warm spare language worker ready (pid %d)", w.proc.pid)
 
     def _replace(self, slot: int) -> None:
         backoff = Backoff(0.5, 30.0)
