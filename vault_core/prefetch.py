@@ -29,14 +29,10 @@ class RangeReads(Protocol):
 
 
 def prefetched_chunks(
-    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int, first_chunk: int | None = None
+    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int
 ) -> Generator[tuple[bytes, bool], None, None]:
     """``[start, end)`` of ``log`` in order, as ``(bytes, is_last)`` pieces of ``chunk`` bytes
     (the last may be shorter), with up to ``prefetch`` ranged reads in flight.
-
-    With ``first_chunk`` the first piece is that long and each next one twice the one before,
-    up to ``chunk``: the caller starts on the first bytes after a short wait rather than after a
-    whole ``chunk`` has arrived, while the reads behind it are under way.
 
     A read that returns fewer bytes than asked raises :class:`StorageFailure` (the caller asked
     only for bytes below the committed length, which storage must hold). Closing the generator
@@ -45,7 +41,7 @@ def prefetched_chunks(
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     width = max(1, prefetch)
-    ranges = deque(_pieces(start, end, chunk, first_chunk or chunk))
+    ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"mv-read-{log.stream}")
     pending: deque[tuple[int, Future[bytes]]] = deque()
 
@@ -67,13 +63,3 @@ def prefetched_chunks(
         for _, f in pending:
             f.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _pieces(start: int, end: int, chunk: int, first_chunk: int) -> Generator[tuple[int, int], None, None]:
-    """``(position, length)`` of each piece: ``first_chunk`` bytes, then doubling up to ``chunk``."""
-    size = max(1, min(first_chunk, chunk))
-    pos = start
-    while pos < end:
-        yield pos, min(size, end - pos)
-        pos += size
-        size = min(2 * size, chunk)

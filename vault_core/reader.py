@@ -36,10 +36,6 @@ from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
-SCAN_FIRST_CHUNK = 256 * 1024
-"""A scan's first read: decoding starts once this much has arrived, the reads after it (each twice
-the one before, up to ``chunk``) under way meanwhile. Waiting for a whole first ``chunk`` would keep
-a scan of format 2 waiting on most of a short stream: 4 MiB of its units hold 100,000 100 B events."""
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
@@ -182,7 +178,7 @@ def scan_parts(
     """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order)."""
     if start >= end:
         return
-    chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch, first_chunk=SCAN_FIRST_CHUNK)
+    chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch)
     try:
         carry = b""
         base = start
