@@ -212,16 +212,16 @@ def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
     log = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
     rng = random.Random(11)
 
-    def parts(buf: bytes | bytearray, end: int | None = None, **kw: bool) -> object:
+    def parts(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
         try:
-            got, pos = decode_parts(buf, 0, 0, end, **kw)
+            got, pos = decode_parts(buf, 0, 0, end, complete=complete)
             return list(chain.from_iterable(map(part_messages, got))), pos
         except FormatError as exc:
             return type(exc), str(exc)
 
-    def reference(buf: bytes | bytearray, end: int | None = None, **kw: bool) -> object:
+    def reference(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
         try:
-            return decode(buf, 0, 0, end, **kw)
+            return decode(buf, 0, 0, end, complete=complete)
         except FormatError as exc:
             return type(exc), str(exc)
 
