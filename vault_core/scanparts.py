@@ -73,8 +73,8 @@ def decode_parts(
             if unit is None:
                 break  # cut off by ``end``: the caller completes it
             skip = min(max(0, first - unit.offset), unit.size)
-            if skip < unit.size:
-                out.append(UnitPart(unit, skip, unit.size))
+            if skip < unit.size:  # held until taken: without the payload, which keys and values copy
+                out.append(UnitPart(unit._replace(payload=b""), skip, unit.size))
             pos += unit.length
             continue
         # ``buf`` itself, not the view: decode slices a key or value out of bytes in one copy
