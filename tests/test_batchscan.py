@@ -7,8 +7,10 @@ All in process, over the in-memory twin (tests/test_contracts.py shows it behave
 
 from __future__ import annotations
 
+import gc
 import json
 import random
+from itertools import chain
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from vault_core.memory import MemoryAccount, MemoryPageBlobs
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
+from vault_core.scanparts import decode_parts, part_messages
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 
@@ -205,6 +208,52 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
         except FormatError as exc:
             got = (type(exc), str(exc))
         assert got == expected
+
+
+def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
+    log = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
+    rng = random.Random(11)
+
+    def parts(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
+        try:
+            got, pos = decode_parts(buf, 0, 0, end, complete=complete)
+            return list(chain.from_iterable(map(part_messages, got))), pos
+        except FormatError as exc:
+            return type(exc), str(exc)
+
+    def reference(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
+        try:
+            return decode(buf, 0, 0, end, complete=complete)
+        except FormatError as exc:
+            return type(exc), str(exc)
+
+    for cut in rng.sample(range(1, len(log)), 40):  # a buffer that ends anywhere, or the committed end there
+        for complete in (False, True):
+            assert parts(log, cut, complete=complete) == reference(log, cut, complete=complete)
+    for at in rng.sample(range(len(log)), 40):  # a flipped bit anywhere
+        damaged = bytearray(log)
+        damaged[at] ^= 0x20
+        assert parts(damaged, complete=True) == reference(damaged, complete=True)
+
+
+def test_the_per_message_scan_sets_off_no_collection_of_its_own(clock: ManualClock) -> None:
+    """A unit's messages are built as they are taken: a consumer that drops each one leaves the
+    cyclic collector nothing to do (a list of them would set it off every 700 messages)."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"%d" % i, "k") for i in range(10_000)])])
+    started: list[int] = []
+
+    def count(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started.append(info["generation"])
+
+    gc.callbacks.append(count)
+    try:
+        assert sum(1 for _ in vault.reader.scan(STREAM)) == 10_000
+    finally:
+        gc.callbacks.remove(count)
+    assert len(started) <= 1  # at most one the allocations before the scan had nearly set off
 
 
 def test_the_exporters_write_every_message_of_a_mixed_stream_from_batches(

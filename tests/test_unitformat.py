@@ -140,6 +140,33 @@ def test_a_payload_that_decompresses_to_another_length_is_corrupt(unit: bytearra
         decode(reseal(unit), 0, complete=True)
 
 
+@pytest.mark.parametrize(
+    "key_ends",
+    [(0, 1100, 1200, 1210), (0, 1205, 1200, 1210), (0, 100, 1125, 1210)],
+    ids=[
+        "a key over the limit, the others shorter",
+        "a boundary going back",
+        "a key over the limit in the middle",
+    ],
+)
+def test_key_boundaries_that_lie_with_a_valid_crc_are_corrupt(key_ends: tuple[int, ...]) -> None:
+    unit = bytearray(encode_unit(KEYS_1210, [b"v"] * 3, 0, TS, codec=codecs.CODEC_NONE, key_is_text=False))
+    struct.pack_into("<4I", unit, STORED_OFFSET, *key_ends)
+    with pytest.raises(CorruptRecord, match="boundaries do not agree"):
+        decode(reseal(unit), 0, complete=True)
+
+
+def test_key_boundaries_moved_within_the_limits_are_read_as_they_say() -> None:
+    unit = bytearray(encode_unit(KEYS_1210, [b"v"] * 3, 0, TS, codec=codecs.CODEC_NONE, key_is_text=False))
+    struct.pack_into("<4I", unit, STORED_OFFSET, 0, 600, 1210, 1210)  # 600, 610 and 0 bytes
+    keys = [m.key for m in decode(reseal(unit), 0, complete=True)[0]]
+    assert keys == [b"a" * 600, b"b" * 600 + b"c" * 10, b""]
+
+
+KEYS_1210 = [b"a" * 600, b"b" * 600, b"c" * 10]
+"""Keys whose boundaries (0, 600, 1200, 1210) a lying writer moves: 1210 bytes, more than one key may hold."""
+
+
 def test_a_decompression_bomb_is_refused_without_allocating_it() -> None:
     bomb = zstandard.ZstdCompressor().compress(bytes(2**30))  # 1 GiB of zeros in ~32 KiB
     header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD | 0x08, 1, 1024, len(bomb), 0, TS)

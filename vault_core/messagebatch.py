@@ -80,9 +80,17 @@ class MessageBatch:
         return self.next_offset - self.offsets[0]
 
     def messages(self) -> list[Message]:
-        """The messages as :class:`Message` tuples, equal to what the per-message decoder returns.
+        """The messages as :class:`Message` tuples, equal to what the per-message decoder returns."""
+        return list(self.iter_messages())
+
+    def iter_messages(self) -> Iterator[Message]:
+        """:meth:`messages`, each built as it is taken.
 
         No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
+        And no list holds them: a :class:`Message` is a tuple subclass, which the cyclic collector
+        tracks for as long as it lives (it stops tracking only plain tuples), so a list of thousands
+        of them sets off collections, each a pass over the heap, that cost as much as building
+        them; a consumer that drops each message before taking the next sets off none.
         """
         ke, ve, keys, values = self.key_ends, self.value_ends, self.keys, self.values
         key_list = map(keys.__getitem__, map(slice, ke[:-1], ke[1:]))
@@ -95,7 +103,7 @@ class MessageBatch:
         )
         fields = zip(self.offsets, self.timestamps, key_list, value_list, self.flags, ends, strict=False)
         # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
-        return list(map(tuple.__new__, repeat(Message), fields))  # type: ignore[arg-type]
+        return map(tuple.__new__, repeat(Message), fields)  # type: ignore[arg-type]
 
     def head(self, n: int) -> MessageBatch:
         """The first ``n`` messages (``1 <= n <= len``): where a scan that ends inside a unit stops."""
@@ -254,5 +262,5 @@ def _record_run(
 
 
 def batch_messages(batches: Iterable[MessageBatch]) -> Iterator[Message]:
-    """Every message of ``batches``, in order (built a batch at a time, in C)."""
-    return chain.from_iterable(map(MessageBatch.messages, batches))
+    """Every message of ``batches``, in order (each built in C as it is taken)."""
+    return chain.from_iterable(map(MessageBatch.iter_messages, batches))

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
+from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
@@ -30,6 +31,7 @@ from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
+from vault_core.scanparts import ScanPart, UnitPart, decode_parts, part_messages
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
@@ -69,10 +71,27 @@ class BatchReadResult:
         return list(batch_messages(self.batches))
 
 
+class ScanDecoder(Protocol[T]):
+    """What a scan decodes a buffer with: :func:`~vault_core.scanparts.decode_parts` (the
+    per-message scan), :func:`~vault_core.messagebatch.decode_batches` (the batch scan), or any
+    :class:`Decoder`."""
+
+    def __call__(
+        self,
+        buf: bytes | bytearray | memoryview,
+        base_offset: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        stream: str | None = None,
+        complete: bool = False,
+        first: int = 0,
+    ) -> tuple[list[T], int]: ...
+
+
 class Decoder(Protocol[T]):
-    """What a read or a scan decodes a buffer with: :func:`~vault_core.recordformat.decode`
-    (messages) or :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same
-    arguments."""
+    """What a read decodes a buffer with: :func:`~vault_core.recordformat.decode` (messages) or
+    :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
 
     def __call__(
         self,
@@ -114,11 +133,12 @@ def scan_log(
     may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
     ``skip_corrupt`` a corrupt record raises.
 
-    The messages of a buffer are built in one go and handed on by ``itertools.chain``: taking the
-    next message runs no Python code.
+    A buffer is checked whole before any of its messages is handed on; the messages of a version 2
+    unit are then built one at a time as they are taken (:mod:`vault_core.scanparts`), by
+    ``itertools.chain``, ``map`` and ``zip``: taking the next message runs no Python code.
     """
-    parts = scan_parts(log, start, end, decode, chunk, prefetch, skip_corrupt, on_skip, resync, first)
-    return chain.from_iterable(parts)
+    parts = scan_parts(log, start, end, decode_parts, chunk, prefetch, skip_corrupt, on_skip, resync, first)
+    return _messages(parts)
 
 
 def scan_log_batches(
@@ -147,7 +167,7 @@ def scan_parts(
     log: ReadableLog,
     start: int,
     end: int,
-    decoder: Decoder[T],
+    decoder: ScanDecoder[T],
     chunk: int = SCAN_CHUNK,
     prefetch: int = SCAN_PREFETCH,
     skip_corrupt: bool = False,
@@ -233,7 +253,7 @@ def _next_boundary(resync: Sequence[int], after: int, end: int) -> int:
 
 
 def _records_before(
-    decoder: Decoder[T], buf: bytes, base: int, pos: int, bad: int, stream: str, first: int
+    decoder: ScanDecoder[T], buf: bytes, base: int, pos: int, bad: int, stream: str, first: int
 ) -> list[T]:
     # decoding raised at ``bad``: the whole records between ``pos`` and ``bad`` are good.
     if bad <= pos:
@@ -242,8 +262,17 @@ def _records_before(
     return records
 
 
+_offset = attrgetter("offset")
+
+
+def _messages(parts: Iterator[list[ScanPart]]) -> Iterator[Message]:
+    """Every message of the parts, in order: a unit's each built as it is taken."""
+    return chain.from_iterable(map(part_messages, chain.from_iterable(parts)))
+
+
 def _before(part: list[T], end: int) -> list[T]:
-    """The messages (or batches, cut inside) of ``part`` that start before offset ``end``."""
+    """The messages (or batches, unit parts or lists of messages, cut inside) of ``part`` that start
+    before offset ``end``."""
     kept: list[Any] = []
     item: Any
     for item in part:
@@ -251,6 +280,18 @@ def _before(part: list[T], end: int) -> list[T]:
             n = bisect.bisect_left(item.offsets, end)
             if n:
                 kept.append(item.head(n))
+            if n < len(item):
+                break
+        elif isinstance(item, UnitPart):
+            cut = item.before(end)
+            if cut is not None:
+                kept.append(cut)
+            if cut is not item:
+                break
+        elif isinstance(item, list):
+            n = bisect.bisect_left(item, end, key=_offset)
+            if n:
+                kept.append(item[:n])
             if n < len(item):
                 break
         elif item.offset < end:
@@ -461,8 +502,8 @@ class StreamReader:
 
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
-        parts = self._scan_parts(stream, from_offset, to_offset, decode, chunk, prefetch, skip_corrupt)
-        return chain.from_iterable(parts)
+        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, chunk, prefetch, skip_corrupt)
+        return _messages(parts)
 
     def scan_batches(
         self,
@@ -486,7 +527,7 @@ class StreamReader:
         stream: str,
         from_offset: int,
         to_offset: int | None,
-        decoder: Decoder[T],
+        decoder: ScanDecoder[T],
         chunk: int,
         prefetch: int,
         skip_corrupt: bool,

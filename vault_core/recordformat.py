@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Iterable
-from itertools import repeat
+from collections.abc import Iterable, Iterator
+from itertools import chain, repeat
 from typing import NamedTuple
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
@@ -184,6 +184,7 @@ def decode(
     complete: bool = False,
     first: int = 0,
     units: list[tuple[int, int]] | None = None,
+    stop_at_unit: bool = False,
 ) -> tuple[list[Message], int]:
     """Decode whole records from ``buf[start:end]``; ``buf[0]`` is stream offset ``base_offset``.
 
@@ -197,6 +198,8 @@ def decode(
     from its start). When ``max_count`` stops inside a unit, the position returned is the next
     message's offset minus ``base_offset``: inside that unit, where a later read starts.
     ``units``, if given, collects the ``(start, end)`` stream offsets of the units decoded.
+    ``stop_at_unit`` returns at the first unit instead, its position: for a caller that decodes
+    units its own way (:func:`~vault_core.messagebatch.decode_parts`).
     """
     view = memoryview(buf)
     data = buf if isinstance(buf, bytes) else view  # slicing bytes copies once, with no view object
@@ -215,6 +218,8 @@ def decode(
             break
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
         if version == UNIT_VERSION and magic == MAGIC:
+            if stop_at_unit:
+                break
             room = None if max_count is None else max_count - len(out)
             messages, after = _decode_unit(view, pos, base_offset, end, first, room, stream, complete)
             if after is None:
@@ -263,30 +268,33 @@ def decode(
 
 
 def unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> list[Message]:
-    """Messages ``first`` to ``stop`` (indexes in the unit) of a verified unit, as :class:`Message`.
+    """Messages ``first`` to ``stop`` (indexes in the unit) of a verified unit, as :class:`Message`."""
+    return list(iter_unit_messages(unit, first, stop))
+
+
+def iter_unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> Iterator[Message]:
+    """:func:`unit_messages`, each built as it is taken (what the per-message scan hands on:
+    see :meth:`~vault_core.messagebatch.MessageBatch.iter_messages` for why no list holds them).
 
     No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
     """
     stop = unit.size if stop is None else stop
-    if first >= stop:
-        return []
     ke, ve, keys, values = unit.key_ends, unit.value_ends, unit.keys, unit.values
     key_list = map(keys.__getitem__, map(slice, ke[first:stop], ke[first + 1 : stop + 1]))
     value_list = map(values.__getitem__, map(slice, ve[first:stop], ve[first + 1 : stop + 1]))
-    start = unit.offset + first
+    start, after = unit.offset + first, unit.offset + stop
+    # each message's successor is the next offset, the last one's the next frame
+    ends = chain(range(start + 1, after), (unit.end,)) if stop == unit.size else range(start + 1, after + 1)
     fields = zip(
-        range(start, unit.offset + stop),
+        range(start, after),
         repeat(unit.timestamp),
         key_list,
         value_list,
         repeat(unit.flags & FLAG_KEY_IS_TEXT),
-        range(start + 1, unit.offset + stop + 1),
+        ends,
     )
     # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
-    out: list[Message] = list(map(tuple.__new__, repeat(Message), fields))  # type: ignore[arg-type]
-    if stop == unit.size:  # the last message's successor is the next frame
-        out[-1] = out[-1]._replace(end=unit.end)
-    return out
+    return map(tuple.__new__, repeat(Message), fields)  # type: ignore[arg-type]
 
 
 def _unit_length(view: memoryview, pos: int) -> int:

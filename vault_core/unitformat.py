@@ -18,12 +18,12 @@ inside the unit and no two messages of a stream share one.
 
 from __future__ import annotations
 
+import bisect
 import struct
 import sys
 import zlib
 from array import array
 from collections.abc import Sequence
-from operator import sub
 from typing import NamedTuple
 
 from vault_core import codecs
@@ -273,4 +273,13 @@ def _within(ends: array[int], limit: int) -> bool:
     bounds = ends.tolist()
     if bounds != sorted(bounds):
         return False
-    return ends[-1] - ends[0] <= limit or max(map(sub, ends[1:], ends[:-1])) <= limit
+    # From a boundary, jump to the farthest one at most ``limit`` after it: every gap passed over
+    # lies inside that reach. A step that cannot move finds a gap over ``limit``. Each two steps
+    # advance more than ``limit``, so the keys of a unit (1 KiB at most each) take a few dozen.
+    i, last = 0, len(bounds) - 1
+    while i < last:
+        j = bisect.bisect_right(bounds, bounds[i] + limit, i + 1) - 1
+        if j == i:
+            return False
+        i = j
+    return True
