@@ -171,10 +171,12 @@ def dev_issuer(pytestconfig: pytest.Config) -> Iterator[DevIssuer]:
 
 
 FAST_POLLING_INTERVAL = "00:00:00.2"
-"""The hosts' ``maxPollingInterval`` in tests: an idle queue poller backs off to 200 ms instead
-of the product's 2 s, so a POST with ``?wait=`` is not held by the poller's back-off. Not lower:
-an idle host polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite),
-every 200 ms about 8 %, and the session's hosts are idle most of the time."""
+"""The ``maxPollingInterval`` of the hosts that tests start themselves: an idle queue poller
+backs off to 200 ms instead of the product's 2 s, so a message that did not come through the
+host's own write requests (which wake its pollers) is taken at once: one a killed host left
+invisible, another instance's hand-back, one a test put on the queue. Not lower: an idle host
+polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite), every 200 ms
+about 8 %. The session's host, idle most of the run, polls as the product does."""
 
 
 def fast_host_json(**queues: Any) -> dict[str, Any]:
@@ -182,7 +184,7 @@ def fast_host_json(**queues: Any) -> dict[str, Any]:
 
     The product's host.json is unchanged; the local host takes this one through ``--host-json``."""
     doc: dict[str, Any] = json.loads((ROOT / "host.json").read_text())
-    doc["extensions"]["queues"].update(maxPollingInterval=FAST_POLLING_INTERVAL, **queues)
+    doc["extensions"]["queues"].update({"maxPollingInterval": FAST_POLLING_INTERVAL, **queues})
     return doc
 
 
@@ -210,18 +212,18 @@ def fast_host(
     )
 
 
-SESSION_HOST_QUEUES = 2
-"""The session host's staging queues (the product's default is 4): each queue has a poller that
-asks Azurite for messages every 200 ms while idle, and the session hosts are idle most of the
-run, so each queue costs about 2.5 % of a core (host and Azurite), about 5 CPU-s per host per
-run. Two, not one, so that the host still spreads streams over queues and lists every queue.
-The hosts of the tests that depend on the default (steering, faults, shutdown) are their own."""
+SESSION_HOST_QUEUES = 1
+"""The session host's staging queues (the product's default is 4): one poller asking Azurite
+for messages, not four. That the catalog and /health list every queue is proved in process
+(test_app_memory.py); the tests that depend on several queues (steering, faults, shutdown)
+have hosts of their own."""
 
 
-def session_host(azurite: Azurite, dev_issuer: DevIssuer, directory: Path) -> HostProcess:
-    """The session's host (not started): see :func:`vault_host`."""
+def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
+    """The session's host (not started): see :func:`vault_host`. The product's host.json: its
+    idle pollers ask every 2 s, and the host's write requests wake them."""
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    return fast_host(azurite.connection_string, directory, settings=settings)
+    return HostProcess(azurite.connection_string, settings=settings)
 
 
 @pytest.fixture(scope="session")
@@ -229,7 +231,6 @@ def vault_host(
     pytestconfig: pytest.Config,
     azurite: Azurite,
     dev_issuer: DevIssuer,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[HostProcess]:
     """The local Functions host running function_app.py on the session's Azurite, with
     authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
@@ -242,7 +243,7 @@ def vault_host(
     if shared := attached(pytestconfig):
         yield shared.host()
         return
-    host = session_host(azurite, dev_issuer, tmp_path_factory.mktemp("vault-host")).start()
+    host = session_host(azurite, dev_issuer).start()
     yield host
     host.stop()
 

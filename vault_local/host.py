@@ -162,6 +162,8 @@ class LocalHost:
         self._writes: set[asyncio.Future[None]] = set()
         """One future per write request being handled, done when it has been answered."""
         self._pollers: list[threading.Thread] = []
+        self._idle_ends: list[threading.Event] = []
+        """One per queue poller, set to end its idle wait early (see :meth:`_wake_pollers`)."""
         self._retry_due: dict[str, float] = {}
         """Queue → when the message of its last failed invocation is visible again (monotonic)."""
         self._lifespan = Starlette()
@@ -210,11 +212,26 @@ class LocalHost:
         # that the batch is staged, never that a stopping host dropped it.
         answered = asyncio.get_running_loop().create_future()
         self._writes.add(answered)
+        self._wake_pollers()
         try:
             return await self._route(request)
         finally:
             self._writes.discard(answered)
             answered.set_result(None)
+            self._wake_pollers()
+
+    def _wake_pollers(self) -> None:
+        """End the idle pollers' waits, and their back-off: a write request may stage a message
+        (the app's functions write the staging queues themselves), so the queues are polled
+        soon after its start and again at its end, when any message it staged is there. Idle
+        queues are then polled as seldom as ``maxPollingInterval`` says without the writer
+        waiting that long for a new batch (a POST with ``?wait=`` waits for the writer)."""
+        for idle_end in self._idle_ends:
+            idle_end.set()
+
+    def _stop_polling(self) -> None:
+        self.stopping.set()
+        self._wake_pollers()
 
     async def _route(self, request: Request) -> Response:
         path = request.scope["path"]  # as sent; request.url.path drops tabs and line ends
@@ -299,6 +316,8 @@ class LocalHost:
         lock = threading.Lock()
         done = threading.Condition(lock)
         backoff = Backoff(0.1, opts.max_polling_interval)
+        idle_end = threading.Event()
+        self._idle_ends.append(idle_end)
         with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
             # Leaving this loop leaves the `with`, which waits for the invocations in flight,
             # each settled as usual: that is how a drain waits for the queue functions.
@@ -325,7 +344,9 @@ class LocalHost:
                     delay = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
                     if delay < idle:  # waiting for that retry now: done with it
                         self._retry_due.pop(q.queue_name, None)
-                    self.stopping.wait(delay)
+                    if idle_end.wait(delay):  # a write request, or stopping
+                        idle_end.clear()
+                        backoff.reset()
                     continue
                 backoff.reset()
                 for m in got:
@@ -422,7 +443,7 @@ class LocalHost:
         try:
             asyncio.run(self._serve(ready))
         finally:
-            self.stopping.set()
+            self._stop_polling()
             self.workers.close()
 
     async def _serve(self, ready: Callable[[], None] | None) -> None:
@@ -468,7 +489,7 @@ class LocalHost:
         Then each worker closes its open stream writers (see ``worker._terminate``).
         """
         self.draining = True
-        self.stopping.set()
+        self._stop_polling()
         deadline = time.monotonic() + self.drain_grace
         if self._writes:
             await asyncio.wait(set(self._writes), timeout=self.drain_grace)

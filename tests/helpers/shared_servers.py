@@ -36,12 +36,12 @@ START_TIMEOUT = 180.0
 class SharedServers:
     """The controller's plugin: starts the servers, tells the workers, stops them at the end."""
 
-    def __init__(self, session_host: Callable[[Azurite, DevIssuer, Path], HostProcess]) -> None:
+    def __init__(self, session_host: Callable[[Azurite, DevIssuer], HostProcess]) -> None:
         """``session_host`` makes the host (not started) on the Azurite, trusting the issuer."""
         self.directory = Path(tempfile.mkdtemp(prefix="mv-shared-"))
         self.azurite = Azurite(in_memory=True, location=self.directory)
         self.issuer = DevIssuer().start()
-        self.host = session_host(self.azurite, self.issuer, self.directory / "host")
+        self.host = session_host(self.azurite, self.issuer)
         self._starting = threading.Thread(target=self._start, name="shared-servers", daemon=True)
         self._starting.start()
 
