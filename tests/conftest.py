@@ -221,9 +221,9 @@ have hosts of their own."""
 
 def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
     """The session's host (not started): see :func:`vault_host`. The product's host.json: its
-    idle pollers ask every 2 s, and the host's write requests wake them."""
+    idle poller asks every 2 s, and the host's write requests wake it (a test seam)."""
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    return HostProcess(azurite.connection_string, settings=settings)
+    return HostProcess(azurite.connection_string, settings=settings, args=("--wake-pollers-on-write",))
 
 
 @pytest.fixture(scope="session")

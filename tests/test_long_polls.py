@@ -43,6 +43,7 @@ def host(azurite: Azurite) -> Iterator[HostProcess]:
             "VAULT_QUEUE_PREFIX": f"lp{uuid.uuid4().hex[:6]}",
             "VAULT_STAGING_QUEUES": "1",
         },
+        args=("--wake-pollers-on-write",),
     ).start()
     yield proc
     proc.stop()

@@ -140,6 +140,7 @@ class LocalHost:
         inflight_visibility: float = 30.0,
         drain_grace: float = DRAIN_GRACE,
         body_grace: float = BODY_GRACE_SECONDS,
+        wake_pollers_on_write: bool = False,
     ) -> None:
         self.http, self.queues = discover(app)
         self.workers = workers
@@ -162,6 +163,7 @@ class LocalHost:
         self._writes: set[asyncio.Future[None]] = set()
         """One future per write request being handled, done when it has been answered."""
         self._pollers: list[threading.Thread] = []
+        self.wake_pollers_on_write = wake_pollers_on_write
         self._idle_ends: list[threading.Event] = []
         """One per queue poller, set to end its idle wait early (see :meth:`_wake_pollers`)."""
         self._retry_due: dict[str, float] = {}
@@ -212,20 +214,22 @@ class LocalHost:
         # that the batch is staged, never that a stopping host dropped it.
         answered = asyncio.get_running_loop().create_future()
         self._writes.add(answered)
-        self._wake_pollers()
+        if self.wake_pollers_on_write:
+            self._wake_pollers()
         try:
             return await self._route(request)
         finally:
             self._writes.discard(answered)
             answered.set_result(None)
-            self._wake_pollers()
+            if self.wake_pollers_on_write:
+                self._wake_pollers()
 
     def _wake_pollers(self) -> None:
-        """End the idle pollers' waits, and their back-off: a write request may stage a message
-        (the app's functions write the staging queues themselves), so the queues are polled
-        soon after its start and again at its end, when any message it staged is there. Idle
-        queues are then polled as seldom as ``maxPollingInterval`` says without the writer
-        waiting that long for a new batch (a POST with ``?wait=`` waits for the writer)."""
+        """End the idle pollers' waits, and their back-off. With ``wake_pollers_on_write`` (test
+        hosts, not the Functions host's behaviour: the app stages through the SDK, not an
+        output binding) a write request, which may stage a message, wakes them at its start and
+        at its end, when any message it staged is there: idle queues are then polled as seldom
+        as ``maxPollingInterval`` says without a POST's ``?wait=`` waiting that long."""
         for idle_end in self._idle_ends:
             idle_end.set()
 
@@ -558,12 +562,14 @@ def run(
     body_grace: float = BODY_GRACE_SECONDS,
     instance_per_process: bool = False,
     round_robin_queues: bool = False,
+    wake_pollers_on_write: bool = False,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app.
 
     ``instance_per_process``: the workers get no instance id, so each takes its leases under an
     id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``).
-    ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure."""
+    ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure.
+    ``wake_pollers_on_write``: see :meth:`LocalHost._wake_pollers` (tests)."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
@@ -610,6 +616,7 @@ def run(
             inflight_visibility=inflight_visibility,
             drain_grace=drain_grace,
             body_grace=body_grace,
+            wake_pollers_on_write=wake_pollers_on_write,
         )
         names = ", ".join(h.name for h in host.http)
         names += "; queues: " + ", ".join(q.queue_name for q in host.queues)
