@@ -1,8 +1,9 @@
 """Shared fixtures: one real Azurite for the session, started and stopped by the tests.
 
-Under pytest-xdist (``./dev test`` runs three workers) every session fixture is per worker:
-each worker starts its own Azurite on free ports and its own host; the Spark tests all run on
-one of them (WHOLE_MODULES), with one Spark session.
+Under pytest-xdist (``./dev test`` runs three workers) the session's Azurite, development
+issuer and host are the run's: the controller starts them once for every worker
+(tests/helpers/shared_servers.py). Other session fixtures are per worker; the Spark tests all
+run on one of them (WHOLE_MODULES), with one Spark session.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
+from helpers.shared_servers import WORKER_INPUT, Attached, SharedServers
 
 from vault_core.azure import StorageAccount
 from vault_core.recordformat import NewMessage
@@ -118,10 +120,25 @@ def one_tls_context() -> Iterator[None]:
         yield
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """On the controller of xdist workers: the servers every worker shares (SharedServers)."""
+    if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0) > 0:
+        config.pluginmanager.register(SharedServers(session_host), "mv-shared-servers")
+
+
+def attached(config: pytest.Config) -> Attached | None:
+    """On an xdist worker, the servers of the run (SharedServers); None with ``-n 0``."""
+    shared = getattr(config, "workerinput", {}).get(WORKER_INPUT)
+    return Attached(shared) if shared else None
+
+
 @pytest.fixture(scope="session")
-def azurite() -> Iterator[Azurite]:
+def azurite(pytestconfig: pytest.Config) -> Iterator[Azurite]:
     """In memory: the session's Azurite is never restarted (the outage tests run their own on
     disk), and it skips rewriting its growing metadata to disk every 5 s."""
+    if shared := attached(pytestconfig):
+        yield shared.azurite()
+        return
     server = Azurite(in_memory=True).start()
     yield server
     server.cleanup()
@@ -144,17 +161,22 @@ def stream() -> str:
 
 
 @pytest.fixture(scope="session")
-def dev_issuer() -> Iterator[DevIssuer]:
+def dev_issuer(pytestconfig: pytest.Config) -> Iterator[DevIssuer]:
     """The development token issuer on loopback: the hosts trust it, tests mint its tokens."""
+    if shared := attached(pytestconfig):
+        yield shared.issuer()
+        return
     with DevIssuer() as issuer:
         yield issuer
 
 
 FAST_POLLING_INTERVAL = "00:00:00.2"
-"""The hosts' ``maxPollingInterval`` in tests: an idle queue poller backs off to 200 ms instead
-of the product's 2 s, so a POST with ``?wait=`` is not held by the poller's back-off. Not lower:
-an idle host polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite),
-every 200 ms about 8 %, and the session's hosts are idle most of the time."""
+"""The ``maxPollingInterval`` of the hosts that tests start themselves: an idle queue poller
+backs off to 200 ms instead of the product's 2 s, so a message that did not come through the
+host's own write requests (which wake its pollers) is taken at once: one a killed host left
+invisible, another instance's hand-back, one a test put on the queue. Not lower: an idle host
+polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite), every 200 ms
+about 8 %. The session's host, idle most of the run, polls as the product does."""
 
 
 def fast_host_json(**queues: Any) -> dict[str, Any]:
@@ -162,7 +184,7 @@ def fast_host_json(**queues: Any) -> dict[str, Any]:
 
     The product's host.json is unchanged; the local host takes this one through ``--host-json``."""
     doc: dict[str, Any] = json.loads((ROOT / "host.json").read_text())
-    doc["extensions"]["queues"].update(maxPollingInterval=FAST_POLLING_INTERVAL, **queues)
+    doc["extensions"]["queues"].update({"maxPollingInterval": FAST_POLLING_INTERVAL, **queues})
     return doc
 
 
@@ -190,28 +212,38 @@ def fast_host(
     )
 
 
-SESSION_HOST_QUEUES = 2
-"""The session host's staging queues (the product's default is 4): each queue has a poller that
-asks Azurite for messages every 200 ms while idle, and the session hosts are idle most of the
-run, so each queue costs about 2.5 % of a core (host and Azurite), about 5 CPU-s per host per
-run. Two, not one, so that the host still spreads streams over queues and lists every queue.
-The hosts of the tests that depend on the default (steering, faults, shutdown) are their own."""
+SESSION_HOST_QUEUES = 1
+"""The session host's staging queues (the product's default is 4): one poller asking Azurite
+for messages, not four. That the catalog and /health list every queue is proved in process
+(test_app_memory.py); the tests that depend on several queues (steering, faults, shutdown)
+have hosts of their own."""
+
+
+def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
+    """The session's host (not started): see :func:`vault_host`. The product's host.json: its
+    idle poller asks every 2 s, and the host's write requests wake it (a test seam)."""
+    settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
+    return HostProcess(azurite.connection_string, settings=settings, args=("--wake-pollers-on-write",))
 
 
 @pytest.fixture(scope="session")
 def vault_host(
-    azurite: Azurite, dev_issuer: DevIssuer, tmp_path_factory: pytest.TempPathFactory
+    pytestconfig: pytest.Config,
+    azurite: Azurite,
+    dev_issuer: DevIssuer,
 ) -> Iterator[HostProcess]:
     """The local Functions host running function_app.py on the session's Azurite, with
     authentication on: it trusts ``dev_issuer``'s tokens, and ``.key`` is a function key with
     admin (so read and write) on every stream; :data:`SESSION_HOST_QUEUES` staging queues.
 
     ``.url`` is the API base (``http://127.0.0.1:PORT/api``), ``.key`` the function key,
-    ``.connection_string`` the Azurite it uses; ``.stop()`` / ``.start()`` restart it.
+    ``.connection_string`` the Azurite it uses. Every xdist worker's tests share it: no test
+    stops it (a host that is down is a refusing port, as in test_client_http.py).
     """
-    settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    directory = tmp_path_factory.mktemp("vault-host")
-    host = fast_host(azurite.connection_string, directory, settings=settings).start()
+    if shared := attached(pytestconfig):
+        yield shared.host()
+        return
+    host = session_host(azurite, dev_issuer).start()
     yield host
     host.stop()
 

@@ -463,7 +463,6 @@ def handlers_runtime(**settings: str) -> Runtime:
     """The runtime of :func:`handlers`, with more ``settings``."""
     account = MemoryAccount()
     env = {
-        **settings,
         "VAULT_STAGING_QUEUES": "1",
         "VAULT_FUNCTION_KEYS": json.dumps({"admin": ADMIN_KEY, "writer": WRITER_KEY}),
         "VAULT_ACCESS_POLICY": json.dumps(
@@ -474,6 +473,7 @@ def handlers_runtime(**settings: str) -> Runtime:
                 ]
             }
         ),
+        **settings,
     }
     runtime = Runtime(Services(load_settings(env), connect=lambda _name: account))
     runtime.services.ensure()
@@ -580,6 +580,22 @@ def test_pages_read_ahead_by_the_size_of_the_last_are_the_pages_of_plain_reads(h
         assert status == 200 and [m["offset"] for m in page["messages"]] == [m.offset for m in plain.messages]
         assert page["next_offset"] == plain.next_offset
         offset = plain.next_offset
+
+
+def test_the_catalog_and_health_list_every_staging_queue_to_admins() -> None:
+    runtime = handlers_runtime(VAULT_STAGING_QUEUES="3")
+    try:
+        names = runtime.services.settings.queue_names
+        assert len(names) == 3
+        status, catalog = call(runtime, api.list_streams, ADMIN_KEY, method="GET")
+        assert status == 200 and [q["queue"] for q in catalog["queues"]] == names
+        status, health = call(runtime, api.health, ADMIN_KEY, method="GET")
+        assert status == 200 and health["status"] == "ok" and [q["queue"] for q in health["queues"]] == names
+        assert health["poison_messages"] == sum(q["poison_messages"] for q in health["queues"]) == 0
+        status, health = call(runtime, api.health, WRITER_KEY, method="GET")
+        assert status == 200 and health["status"] == "ok" and "queues" not in health
+    finally:
+        runtime.close()
 
 
 def test_the_handlers_refuse_bad_input_and_unknown_batches_with_json_errors(handlers: Runtime) -> None:

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from conftest import commit_directly, fast_host
+from conftest import commit_directly
 
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
@@ -32,14 +32,18 @@ PROMPT = WAIT_SECONDS / 3
 
 
 @pytest.fixture(scope="module")
-def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+def host(azurite: Azurite) -> Iterator[HostProcess]:
     """One worker process with the Python worker's default threads (6 on this machine), and room
-    for MAX_WAITING waiting requests: far more waiters than threads. The tests' queue polling
-    (conftest.fast_host), so that a POST's ``?wait=`` is not held by the poller's 2 s back-off."""
-    proc = fast_host(
+    for MAX_WAITING waiting requests: far more waiters than threads. The product's queue polling
+    (its write requests wake the pollers) on one staging queue."""
+    proc = HostProcess(
         azurite.connection_string,
-        tmp_path_factory.mktemp("long-polls"),
-        settings={"VAULT_MAX_WAITING": str(MAX_WAITING), "VAULT_QUEUE_PREFIX": f"lp{uuid.uuid4().hex[:6]}"},
+        settings={
+            "VAULT_MAX_WAITING": str(MAX_WAITING),
+            "VAULT_QUEUE_PREFIX": f"lp{uuid.uuid4().hex[:6]}",
+            "VAULT_STAGING_QUEUES": "1",
+        },
+        args=("--wake-pollers-on-write",),
     ).start()
     yield proc
     proc.stop()

@@ -233,6 +233,12 @@ def main() -> None:
         help="benchmark: queue invocations go to the live workers in turn, as the Functions host "
         "sends them, instead of one worker per queue function (vault_local.workers.QueueAffinity)",
     )
+    h.add_argument(
+        "--wake-pollers-on-write",
+        action="store_true",
+        help="tests: each write request wakes the idle queue pollers, so that a test host polls "
+        "idle queues seldom without a POST's ?wait= waiting out the back-off (Azure's host does not)",
+    )
     d = sub.add_parser("demo", help="start Azurite and the host, then produce and consume with curl")
     d.add_argument("--port", type=int, default=7071)
     d.add_argument("--exit", action="store_true", help="stop after the demo instead of serving")
@@ -258,6 +264,7 @@ def main() -> None:
             body_grace=BODY_GRACE_SECONDS if args.body_grace is None else args.body_grace,
             instance_per_process=args.instance_per_process,
             round_robin_queues=args.round_robin_queues,
+            wake_pollers_on_write=args.wake_pollers_on_write,
         )
     else:
         demo(args)

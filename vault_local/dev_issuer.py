@@ -26,6 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import jwt
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from jwt.algorithms import RSAAlgorithm
 
@@ -43,6 +44,30 @@ class DevIssuer:
         self._server = ThreadingHTTPServer(("127.0.0.1", port), self._handler())
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
+        self._url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    @classmethod
+    def minting_as(cls, shared: Mapping[str, str]) -> DevIssuer:
+        """An issuer that mints the tokens of the one that :meth:`shared` these, in another
+        process, and serves nothing itself: several test processes trust one issuer's host."""
+        issuer = cls(audience=shared["audience"])
+        issuer._server.server_close()
+        key = serialization.load_pem_private_key(shared["key"].encode(), password=None)
+        assert isinstance(key, rsa.RSAPrivateKey)
+        with issuer._lock:
+            issuer._key, issuer.kid = key, shared["kid"]
+        issuer._url = shared["url"]
+        return issuer
+
+    def shared(self) -> dict[str, str]:
+        """What :meth:`minting_as` needs: the URL, audience, key id and signing key (PEM). Handed
+        to processes on this machine in memory only, like the key itself never written down."""
+        with self._lock:
+            key, kid = self._key, self.kid
+        pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        return {"url": self.url, "audience": self.audience, "kid": kid, "key": pem.decode()}
 
     # -- keys and tokens ---------------------------------------------------------------------
     def rotate(self) -> str:
@@ -62,7 +87,7 @@ class DevIssuer:
     @property
     def url(self) -> str:
         """The issuer (``iss``) of its tokens, and the base of its metadata."""
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return self._url
 
     def settings(self) -> dict[str, str]:
         """The app settings that make the vault trust this issuer."""
@@ -116,7 +141,8 @@ class DevIssuer:
         return self
 
     def stop(self) -> None:
-        self._server.shutdown()
+        if self._thread is not None:  # shutdown() waits for a serving loop: none was started
+            self._server.shutdown()
         self._server.server_close()
 
     def __enter__(self) -> DevIssuer:

@@ -144,6 +144,7 @@ class LocalHost:
         inflight_visibility: float = 30.0,
         drain_grace: float = DRAIN_GRACE,
         body_grace: float = BODY_GRACE_SECONDS,
+        wake_pollers_on_write: bool = False,
     ) -> None:
         self.http, self.queues = discover(app)
         self.workers = workers
@@ -166,6 +167,9 @@ class LocalHost:
         self._writes: set[asyncio.Future[None]] = set()
         """One future per write request being handled, done when it has been answered."""
         self._pollers: list[threading.Thread] = []
+        self.wake_pollers_on_write = wake_pollers_on_write
+        self._idle_ends: list[threading.Event] = []
+        """One per queue poller, set to end its idle wait early (see :meth:`_wake_pollers`)."""
         self._retry_due: dict[str, float] = {}
         """Queue → when the message of its last failed invocation is visible again (monotonic)."""
         self._lifespan = Starlette()
@@ -214,11 +218,28 @@ class LocalHost:
         # that the batch is staged, never that a stopping host dropped it.
         answered = asyncio.get_running_loop().create_future()
         self._writes.add(answered)
+        if self.wake_pollers_on_write:
+            self._wake_pollers()
         try:
             return await self._route(request)
         finally:
             self._writes.discard(answered)
             answered.set_result(None)
+            if self.wake_pollers_on_write:
+                self._wake_pollers()
+
+    def _wake_pollers(self) -> None:
+        """End the idle pollers' waits, and their back-off. With ``wake_pollers_on_write`` (test
+        hosts, not the Functions host's behaviour: the app stages through the SDK, not an
+        output binding) a write request, which may stage a message, wakes them at its start and
+        at its end, when any message it staged is there: idle queues are then polled as seldom
+        as ``maxPollingInterval`` says without a POST's ``?wait=`` waiting that long."""
+        for idle_end in self._idle_ends:
+            idle_end.set()
+
+    def _stop_polling(self) -> None:
+        self.stopping.set()
+        self._wake_pollers()
 
     async def _route(self, request: Request) -> Response:
         path = request.scope["path"]  # as sent; request.url.path drops tabs and line ends
@@ -303,6 +324,8 @@ class LocalHost:
         lock = threading.Lock()
         done = threading.Condition(lock)
         backoff = Backoff(0.1, opts.max_polling_interval)
+        idle_end = threading.Event()
+        self._idle_ends.append(idle_end)
         with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
             # Leaving this loop leaves the `with`, which waits for the invocations in flight,
             # each settled as usual: that is how a drain waits for the queue functions.
@@ -329,7 +352,9 @@ class LocalHost:
                     delay = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
                     if delay < idle:  # waiting for that retry now: done with it
                         self._retry_due.pop(q.queue_name, None)
-                    self.stopping.wait(delay)
+                    if idle_end.wait(delay):  # a write request, or stopping
+                        idle_end.clear()
+                        backoff.reset()
                     continue
                 backoff.reset()
                 for m in got:
@@ -426,7 +451,7 @@ class LocalHost:
         try:
             asyncio.run(self._serve(ready))
         finally:
-            self.stopping.set()
+            self._stop_polling()
             self.workers.close()
 
     async def _serve(self, ready: Callable[[], None] | None) -> None:
@@ -472,7 +497,7 @@ class LocalHost:
         Then each worker closes its open stream writers (see ``worker._terminate``).
         """
         self.draining = True
-        self.stopping.set()
+        self._stop_polling()
         deadline = time.monotonic() + self.drain_grace
         if self._writes:
             await asyncio.wait(set(self._writes), timeout=self.drain_grace)
@@ -551,12 +576,14 @@ def run(
     body_grace: float = BODY_GRACE_SECONDS,
     instance_per_process: bool = False,
     round_robin_queues: bool = False,
+    wake_pollers_on_write: bool = False,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app.
 
     ``instance_per_process``: the workers get no instance id, so each takes its leases under an
     id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``).
-    ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure."""
+    ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure.
+    ``wake_pollers_on_write``: see :meth:`LocalHost._wake_pollers` (tests)."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
@@ -605,6 +632,7 @@ def run(
             inflight_visibility=inflight_visibility,
             drain_grace=drain_grace,
             body_grace=body_grace,
+            wake_pollers_on_write=wake_pollers_on_write,
         )
         names = ", ".join(h.name for h in host.http)
         names += "; queues: " + ", ".join(q.queue_name for q in host.queues)
