@@ -40,8 +40,8 @@ from vault_local.workers import (
     ForkedProcess,
     QueueAffinity,
     WorkerFailed,
+    WorkerProcess,
     Workers,
-    _Worker,
     least_busy,
     queue_worker,
     spare_workers,
@@ -190,8 +190,8 @@ def test_an_invocation_its_dead_worker_never_received_waits_for_the_spare_that_t
     dead, gone = socket.socketpair()
     gone.close()  # the worker died; the host has not read its end of file yet
     ours, spare_end = socket.socketpair()
-    workers._slots = [_Worker(0, _Idle(), Channel(dead))]
-    workers._spares = [_Worker(1, _Idle(), Channel(ours))]
+    workers._slots = [WorkerProcess(0, _Idle(), Channel(dead))]
+    workers._spares = [WorkerProcess(1, _Idle(), Channel(ours))]
     promotion = threading.Timer(0.2, workers._promote, args=(0,))  # as the reader thread does
     promotion.start()
     sent = workers.invoke_http({"function": "f"}, b"body")  # the send fails: on to the spare

@@ -282,7 +282,7 @@ def _forked_worker(argv: list[str], keep: int, app_dir: Path) -> NoReturn:
         os._exit(code)  # never back into the host's code, nor its atexit handlers
 
 
-class _Worker:
+class WorkerProcess:
     """One worker process and the host's end of its socket."""
 
     def __init__(self, slot: int, proc: Process, channel: Channel) -> None:
@@ -370,8 +370,8 @@ class Workers:
         self.spares = spares
         self.functions: frozenset[str] = frozenset()
         """The functions every worker found in the app (set by :meth:`start`)."""
-        self._slots: list[_Worker] = []
-        self._spares: list[_Worker] = []
+        self._slots: list[WorkerProcess] = []
+        self._spares: list[WorkerProcess] = []
         """Warm spares, started and ready, that run nothing until one takes a dead worker's slot."""
         self._spare_numbers = itertools.count(count)
         """A spare's ``--slot`` (its threads' names): numbers after the workers' own."""
@@ -445,7 +445,7 @@ class Workers:
             except WorkerUnreachable as exc:
                 log.warning("%s; sending the invocation to another", exc)
 
-    def _pick(self, queue_function: int | None, deadline: float) -> _Worker:
+    def _pick(self, queue_function: int | None, deadline: float) -> WorkerProcess:
         """A live worker (for HTTP: the least busy; for a queue function: its own, see
         :class:`QueueAffinity`), waiting until ``deadline`` only while no worker is alive."""
         with self._changed:
@@ -495,7 +495,7 @@ class Workers:
 
     def _handshake(
         self, slot: int, proc: Process, channel: Channel, *, expected: frozenset[str] | None
-    ) -> _Worker:
+    ) -> WorkerProcess:
         channel.sock.settimeout(START_TIMEOUT)
         try:
             kind, _, meta, _ = channel.recv()
@@ -516,14 +516,14 @@ class Workers:
             raise WorkerStartError(
                 f"language worker {slot} found functions {sorted(found)}, the others {sorted(expected or [])}"
             )
-        w = _Worker(slot, proc, channel)
+        w = WorkerProcess(slot, proc, channel)
         w.functions = found
         return w
 
-    def _watch(self, w: _Worker) -> None:
+    def _watch(self, w: WorkerProcess) -> None:
         threading.Thread(target=self._read, args=(w,), name=f"worker-{w.slot}", daemon=True).start()
 
-    def _read(self, w: _Worker) -> None:
+    def _read(self, w: WorkerProcess) -> None:
         """Results and log records from one worker, until its socket closes."""
         try:
             while True:
