@@ -501,7 +501,7 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
         ):
             figures[f"CPU s/run: {label}"] = cpu_text({k: round(v, 2) for k, v in cpu[q].items()})
         whole = {k: round(v, 1) for k, v in cpu_by_process(pid).items()}
-        figures["CPU s: the whole run (Spark's planner workers count as jvm)"] = cpu_text(whole)
+        figures["CPU s: the whole run"] = cpu_text(whole)
         figures["benchmark s"] = round(time.perf_counter() - started, 1)
         command = f"./dev bench spark_read --format {messages}"
         report("spark_read_format", command + (f" {rounds}" if rounds != FORMAT_ROUNDS else ""), figures)
