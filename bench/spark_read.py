@@ -514,8 +514,15 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
     return 0
 
 
+def format_args(args: list[str]) -> tuple[int, int]:
+    """``--format [MESSAGES [ROUNDS]]``'s numbers, each defaulted on its own (the defaults were
+    once padded onto the list together, so ``--format 2000000`` ran 300,000 rounds)."""
+    messages = int(args[0]) if args else 300_000
+    rounds = int(args[1]) if len(args) > 1 else FORMAT_ROUNDS
+    return messages, rounds
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--format"]:
-        size, rounds = (int(a) for a in [*sys.argv[2:4], "300000", str(FORMAT_ROUNDS)][:2])
-        sys.exit(format_main(size, rounds))
+        sys.exit(format_main(*format_args(sys.argv[2:4])))
     sys.exit(main())
