@@ -25,6 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
@@ -123,6 +124,11 @@ def measure(fn: Callable[[], object], azurite_pid: int) -> tuple[float, dict[str
     after = cpu_by_process(azurite_pid)
     cpu = {k: round((after.get(k, 0.0) - before.get(k, 0.0)) / RUNS, 2) for k in after}
     return statistics.median(walls), cpu
+
+
+def cpu_since(before: dict[str, float], azurite_pid: int) -> dict[str, float]:
+    """CPU seconds by process since ``before`` (a :func:`cpu_by_process`)."""
+    return {k: v - before.get(k, 0.0) for k, v in cpu_by_process(azurite_pid).items()}
 
 
 def cpu_text(cpu: dict[str, float]) -> str:
@@ -329,6 +335,25 @@ def _has_pandas() -> bool:
     return importlib.util.find_spec("pandas") is not None
 
 
+def jobs_and_stages(spark: SparkSession, group: str) -> tuple[int, int]:
+    """How many Spark jobs, and stages in them, ran under the job group ``group`` (skipped
+    stages included: a stage whose shuffle output another job already wrote is counted but
+    not run). From the status tracker, which works with the UI off and keeps the last 1,000."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j) for j in tracker.getJobIdsForGroup(group)]
+    return len(jobs), sum(len(j.stageIds) for j in jobs if j is not None)
+
+
+def in_group(spark: SparkSession, group: str, fn: Callable[[], object]) -> Callable[[], object]:
+    """``fn`` with its Spark jobs tagged ``group`` (for :func:`jobs_and_stages`)."""
+
+    def run() -> object:
+        spark.sparkContext.setJobGroup(group, group)
+        return fn()
+
+    return run
+
+
 def _count(df: DataFrame) -> int:
     return df.count()
 
@@ -345,13 +370,18 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
     (:class:`CachedRowsSource`), with the cost of a query over no rows at all. The queries run in
     ``rounds`` rounds after a warm-up round, each round every query once, and ratios are medians
     of per-round ratios."""
+    started = time.perf_counter()
+    load = round(os.getloadavg()[0], 2)
     azurite = Azurite(in_memory=True).start()
     saved = tempfile.mkdtemp(prefix="mv-bench-format-")
     try:
         conn = azurite.connection_string
         vault = Vault(StorageAccount(connection_string=conn)).ensure()
+        assert azurite.process is not None
+        pid = azurite.process.pid
         # The same events in both formats, generated a commit at a time (millions of them would
         # not fit in memory at once as Python objects).
+        before_write = cpu_by_process(pid)
         with (
             vault.writer("bench-format-v1", WriterSettings(record_format=1)) as w1,
             vault.writer("bench-format-v2", WriterSettings(record_format=2)) as w2,
@@ -359,6 +389,8 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
             for chunk in event_batches(messages, "small", PER_APPEND):
                 w1.append([Batch(chunk)])
                 w2.append([Batch(chunk)])
+        write_s = time.perf_counter() - started
+        write_cpu = cpu_since(before_write, pid)
         committed = {f: vault.blob(f"bench-format-v{f}").state().committed for f in (1, 2)}
         spark = session()
 
@@ -378,12 +410,13 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
         paths = save_partitions(vault.blob(CACHED_STREAM).read(0, committed[2]), plan, saved)
         cached = spark.read.format("mv_bench_cached").option("paths", ",".join(paths))
         memory, empty = cached.load(), cached.option("empty", "true").load()
+        spark.sparkContext.setJobGroup("checks", "checks")
         assert df(1).count() == messages and df(2).count() == messages
         assert memory.count() == messages and empty.count() == 0
-        assert azurite.process is not None
-        pid = azurite.process.pid
-        figures: dict[str, Any] = {"load average (1 min) at start": round(os.getloadavg()[0], 2)}
+        figures: dict[str, Any] = {"load average (1 min) at start": load}
         figures["messages (~100 B JSON events)"] = messages
+        figures["write s (both streams, 20k events a commit)"] = round(write_s, 1)
+        figures["CPU s: writing both streams"] = cpu_text({k: round(v, 1) for k, v in write_cpu.items()})
         # Rounds of every query in turn: a load that comes and goes on the shared machine slows
         # the queries of one round alike, and each ratio is the median of its per-round ratios.
         queries: dict[str, Callable[[], object]] = {
@@ -396,6 +429,7 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
             "v2 groupBy": partial(_group_count, df(2)),
             "memory groupBy": partial(_group_count, memory),
         }
+        queries = {q: in_group(spark, q, fn) for q, fn in queries.items()}
         for fn in queries.values():  # a warm-up round: Python workers, imports, the JIT, the page cache
             fn()
         walls: dict[str, list[float]] = {q: [] for q in queries}
@@ -446,6 +480,15 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
             wall("empty"), 3
         )
         figures["load average (1 min) at the end"] = round(os.getloadavg()[0], 2)
+        # Jobs and stages per query (warm-up round included): each query should be a fixed few,
+        # whatever the size; a count that grows with the data would be re-planning or re-reading.
+        stage_ids, runs = 0, rounds + 1
+        for q in [*queries, "checks"]:
+            jobs, stages = jobs_and_stages(spark, q)
+            stage_ids += stages
+            if q != "checks" and jobs:
+                figures[f"Spark jobs, stages per run: {q}"] = f"{jobs / runs:g}, {stages / runs:g}"
+        figures["Spark stages in the whole run"] = stage_ids
         for q, label in (
             ("v1", "v1 count()"),
             ("v2", "v2 count()"),
@@ -457,6 +500,9 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
             ("download", "v2 download"),
         ):
             figures[f"CPU s/run: {label}"] = cpu_text({k: round(v, 2) for k, v in cpu[q].items()})
+        whole = {k: round(v, 1) for k, v in cpu_by_process(pid).items()}
+        figures["CPU s: the whole run"] = cpu_text(whole)
+        figures["benchmark s"] = round(time.perf_counter() - started, 1)
         command = f"./dev bench spark_read --format {messages}"
         report("spark_read_format", command + (f" {rounds}" if rounds != FORMAT_ROUNDS else ""), figures)
         spark.stop()
@@ -468,8 +514,15 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
     return 0
 
 
+def format_args(args: list[str]) -> tuple[int, int]:
+    """``--format [MESSAGES [ROUNDS]]``'s numbers, each defaulted on its own (the defaults were
+    once padded onto the list together, so ``--format 2000000`` ran 300,000 rounds)."""
+    messages = int(args[0]) if args else 300_000
+    rounds = int(args[1]) if len(args) > 1 else FORMAT_ROUNDS
+    return messages, rounds
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--format"]:
-        size, rounds = (int(a) for a in [*sys.argv[2:4], "300000", str(FORMAT_ROUNDS)][:2])
-        sys.exit(format_main(size, rounds))
+        sys.exit(format_main(*format_args(sys.argv[2:4])))
     sys.exit(main())
