@@ -581,18 +581,13 @@ class Workers:
 
     def _refill(self) -> None:
         """Start fresh spares until there are :attr:`spares` again (in the calling thread)."""
-        backoff = Backoff(0.5, 30.0)
         while not self._stopping.is_set():
             with self._changed:
                 if len(self._spares) >= self.spares:
                     return
-            try:
-                w = self._handshake(*self._launch(next(self._spare_numbers)), expected=self.functions)
-            except WorkerStartError as exc:
-                delay = backoff.next()
-                log.error("%s; retrying in %.1f s", exc, delay)
-                self._stopping.wait(delay)
-                continue
+            w = self._start(next(self._spare_numbers))
+            if w is None:
+                return
             with self._changed:
                 wanted = not self._stopping.is_set() and len(self._spares) < self.spares
                 if wanted:
@@ -604,23 +599,29 @@ class Workers:
             log.info("warm spare language worker ready (pid %d)", w.proc.pid)
 
     def _replace(self, slot: int) -> None:
+        w = self._start(slot)
+        if w is None:
+            return
+        with self._changed:
+            self._slots[slot] = w
+            self._changed.notify_all()
+        self._watch(w)
+        log.info("language worker %d replaced (pid %d)", slot, w.proc.pid)
+        if self._stopping.is_set():
+            w.channel.close()
+
+    def _start(self, number: int) -> WorkerProcess | None:
+        """A started worker that has said hello, failed starts retried with back-off; None once
+        the host stops."""
         backoff = Backoff(0.5, 30.0)
         while not self._stopping.is_set():
             try:
-                w = self._handshake(*self._launch(slot), expected=self.functions)
+                return self._handshake(*self._launch(number), expected=self.functions)
             except WorkerStartError as exc:
                 delay = backoff.next()
                 log.error("%s; retrying in %.1f s", exc, delay)
                 self._stopping.wait(delay)
-                continue
-            with self._changed:
-                self._slots[slot] = w
-                self._changed.notify_all()
-            self._watch(w)
-            log.info("language worker %d replaced (pid %d)", slot, w.proc.pid)
-            if self._stopping.is_set():
-                w.channel.close()
-            return
+        return None
 
 
 def _emit(meta: dict[str, Any]) -> None:
