@@ -24,7 +24,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import FormatError
 from vault_core.memory import MemoryAccount, MemoryPageBlobs
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
-from vault_core.reader import scan_log, scan_log_batches
+from vault_core.reader import ScanOptions, scan_log, scan_log_batches
 from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
 from vault_core.scanparts import decode_parts, part_messages
 from vault_core.vault import Vault
@@ -74,7 +74,9 @@ def test_the_batch_scan_returns_the_messages_of_the_per_message_scan(
     assert flat(list(reader.scan_batches(STREAM))) == everything
     committed = reader.state(STREAM).committed
     chunk = random.Random(seed).choice([211, 4096])  # buffers that cut records and units anywhere
-    assert flat(list(scan_log_batches(blob, 0, committed, chunk=chunk, prefetch=2))) == everything
+    assert (
+        flat(list(scan_log_batches(blob, 0, committed, ScanOptions(chunk=chunk, prefetch=2)))) == everything
+    )
     rng = random.Random(seed)
     for _ in range(6):  # from any message to any message, inside units or not
         i, j = sorted(rng.sample(range(len(everything) + 1), 2) if len(everything) > 1 else (0, 1))
@@ -169,16 +171,24 @@ def test_skipping_damage_leaves_the_same_survivors_and_reports_the_same_skips(
     blob = mixed.blob(STREAM)
     skips: list[list[tuple[int, int]]] = [[], []]
     messages = list(
-        scan_log(blob, 0, committed, chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[0].append(s))
+        scan_log(
+            blob,
+            0,
+            committed,
+            ScanOptions(chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[0].append(s)),
+        )
     )
     batches = list(
         scan_log_batches(
-            blob, 0, committed, chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[1].append(s)
+            blob,
+            0,
+            committed,
+            ScanOptions(chunk=chunk, skip_corrupt=True, on_skip=lambda *s: skips[1].append(s)),
         )
     )
     assert flat(batches) == messages and skips[0] == skips[1] and len(skips[0]) == 1
-    assert flat(list(mixed.reader.scan_batches(STREAM, skip_corrupt=True))) == list(
-        mixed.reader.scan(STREAM, skip_corrupt=True)
+    assert flat(list(mixed.reader.scan_batches(STREAM, options=ScanOptions(skip_corrupt=True)))) == list(
+        mixed.reader.scan(STREAM, options=ScanOptions(skip_corrupt=True))
     )
 
 

@@ -52,7 +52,7 @@ from vault_core.errors import (
 from vault_core.memory import MemoryAccount
 from vault_core.pagelog import PAGE_SIZE, CommitState, PageLog, ReadableLog
 from vault_core.queueing import MessageQueue, QueuedMessage
-from vault_core.reader import StreamReader, scan_log
+from vault_core.reader import ScanOptions, StreamReader, scan_log
 from vault_core.recordformat import Message, NewMessage, decode
 from vault_core.rows import Table
 from vault_core.vault import Vault
@@ -158,7 +158,7 @@ def test_the_readers_read_every_implementation_alike(
     vault, open_log = opener
     written = write(vault, stream, batches=4)
     log = open_log(stream)
-    assert list(scan_log(log, 0, log.state().committed, chunk=4096, prefetch=3)) == written
+    assert list(scan_log(log, 0, log.state().committed, ScanOptions(chunk=4096, prefetch=3))) == written
     reader = StreamReader(lambda s: log, None)
     page = reader.read(stream, written[5].offset, max_count=3)
     assert page.messages == written[5:8] and page.next_offset == written[8].offset

@@ -36,6 +36,7 @@ from vault_core.errors import (
 )
 from vault_core.pageblob import StreamBlob
 from vault_core.pagelog import PAGE_SIZE
+from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
@@ -168,7 +169,7 @@ def test_a_flipped_byte_in_the_blob_is_detected_by_the_reader(vault: Vault, stre
     cast(StreamBlob, blob).client.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
     with pytest.raises(CorruptRecord, match="checksum"):
         list(vault.reader.scan(stream))
-    survivors = list(vault.reader.scan(stream, skip_corrupt=True))
+    survivors = list(vault.reader.scan(stream, options=ScanOptions(skip_corrupt=True)))
     assert len(survivors) == 49
     with pytest.raises(CorruptRecord):
         vault.reader.read(stream, 0, max_count=50)
@@ -269,11 +270,12 @@ def test_skipping_a_corrupt_record_reports_where_and_how_much(vault: Vault, stre
         page[victim.offset + 40 - page_at] ^= 0x01
         cast(StreamBlob, blob).client.upload_page(bytes(page), offset=page_at, length=PAGE_SIZE)
     skips: list[tuple[int, int]] = []
-    from vault_core.reader import scan_log
-
     survivors = list(
         scan_log(
-            blob, 0, blob.state().committed, skip_corrupt=True, on_skip=lambda off, n: skips.append((off, n))
+            blob,
+            0,
+            blob.state().committed,
+            ScanOptions(skip_corrupt=True, on_skip=lambda off, n: skips.append((off, n))),
         )
     )
     assert [m.offset for m in survivors] == [r.offset for r in records if r not in (records[2], records[-1])]
@@ -361,7 +363,7 @@ def test_skipping_a_corrupt_record_never_resumes_at_a_forged_one(vault: Vault, s
     page = bytearray(container.download_blob(offset=0, length=PAGE_SIZE).readall())
     page[second] ^= 0xFF  # the carrier's header is damaged: its length can no longer be trusted
     container.upload_page(bytes(page), offset=0, length=PAGE_SIZE)
-    got = list(vault.reader.scan(stream, skip_corrupt=True))
+    got = list(vault.reader.scan(stream, options=ScanOptions(skip_corrupt=True)))
     assert [m.value for m in got] == [b"honest"]  # not b"never produced"
 
 

@@ -21,7 +21,7 @@ from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
-from vault_core.reader import scan_log
+from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, NewMessage, decode
 from vault_core.unitformat import (
     COUNT_OFFSET,
@@ -298,7 +298,9 @@ def test_a_damaged_unit_stops_or_is_skipped_whole(mixed: Vault, batch: str, skip
     committed = mixed.reader.state(STREAM).committed
     for chunk in (1 << 20, 4096):  # small ranges: the unit after the damaged one runs past them
         # no index points to resume at (as a Spark task reads): only the damaged unit's own length
-        survivors = list(scan_log(mixed.blob(STREAM), 0, committed, chunk=chunk, skip_corrupt=True))
+        survivors = list(
+            scan_log(mixed.blob(STREAM), 0, committed, ScanOptions(chunk=chunk, skip_corrupt=True))
+        )
         lost = [m for m in everything if m not in survivors]
         assert [m.offset for m in lost] == list(
             range(damaged.first_offset, damaged.first_offset + damaged.count)
@@ -366,7 +368,7 @@ def test_a_unit_forged_inside_a_value_is_never_read(clock: ManualClock) -> None:
     container = vault.page_blobs
     assert isinstance(container, MemoryPageBlobs)
     container.blobs[STREAM].data[at - 30] ^= 0xFF  # the carrier's header: its length is no proof now
-    got = list(Vault(vault.account, clock=clock).reader.scan(STREAM, skip_corrupt=True))
+    got = list(Vault(vault.account, clock=clock).reader.scan(STREAM, options=ScanOptions(skip_corrupt=True)))
     assert [m.value for m in got] == [b"honest"]  # not b"never produced"
 
 

@@ -19,6 +19,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, LeaseLost, MessageTooLarge, StreamLeased
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.pagelog import CommitState, HeldLease
+from vault_core.reader import ScanOptions
 from vault_core.recordformat import MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch, StreamWriter, WriterSettings
@@ -313,4 +314,4 @@ def test_a_flipped_byte_is_detected_and_skipping_reads_the_rest(vault: Vault) ->
     container.blobs[STREAM].data[400] ^= 0x40  # inside the value of the third record
     with pytest.raises(CorruptRecord, match="checksum"):
         list(vault.reader.scan(STREAM))
-    assert len(list(vault.reader.scan(STREAM, skip_corrupt=True))) == 49
+    assert len(list(vault.reader.scan(STREAM, options=ScanOptions(skip_corrupt=True)))) == 49

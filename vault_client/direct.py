@@ -20,7 +20,7 @@ from vault_client.api import Access
 from vault_core.errors import InvalidInput, StorageAccessDenied
 from vault_core.pageblob import StreamBlob
 from vault_core.pagelog import CommitState
-from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, StreamReader
+from vault_core.reader import SCAN_CHUNK, SCAN_PREFETCH, ReadResult, ScanOptions, StreamReader
 from vault_core.recordformat import Message
 from vault_core.retry import poll
 
@@ -128,8 +128,7 @@ class DirectSource:
         self._seek = seek
         self.page_size = page_size
         self.max_bytes = max_bytes
-        self.chunk = chunk
-        self.prefetch = prefetch
+        self.scan_options = ScanOptions(chunk=chunk, prefetch=prefetch)
         self.poll_min = poll_min
         self.poll_max = poll_max
 
@@ -158,7 +157,7 @@ class DirectSource:
 
     def scan(self, start: int, end: int) -> Iterator[Message]:
         """Every record in ``[start, end)``, with ``prefetch`` ranged GETs of ``chunk`` bytes in flight."""
-        return self.reader.scan(self.stream, start, end, chunk=self.chunk, prefetch=self.prefetch)
+        return self.reader.scan(self.stream, start, end, self.scan_options)
 
     def close(self) -> None:
         pass

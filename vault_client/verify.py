@@ -14,7 +14,7 @@ from operator import lt
 
 from vault_core.errors import FormatError
 from vault_core.pagelog import ReadableLog
-from vault_core.reader import scan_log_batches
+from vault_core.reader import ScanOptions, scan_log_batches
 
 PROGRESS_EVERY = 4096
 
@@ -55,7 +55,9 @@ def verify_log(blob: ReadableLog, progress: Callable[[int, int], None] | None = 
         skipped = True
 
     try:
-        for batch in scan_log_batches(blob, 0, state.committed, skip_corrupt=True, on_skip=on_skip):
+        for batch in scan_log_batches(
+            blob, 0, state.committed, ScanOptions(skip_corrupt=True, on_skip=on_skip)
+        ):
             first = batch.first_offset
             if first != expected:
                 what = "corrupt records skipped" if skipped else "gap between records"

@@ -45,6 +45,25 @@ tiny ``max_bytes`` learns the length of what it must return at least one message
 
 
 @dataclass(frozen=True)
+class ScanOptions:
+    """How a scan reads a range of log: what every scan entry point takes (a full scan's defaults)."""
+
+    chunk: int = SCAN_CHUNK
+    """Bytes per ranged read."""
+    prefetch: int = SCAN_PREFETCH
+    """Ranged reads in flight while the oldest is decoded."""
+    skip_corrupt: bool = False
+    """Skip a corrupt record and resume at the next proven boundary, instead of raising."""
+    on_skip: Callable[[int, int], None] | None = None
+    """With ``skip_corrupt``: called with the offset and length of each stretch skipped."""
+
+
+FULL_SCAN = ScanOptions()
+_SEEK_SCAN = ScanOptions(chunk=1024 * 1024, prefetch=2)
+"""A time seek's scan: about one index spacing of log, so smaller ranges and fewer in flight."""
+
+
+@dataclass(frozen=True)
 class ReadResult:
     messages: list[Message]
     next_offset: int
@@ -108,22 +127,10 @@ class Decoder(Protocol[T]):
     ) -> tuple[list[T], int]: ...
 
 
-def scan_log(
-    log: ReadableLog,
-    start: int,
-    end: int,
-    *,
-    chunk: int = SCAN_CHUNK,
-    prefetch: int = SCAN_PREFETCH,
-    skip_corrupt: bool = False,
-    on_skip: Callable[[int, int], None] | None = None,
-    resync: Sequence[int] = (),
-    first: int = 0,
-) -> Iterator[Message]:
+def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL_SCAN) -> Iterator[Message]:
     """Every record in ``[start, end)``; ``start`` must be a record boundary, ``end`` <= committed.
 
-    Version 1 records and version 2 units alike; messages before offset ``first`` (inside the
-    unit at ``start``) are left out.
+    Version 1 records and version 2 units alike, read as ``options`` (:class:`ScanOptions`) says.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
     the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
@@ -137,21 +144,11 @@ def scan_log(
     unit are then built one at a time as they are taken (:mod:`vault_core.scanparts`), by
     ``itertools.chain``, ``map`` and ``zip``: taking the next message runs no Python code.
     """
-    parts = scan_parts(log, start, end, decode_parts, chunk, prefetch, skip_corrupt, on_skip, resync, first)
-    return _messages(parts)
+    return _messages(scan_parts(log, start, end, decode_parts, options))
 
 
 def scan_log_batches(
-    log: ReadableLog,
-    start: int,
-    end: int,
-    *,
-    chunk: int = SCAN_CHUNK,
-    prefetch: int = SCAN_PREFETCH,
-    skip_corrupt: bool = False,
-    on_skip: Callable[[int, int], None] | None = None,
-    resync: Sequence[int] = (),
-    first: int = 0,
+    log: ReadableLog, start: int, end: int, options: ScanOptions = FULL_SCAN
 ) -> Iterator[MessageBatch]:
     """:func:`scan_log` as :class:`~vault_core.messagebatch.MessageBatch` columns: one batch per
     version 2 unit and per run of version 1 records, the same messages, checks and skipping.
@@ -159,8 +156,7 @@ def scan_log_batches(
     For bulk consumers (export, verify, columnar engines): a unit's batch is its decompressed
     payload as it is, so a scan of version 2 units does no Python work per message.
     """
-    parts = scan_parts(log, start, end, decode_batches, chunk, prefetch, skip_corrupt, on_skip, resync, first)
-    return chain.from_iterable(parts)
+    return chain.from_iterable(scan_parts(log, start, end, decode_batches, options))
 
 
 def scan_parts(
@@ -168,17 +164,18 @@ def scan_parts(
     start: int,
     end: int,
     decoder: ScanDecoder[T],
-    chunk: int = SCAN_CHUNK,
-    prefetch: int = SCAN_PREFETCH,
-    skip_corrupt: bool = False,
-    on_skip: Callable[[int, int], None] | None = None,
+    options: ScanOptions = FULL_SCAN,
     resync: Sequence[int] = (),
     first: int = 0,
 ) -> Iterator[list[T]]:
-    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order)."""
+    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order).
+
+    ``resync``: proven boundaries (ascending) where reading may resume after a corrupt record;
+    ``first``: messages before this offset (inside the unit at ``start``) are left out.
+    """
     if start >= end:
         return
-    chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch)
+    chunks = prefetched_chunks(log, start, end, chunk=options.chunk, prefetch=options.prefetch)
     try:
         carry = b""
         base = start
@@ -193,14 +190,14 @@ def scan_parts(
                 try:
                     records, pos = decoder(buf, base, pos, stream=log.stream, complete=last, first=first)
                 except CorruptRecord as exc:
-                    if not skip_corrupt:
+                    if not options.skip_corrupt:
                         raise
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield _records_before(decoder, buf, base, pos, bad, log.stream, first)
                     over = _walk_over(buf, base, bad, end, log.read)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
-                    if on_skip:
-                        on_skip(base + bad, skip_to - (base + bad))
+                    if options.on_skip:
+                        options.on_skip(base + bad, skip_to - (base + bad))
                     pos = min(skip_to - base, len(buf))
                     if skip_to - base <= len(buf):
                         continue
@@ -493,34 +490,24 @@ class StreamReader:
         stream: str,
         from_offset: int = 0,
         to_offset: int | None = None,
-        *,
-        chunk: int = SCAN_CHUNK,
-        prefetch: int = SCAN_PREFETCH,
-        skip_corrupt: bool = False,
+        options: ScanOptions = FULL_SCAN,
     ) -> Iterator[Message]:
         """Every record from ``from_offset`` up to ``to_offset`` (default: the committed end now).
 
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
-        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, chunk, prefetch, skip_corrupt)
-        return _messages(parts)
+        return _messages(self._scan_parts(stream, from_offset, to_offset, decode_parts, options))
 
     def scan_batches(
         self,
         stream: str,
         from_offset: int = 0,
         to_offset: int | None = None,
-        *,
-        chunk: int = SCAN_CHUNK,
-        prefetch: int = SCAN_PREFETCH,
-        skip_corrupt: bool = False,
+        options: ScanOptions = FULL_SCAN,
     ) -> Iterator[MessageBatch]:
         """:meth:`scan` as :class:`~vault_core.messagebatch.MessageBatch` columns (one per version 2
         unit or run of version 1 records): the same messages, for consumers that take columns."""
-        parts = self._scan_parts(
-            stream, from_offset, to_offset, decode_batches, chunk, prefetch, skip_corrupt
-        )
-        return chain.from_iterable(parts)
+        return chain.from_iterable(self._scan_parts(stream, from_offset, to_offset, decode_batches, options))
 
     def _scan_parts(
         self,
@@ -528,9 +515,7 @@ class StreamReader:
         from_offset: int,
         to_offset: int | None,
         decoder: ScanDecoder[T],
-        chunk: int,
-        prefetch: int,
-        skip_corrupt: bool,
+        options: ScanOptions,
     ) -> Iterator[list[T]]:
         log = self.log(stream)
         committed = log.state().committed
@@ -550,11 +535,9 @@ class StreamReader:
                 assert frame is not None  # proven: a whole unit lies there
                 stop = unit + frame.length
         resync: list[int] = []
-        if skip_corrupt and self.index:
+        if options.skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
-        parts = scan_parts(
-            log, start, stop, decoder, chunk, prefetch, skip_corrupt, None, resync, from_offset
-        )
+        parts = scan_parts(log, start, stop, decoder, options, resync, from_offset)
         if stop == end:
             yield from parts
             return
@@ -608,7 +591,7 @@ class StreamReader:
         committed = log.state().committed
         point = self.index.point_before_time(stream, at_ms) if self.index else None
         start = point.offset if point and point.offset < committed else 0
-        for message in scan_log(log, start, committed, chunk=1024 * 1024, prefetch=2):
+        for message in scan_log(log, start, committed, _SEEK_SCAN):
             if message.timestamp >= at_ms:
                 return message.offset
         return committed

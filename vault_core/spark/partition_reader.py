@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 from vault_core.errors import CorruptRecord
 from vault_core.pagelog import ReadableLog
 from vault_core.prefetch import prefetched_chunks
-from vault_core.reader import scan_log
+from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import Message
 from vault_core.spark.columnar import decode_pieces, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
@@ -86,15 +86,13 @@ def _skipping(
 ) -> Iterator[pa.RecordBatch]:
     """``[start, part.end)`` through scan_log's skip-and-resynchronise; ``start`` is a boundary."""
     pending: list[Message] = []
-    for message in scan_log(
-        blob,
-        start,
-        part.end,
+    options = ScanOptions(
         chunk=part.settings.chunk_bytes,
         prefetch=part.settings.prefetch,
         skip_corrupt=True,
         on_skip=lambda offset, n: report.add(offset, offset + n),
-    ):
+    )
+    for message in scan_log(blob, start, part.end, options):
         pending.append(message)
         if len(pending) >= _SLOW_BATCH_ROWS:
             yield _within(record_batch(part.stream, messages_to_columns(pending), len(pending), schema), part)
