@@ -18,7 +18,7 @@ import importlib.util
 import pickle
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
@@ -31,7 +31,31 @@ from vault_core.spark.schema import SPARK_SCHEMA
 
 Bound = int | str | datetime | Mapping[str, int | str]
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack  # typing's from Python 3.11 on
+
 _SEED_SCHEMA = StructType([StructField("partition", BinaryType(), nullable=False)])
+
+
+class ReadKeywords(TypedDict, total=False):
+    """The options of a read as :func:`read_streams` keywords: each is the data source option of
+    the same name in snake case (``from_offset`` is ``fromOffset``), and means what it means."""
+
+    blob_url: str
+    table_url: str
+    sas: str
+    table_sas: str
+    access_token: str
+    container: str
+    table_prefix: str
+    from_offset: Bound
+    to_offset: Bound
+    from_time: Bound
+    to_time: Bound
+    max_partition_bytes: int
+    min_partitions: int
+    skip_corrupt: bool
+    corrupt_report_path: str
 
 
 def read_streams(
@@ -39,51 +63,18 @@ def read_streams(
     connection_string: str | None = None,
     *,
     streams: Sequence[str] | str,
-    blob_url: str | None = None,
-    table_url: str | None = None,
-    sas: str | None = None,
-    table_sas: str | None = None,
-    access_token: str | None = None,
-    container: str | None = None,
-    table_prefix: str | None = None,
-    from_offset: Bound | None = None,
-    to_offset: Bound | None = None,
-    from_time: Bound | None = None,
-    to_time: Bound | None = None,
-    max_partition_bytes: int | None = None,
-    min_partitions: int | None = None,
-    skip_corrupt: bool = False,
-    corrupt_report_path: str | None = None,
     arrow: bool | None = None,
+    **options: Unpack[ReadKeywords],
 ) -> DataFrame:
-    """The records of ``streams`` as a DataFrame with :data:`SPARK_SCHEMA`; arguments mean what
-    the data source options of the same name mean (offsets/times may be per-stream dicts).
+    """The records of ``streams`` as a DataFrame with :data:`SPARK_SCHEMA`; the other arguments
+    are :class:`ReadKeywords` (offsets/times may be per-stream dicts).
 
     ``arrow`` picks the transfer: ``mapInArrow`` (True), pickled rows (False) or, by default,
     ``mapInArrow`` when pandas is importable.
     """
-    options = ReadOptions.parse(
-        to_option_map(
-            connectionString=connection_string,
-            blobUrl=blob_url,
-            tableUrl=table_url,
-            sas=sas,
-            tableSas=table_sas,
-            accessToken=access_token,
-            container=container,
-            tablePrefix=table_prefix,
-            streams=[streams] if isinstance(streams, str) else list(streams),
-            fromOffset=from_offset,
-            toOffset=to_offset,
-            fromTime=from_time,
-            toTime=to_time,
-            maxPartitionBytes=max_partition_bytes,
-            minPartitions=min_partitions,
-            skipCorrupt=skip_corrupt or None,
-            corruptReportPath=corrupt_report_path,
-        )
-    )
-    return partitions_dataframe(spark, plan_read(options), arrow=arrow)
+    listed = [streams] if isinstance(streams, str) else list(streams)
+    read = ReadOptions.parse(to_option_map(connection_string=connection_string, streams=listed, **options))
+    return partitions_dataframe(spark, plan_read(read), arrow=arrow)
 
 
 def partitions_dataframe(

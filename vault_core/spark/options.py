@@ -12,8 +12,8 @@ value per stream (streams it does not name get the default: earliest / latest).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Literal
 
@@ -76,16 +76,7 @@ class ReadOptions:
         unknown = set(opts) - _KNOWN
         if unknown:
             raise ValueError(f"unknown messagevault option(s): {', '.join(sorted(unknown))}")
-        connection = Connection(
-            connection_string=opts.get("connectionstring"),
-            blob_url=opts.get("bloburl"),
-            table_url=opts.get("tableurl"),
-            sas=opts.get("sas"),
-            table_sas=opts.get("tablesas"),
-            access_token=opts.get("accesstoken"),
-            container=opts.get("container", "streams"),
-            table_prefix=opts.get("tableprefix", "mv"),
-        )
+        connection = Connection(**_given((f.name for f in fields(Connection)), opts))
         # load("a,b") sets "path": accept it as the stream list when "streams" is not given
         listed = opts.get("streams") or opts.get("path", "")
         streams = tuple(s.strip() for s in listed.split(",") if s.strip())
@@ -131,6 +122,17 @@ _KNOWN = {
     "readprefetch",
     "path",  # what load("a,b") sets
 }
+
+
+def option_name(keyword: str) -> str:
+    """The option a Python keyword or field stands for: ``from_offset`` is ``fromOffset``."""
+    first, *rest = keyword.split("_")
+    return first + "".join(word.capitalize() for word in rest)
+
+
+def _given(names: Iterable[str], opts: Mapping[str, str]) -> dict[str, str]:
+    """The values ``opts`` (keys lower-cased) gives for the options of these Python ``names``, by name."""
+    return {name: opts[key] for name in names if (key := option_name(name).lower()) in opts}
 
 
 def _side(opts: Mapping[str, str], side: str, default: Position) -> PositionSpec:
@@ -191,11 +193,13 @@ def _bool(opts: Mapping[str, str], key: str) -> bool:
 
 
 def to_option_map(**kwargs: object) -> dict[str, str]:
-    """Python keyword values → the string map :meth:`ReadOptions.parse` takes (dicts become JSON)."""
+    """Python keyword values → the string map :meth:`ReadOptions.parse` takes (dicts become JSON);
+    a keyword is an option's name, or its :func:`option_name` in snake case."""
     out: dict[str, str] = {}
-    for key, value in kwargs.items():
+    for keyword, value in kwargs.items():
         if value is None:
             continue
+        key = option_name(keyword)
         if isinstance(value, Mapping):
             out[key] = json.dumps({k: _scalar(v) for k, v in value.items()})
         elif isinstance(value, (list, tuple)):
