@@ -36,7 +36,8 @@ from vault_core.spark.analysis import per_key_per_hour, read_capture
 from vault_core.spark.capture import capture
 from vault_core.spark.capture import main as capture_main
 from vault_core.spark.files import LocalFiles
-from vault_core.spark.options import ReadOptions
+from vault_core.spark.legacy import ReadKeywords
+from vault_core.spark.options import ReadOptions, option_name, to_option_map
 from vault_core.spark.partition_reader import read_skip_reports
 from vault_core.spark.plan import StreamRange, even_cuts, plan_read, split_range
 from vault_core.spark.progress import Progress
@@ -219,6 +220,19 @@ def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
     assert opts.streams == ("a", "b") and opts.skip_corrupt
     assert opts.start.for_stream("a").value == 1_735_689_600_000
     assert opts.end.for_stream("b").value == 100 and opts.end.for_stream("a").kind == "latest"
+
+
+def test_each_read_streams_keyword_is_an_option_by_its_snake_case_name() -> None:
+    assert option_name("from_offset") == "fromOffset" and option_name("sas") == "sas"
+    assert to_option_map(connection_string="c", from_offset={"a": 1}, skip_corrupt=True, sas=None) == {
+        "connectionString": "c",
+        "fromOffset": '{"a": 1}',
+        "skipCorrupt": "true",
+    }
+    given: dict[str, str | None] = {keyword: "1" for keyword in ReadKeywords.__annotations__}  # known options
+    given |= {"skip_corrupt": "true", "sas": None, "from_time": None, "to_time": None}
+    opts = ReadOptions.parse(to_option_map(connection_string="c", streams="a", **given))
+    assert opts.skip_corrupt and opts.start.for_stream("a").value == 1 and opts.connection.table_prefix == "1"
 
 
 def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
