@@ -11,7 +11,9 @@ and ``devstoreaccount3`` the staging accounts. Every target is Azure's divided b
 its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
 
 * **closed loop** first, on empty queues: ``IN_FLIGHT_PER_QUEUE`` producers per queue, each
-  sending its next POST only once its last one is committed (``?wait=``), for ``--sustain``
+  sending its next POST only while the tier holds fewer uncommitted batches than there are
+  producers, which they learn by reading their streams back (``CommitWatch``; ``--wait``: each
+  waits for its own last batch in its POST, ``?wait=``, as the runs before 5957c98 did), for ``--sustain``
   seconds; the steady window after ``--warm-up`` counts the messages committed (the streams'
   counts) and the staging queue operations (the front's): what the tier **sustains**, which the
   capacity model (``vault_client.capacity.staging_throughput``) predicts;
@@ -47,7 +49,12 @@ window (``machine``: every core busy; ``host`` with its workers, ``azurite``, ``
 answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean POST by answer;
 ``appends`` (``count``, ``batches``, ``median_ms``: the writers' ``appended`` events);
 ``vault_requests`` (``requests`` on the vault account, ``batch table entities``); and
-``writer_invocations.seconds_by_queue``.
+``writer_invocations.seconds_by_queue``. Since 5957c98 (docs/CAPACITY.md §7.4):
+``producers_confirm`` (``"by reading back"`` or ``"in the POST (?wait=)"``) and ``ceiling``, the
+same host and producers for ``--ceiling`` seconds more with the front at Azure's own targets
+(``PUT /_throttle/factor``), so that nothing throttles: ``factor``, ``statuses``,
+``steady_seconds``, ``committed_msgs_per_s`` (this machine's ceiling for the configuration),
+``queue_ops_per_committed_batch``, ``cpu_seconds``.
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -144,6 +151,9 @@ CEILING_FACTOR = 1.0
 requests/s), which nothing here reaches, so that only this machine limits what commits."""
 DEFAULT_CEILING_SECONDS = 20.0
 """Seconds of the ceiling phase's window (``--ceiling``; 0: none), after a warm-up of a third."""
+
+POLLERS_START_SECONDS = 5.0
+"""Seconds between a configuration's host start and its producers' first POST (``closed_only``)."""
 
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
@@ -1099,6 +1109,10 @@ def closed_only(
             front = fronts[f]
             config = Config(azurite, front, vault_front, Targets(factor=f), queues, accounts)
             config.host.start()
+            # The host's queue pollers create their queues as they start, through the front; a
+            # create refused while the producers' first sends take a slow queue's few tokens
+            # ends that poller (vault_local.host), and its queue is never drained.
+            time.sleep(POLLERS_START_SECONDS)
             before = processes_cpu(config, azurite, front, vault_front)
             in_flight = (per_queue or IN_FLIGHT_PER_QUEUE) * queues
             try:
