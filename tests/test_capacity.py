@@ -458,7 +458,9 @@ def test_the_closed_loop_reruns_are_the_model_with_their_measured_operations_and
         assert doc["figures"][figure] == pytest.approx(ratio), "BENCHMARKS.md's ratio is this one"
 
 
-@pytest.mark.parametrize("name", ["throttled_closed_ceiling", "throttled_closed_ceiling_1600"])
+@pytest.mark.parametrize(
+    "name", ["throttled_closed_ceiling", "throttled_closed_ceiling_1600", "throttled_closed_ceiling_inflight"]
+)
 def test_the_forecast_is_the_least_of_the_queues_target_over_the_runs_operations_and_the_machines_ceiling(
     name: str,
 ) -> None:
