@@ -73,8 +73,11 @@ DELETE_PACE_SECONDS = 0.25
 """Between attempts to delete a committed batch's message, or to receive a drain's next
 messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
-"""How long a committed batch's delete keeps trying: well within the visibility left to a
-drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
+"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SECONDS
+less one RENEW_CHECK_SECONDS of visibility left when its batch commits (renewals stop there), so
+the last attempts may come after it is visible again: they still delete it unless it was
+received again meanwhile (a pop receipt holds until the next receive), and a message received
+again is a duplicate its batch id makes harmless."""
 DRAIN_ROUNDS_SECONDS = 10.0
 """An invocation whose drain found batches drains again once it has appended them (a round),
 while its rounds keep finding some, for up to this long: batches that arrive while it appends
