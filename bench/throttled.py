@@ -11,7 +11,9 @@ and ``devstoreaccount3`` the staging accounts. Every target is Azure's divided b
 its own (2 language workers) takes POSTs of 20 messages of 100 bytes spread over 32 streams:
 
 * **closed loop** first, on empty queues: ``IN_FLIGHT_PER_QUEUE`` producers per queue, each
-  sending its next POST only once its last one is committed (``?wait=``), for ``--sustain``
+  sending its next POST only while the tier holds fewer uncommitted batches than there are
+  producers, which they learn by reading their streams back (``CommitWatch``; ``--wait``: each
+  waits for its own last batch in its POST, ``?wait=``, as the runs before 5957c98 did), for ``--sustain``
   seconds; the steady window after ``--warm-up`` counts the messages committed (the streams'
   counts) and the staging queue operations (the front's): what the tier **sustains**, which the
   capacity model (``vault_client.capacity.staging_throughput``) predicts;
@@ -47,7 +49,12 @@ window (``machine``: every core busy; ``host`` with its workers, ``azurite``, ``
 answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean POST by answer;
 ``appends`` (``count``, ``batches``, ``median_ms``: the writers' ``appended`` events);
 ``vault_requests`` (``requests`` on the vault account, ``batch table entities``); and
-``writer_invocations.seconds_by_queue``.
+``writer_invocations.seconds_by_queue``. Since 5957c98 (docs/CAPACITY.md §7.4):
+``producers_confirm`` (``"by reading back"`` or ``"in the POST (?wait=)"``) and ``ceiling``, the
+same host and producers for ``--ceiling`` seconds more with the front at Azure's own targets
+(``PUT /_throttle/factor``), so that nothing throttles: ``factor``, ``statuses``,
+``steady_seconds``, ``committed_msgs_per_s`` (this machine's ceiling for the configuration),
+``queue_ops_per_committed_batch``, ``cpu_seconds``.
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -100,6 +107,7 @@ from typing import Any
 
 import httpx
 import psutil
+from azure.storage.blob import ContainerClient
 from azure.storage.queue import QueueServiceClient
 
 from bench.common import RESULTS, cpu_seconds, report
@@ -108,6 +116,7 @@ from vault_client.api import ApiClient
 from vault_client.retry import RetryPolicy
 from vault_core.azure import AZURITE_CONNECTION_STRING, StorageAccount
 from vault_core.errors import StreamNotFound
+from vault_core.pagelog import CommitState
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
@@ -136,6 +145,15 @@ IN_FLIGHT_PER_QUEUE = 8
 """Closed-loop producers per staging queue: enough batches waiting that each writer invocation
 drains several (a saturated queue), few enough that none waits out its ``?wait=``."""
 
+
+CEILING_FACTOR = 1.0
+"""The front's factor in a configuration's ceiling phase: Azure's own targets (a queue 2,000
+requests/s), which nothing here reaches, so that only this machine limits what commits."""
+DEFAULT_CEILING_SECONDS = 20.0
+"""Seconds of the ceiling phase's window (``--ceiling``; 0: none), after a warm-up of a third."""
+
+POLLERS_START_SECONDS = 5.0
+"""Seconds between a configuration's host start and its producers' first POST (``closed_only``)."""
 
 Mark = tuple[float, int, dict[str, int]]
 """A point of a steady window: when, messages committed so far, each staging queue's admitted
@@ -237,10 +255,19 @@ class Config:
         self.azurite_pid = azurite.process.pid
         self.azurite_connection = azurite.connection_string
         self.streams = [f"th-{prefix}-{i}" for i in range(STREAMS)]
+        self.container = ContainerClient.from_connection_string(azurite.connection_string, "streams")
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
         self._next = 0
         self._lock = threading.Lock()
+
+    def committed_listed(self) -> int:
+        """Messages committed so far over this configuration's streams, from one listing of
+        their blobs with metadata (the commit record), straight from Azurite."""
+        total = 0
+        for blob in self.container.list_blobs(name_starts_with=f"th-{self.prefix}-", include=["metadata"]):
+            total += CommitState.from_metadata(dict(blob.metadata or {}), blob.etag, blob.size or 0).count
+        return total
 
     def new_post(self) -> tuple[int, str]:
         with self._lock:
@@ -359,11 +386,16 @@ class Config:
         stats = self.front.stats().get("queue_messages", {})
         return {p: c["admitted"] for p, c in stats.items() if p.split("/", 1)[-1].startswith(self.prefix)}
 
-    def closed_loop(self, vault: Vault, seconds: float, warm_up: float, in_flight: int) -> dict[str, Any]:
+    def closed_loop(
+        self, seconds: float, warm_up: float, in_flight: int, *, wait: bool = False
+    ) -> dict[str, Any]:
         """What the tier **sustains**: ``in_flight`` producers, each sending its next POST only
-        once its last one is committed (``?wait=``; a 503 waits out its ``Retry-After``), so the
-        tier never holds more than ``in_flight`` batches and every staged batch is also drained.
-        The steady window (after ``warm_up``, to the end) counts the messages committed in it."""
+        once the tier holds fewer than ``in_flight`` uncommitted batches (``CommitWatch``: the
+        producers confirm their commits by reading the streams back; with ``wait``, each waits
+        for its own last one in its POST, ``?wait=``, as the runs recorded before did); a 503 waits
+        out its ``Retry-After``. So the tier never holds more than ``in_flight`` batches and every
+        staged batch is also drained. The steady window (after ``warm_up``, to the end) counts
+        the messages committed in it."""
         statuses: Counter[str] = Counter()
         before = self.snapshot()
         client = httpx.Client(
@@ -374,18 +406,26 @@ class Config:
         )
         start = time.monotonic()
         stop = start + seconds
+        watch = CommitWatch(self, in_flight)
 
         spans: list[tuple[float, float, str]] = []
-        """What each producer did when: a POST by its answer, or a sleep on its ``Retry-After``."""
+        """What each producer did when: a POST by its answer, a sleep on its ``Retry-After``, or
+        a wait for the tier's commits (``"commits awaited"``)."""
 
         def producer(_: int) -> None:
             while time.monotonic() < stop:
+                if not wait:
+                    asked = time.monotonic()
+                    if not watch.reserve(stop):
+                        break
+                    with self._lock:
+                        spans.append((asked, time.monotonic(), "commits awaited"))
                 post, stream = self.new_post()
                 sent = time.monotonic()
                 try:
                     r = client.post(
                         f"/streams/{stream}/messages",
-                        params={"wait": POST_TIMEOUT},
+                        params={"wait": POST_TIMEOUT} if wait else {},
                         content=body(post),
                         headers={"Idempotency-Key": f"c{self.prefix}{post}"},
                     )
@@ -393,6 +433,8 @@ class Config:
                     with self._lock:
                         statuses["timeout"] += 1
                         spans.append((sent, time.monotonic(), "timeout"))
+                    if not wait:
+                        watch.release()
                     continue
                 with self._lock:
                     statuses[str(r.status_code)] += 1
@@ -401,6 +443,8 @@ class Config:
                         self.accepted[post] = stream
                     else:
                         self.refused.add(post)
+                if r.status_code not in (200, 202) and not wait:
+                    watch.release()
                 if r.status_code == 503:
                     if not r.headers.get("Retry-After"):
                         statuses["503 without Retry-After"] += 1
@@ -430,7 +474,7 @@ class Config:
             machine[name] = self.machine_cpu()
             vault_requests[name] = self.vault_counts()
             at = time.monotonic()
-            committed = self.committed(vault)
+            committed = self.committed_listed()
             marks[name] = ((at + time.monotonic()) / 2, committed, queue_ops)
 
         idle = IdleBudget(self)
@@ -441,7 +485,7 @@ class Config:
 
         sampler = threading.Timer(warm_up, open_window)
         sampler.start()
-        with ThreadPoolExecutor(in_flight) as pool:
+        with watch, ThreadPoolExecutor(in_flight) as pool:
             for n in range(in_flight):
                 pool.submit(producer, n)
             time.sleep(max(0.0, stop - time.monotonic()))
@@ -457,6 +501,7 @@ class Config:
             "load": "sustained",
             "factor": self.targets.factor,
             "in_flight": in_flight,
+            "producers_confirm": "in the POST (?wait=)" if wait else "by reading back",
             "statuses": dict(sorted(statuses.items())),
             "refused": diff(refusals, before[2]),
             **self._steady(marks["from"], marks["to"], []),
@@ -474,6 +519,20 @@ class Config:
             "unused_queue_tokens_by_queue_state": idle.by_state,
             "post_seconds": _durations(spans, marks["from"][0], marks["to"][0]),
         }
+
+    def ceiling(self, seconds: float, in_flight: int, *, wait: bool = False) -> dict[str, Any]:
+        """This machine's ceiling for the configuration, measured right after its throttled
+        window: the same host, streams and producers, with the front lifted to Azure's own
+        targets (CEILING_FACTOR), so that no target binds and what commits is what this host's
+        share of the machine's CPU serves (docs/CAPACITY.md §7.4). The front's factor is put
+        back at the end."""
+        self.front.set_factor(CEILING_FACTOR)
+        try:
+            run = self.closed_loop(seconds * 4 / 3, seconds / 3, in_flight, wait=wait)
+        finally:
+            self.front.set_factor(self.targets.factor)
+        keep = ("steady_seconds", "committed_msgs_per_s", "queue_ops_per_committed_batch", "cpu_seconds")
+        return {"factor": CEILING_FACTOR, "statuses": run["statuses"], **{k: run[k] for k in keep}}
 
     def vault_counts(self) -> dict[str, int]:
         """Requests so far on the vault account (its front at Azure's targets never refuses
@@ -679,6 +738,62 @@ class Config:
         return total
 
 
+class CommitWatch:
+    """Producers that confirm their commits by reading the streams back, rather than waiting in
+    their POSTs (``?wait=``, which holds a host thread and polls the stream's commit record
+    through the host, the vault account's requests and the host's CPU that the writers need):
+    one listing of the configuration's stream blobs with their commit records, every
+    POLL_SECONDS, straight from Azurite (free of every target and of the host), counts the
+    batches committed; a producer sends its next batch only while fewer than ``in_flight`` of
+    those admitted are not yet committed, so that the tier holds at most ``in_flight`` batches,
+    as many as closed-loop producers each waiting for its own."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, config: Config, in_flight: int) -> None:
+        self.config = config
+        self.in_flight = in_flight
+        self.admitted = 0
+        """Batches admitted (or being sent) in this loop."""
+        self.base = config.committed_listed()
+        self.committed = 0
+        """Batches committed since the loop began."""
+        self._changed = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="commit-watch", daemon=True)
+
+    def __enter__(self) -> CommitWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.POLL_SECONDS):
+            committed = (self.config.committed_listed() - self.base) // MESSAGES_PER_POST
+            with self._changed:
+                self.committed = committed
+                self._changed.notify_all()
+
+    def reserve(self, until: float) -> bool:
+        """Wait for room for one more batch in flight; False if ``until`` came first."""
+        with self._changed:
+            while self.admitted - self.committed >= self.in_flight:
+                if time.monotonic() >= until:
+                    return False
+                self._changed.wait(self.POLL_SECONDS)
+            self.admitted += 1
+            return True
+
+    def release(self) -> None:
+        """The reserved batch was refused: its room is free again."""
+        with self._changed:
+            self.admitted -= 1
+            self._changed.notify_all()
+
+
 class IdleBudget:
     """Samples, once a second in a steady window, each staging queue's tokens unused (its bucket
     full) and whether batches were waiting in it then (visible messages, peeked straight from
@@ -853,6 +968,18 @@ def main() -> None:
         help="with --closed-only: queues/accounts[/factor[/producers per queue]], comma-separated"
         " (default CLOSED_CONFIGS)",
     )
+    parser.add_argument(
+        "--ceiling",
+        type=float,
+        default=DEFAULT_CEILING_SECONDS,
+        help="with --closed-only: seconds of each configuration's window with the front at Azure's own"
+        " targets, this machine's ceiling (0: none)",
+    )
+    parser.add_argument(
+        "--wait",
+        action="store_true",
+        help="closed-loop producers wait for each commit in their POST (?wait=) rather than reading back",
+    )
     parser.add_argument("--hotspots-only", action="store_true", help="only the hot-spot workloads")
     parser.add_argument("--no-hotspots", action="store_true", help="the sweep only (a trial run)")
     parser.add_argument(
@@ -865,7 +992,9 @@ def main() -> None:
         resummarize()
         return
     if args.closed_only:
-        closed_only(args.factor, args.sustain, args.warm_up, args.configs)
+        closed_only(
+            args.factor, args.sustain, args.warm_up, args.configs, ceiling=args.ceiling, wait=args.wait
+        )
         return
     t0 = time.monotonic()
     key = dev_key()
@@ -892,7 +1021,7 @@ def main() -> None:
                 # First what the tier sustains, on empty queues; then the open loop, whose
                 # overload leaves a backlog behind.
                 in_flight = IN_FLIGHT_PER_QUEUE * queues
-                runs.append(config.closed_loop(vault, args.sustain, args.warm_up, in_flight))
+                runs.append(config.closed_loop(args.sustain, args.warm_up, in_flight, wait=args.wait))
                 print(json.dumps(runs[-1]), flush=True)
                 for load in LOADS:
                     time.sleep(2.0)  # cool-downs end, buckets refill: the next load starts fresh
@@ -951,9 +1080,14 @@ def closed_only(
     sustain: float,
     warm_up: float,
     configs: tuple[tuple[int, int, float | None, int | None], ...] = CLOSED_CONFIGS,
+    *,
+    ceiling: float = DEFAULT_CEILING_SECONDS,
+    wait: bool = False,
 ) -> None:
     """What each configuration (CLOSED_CONFIGS) sustains with closed-loop producers, where its
-    queues' operations go, and how long its writer invocations waited; then the read-back."""
+    queues' operations go, and how long its writer invocations waited; then, with ``ceiling``
+    seconds, what the same host and producers commit with the front at Azure's own targets
+    (``Config.ceiling``); then the read-back."""
     t0 = time.monotonic()
     key = dev_key()
     os.environ["AZURITE_ACCOUNTS"] = ";".join(f"{a}:{key}" for a in (VAULT_ACCOUNT, *STAGING_ACCOUNTS))
@@ -975,10 +1109,16 @@ def closed_only(
             front = fronts[f]
             config = Config(azurite, front, vault_front, Targets(factor=f), queues, accounts)
             config.host.start()
+            # The host's queue pollers create their queues as they start, through the front; a
+            # create refused while the producers' first sends take a slow queue's few tokens
+            # ends that poller (vault_local.host), and its queue is never drained.
+            time.sleep(POLLERS_START_SECONDS)
             before = processes_cpu(config, azurite, front, vault_front)
             in_flight = (per_queue or IN_FLIGHT_PER_QUEUE) * queues
             try:
-                runs.append(config.closed_loop(vault, sustain, warm_up, in_flight))
+                runs.append(config.closed_loop(sustain, warm_up, in_flight, wait=wait))
+                if ceiling:
+                    runs[-1]["ceiling"] = config.ceiling(ceiling, in_flight, wait=wait)
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -1039,6 +1179,10 @@ def closed_only(
         command += f" --factor {factor:g}"
     if sustain != DEFAULT_SUSTAIN_SECONDS:
         command += f" --sustain {sustain:g}"
+    if ceiling != DEFAULT_CEILING_SECONDS:
+        command += f" --ceiling {ceiling:g}"
+    if wait:
+        command += " --wait"
     report("throttled_closed", command, figures)
     path = RESULTS / "throttled_closed.json"
     doc = json.loads(path.read_text())
@@ -1175,6 +1319,7 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
                 figures[f"{name}, sustained: queues' target unused (buckets full)"] = m.unused_share
                 both = f"{name}, sustained: committed ÷ model with the run's operations and unused target"
                 figures[both] = r["committed_msgs_per_s"] / predicted(targets, r, m).committed
+            figures.update(ceiling_figures(targets, name, r))
         elif r["load"] == OVERLOAD and "admitted_msgs_per_s" in r:
             p = predicted(targets, r)
             figures[f"{name}, {OVERLOAD:g}x open loop: admitted ÷ model"] = (
@@ -1184,6 +1329,40 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
                 r["committed_msgs_per_s"] / r["admitted_msgs_per_s"] if r["admitted_msgs_per_s"] else None
             )
     return figures
+
+
+def forecast(targets: Targets, run: dict[str, Any]) -> capacity.Throughput | None:
+    """The model's forecast for a closed-loop run with a ceiling phase (docs/CAPACITY.md §7.4):
+    its queues' whole target over the operations a committed batch cost them (every kind, as
+    the front counted them), or this machine's ceiling measured right after, whichever is less.
+    Its queues' unused share is what it forecasts, not an input."""
+    if "ceiling" not in run or not run["queue_ops_per_committed_batch"]:
+        return None
+    measured = capacity.Measured(
+        run["queue_ops_per_committed_batch"], ceiling=run["ceiling"]["committed_msgs_per_s"]
+    )
+    return predicted(targets, run, measured)
+
+
+def ceiling_figures(targets: Targets, name: str, run: dict[str, Any]) -> dict[str, Any]:
+    """A closed-loop run against its machine's ceiling and the forecast (docs/CAPACITY.md §7.4)."""
+    found = forecast(targets, run)
+    if found is None:
+        return {}
+    ceiling = run["ceiling"]
+    counted = predicted(targets, run)
+    batches = ceiling["committed_msgs_per_s"] * ceiling["steady_seconds"] / MESSAGES_PER_POST
+    return {
+        f"{name}, sustained: ceiling, committed msgs/s with the front at Azure's targets": ceiling[
+            "committed_msgs_per_s"
+        ],
+        f"{name}, sustained: ceiling ÷ counted model": ceiling["committed_msgs_per_s"] / counted.committed,
+        f"{name}, sustained: ceiling, host CPU ms per committed batch": (
+            1000 * ceiling["cpu_seconds"]["host"] / batches if batches else None
+        ),
+        f"{name}, sustained: forecast msgs/s (binds: {found.committed_binding})": found.committed,
+        f"{name}, sustained: committed ÷ forecast": run["committed_msgs_per_s"] / found.committed,
+    }
 
 
 def processes_cpu(config: Config, azurite: Azurite, *fronts: ThrottleProcess) -> dict[str, int]:

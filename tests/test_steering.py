@@ -33,7 +33,7 @@ from vault_app.steering import (
     preference,
     send_steered,
 )
-from vault_app.writer_fn import DRAIN_VISIBILITY, DrainRenewer
+from vault_app.writer_fn import DRAIN_VISIBILITY, RENEW_LEFT_SECONDS, DrainRenewer
 from vault_core.errors import StorageFailure, StorageUnavailable, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
@@ -306,18 +306,19 @@ class _RenewingQueue:
         self.renewed.append(message.id)
 
 
-def test_the_writer_renews_only_messages_held_for_a_third_of_their_visibility() -> None:
-    """A message drained moments ago has most of its visibility left: the next round renews it
-    in time, this one spends no request on it."""
+def test_the_writer_renews_only_messages_with_a_third_of_their_visibility_left() -> None:
+    """A message drained moments ago, or held for a normal append, has most of its visibility
+    left: a later round renews it in time, this one spends no request on it."""
     renewing = _RenewingQueue()
     queue = StagingQueue(0, "q", cast(Queue, renewing), cast(Queue, renewing))
     renewer = DrainRenewer(queue, DrainedFile(None))
-    third = DRAIN_VISIBILITY / 3
-    renewer.hold([QueuedMessage("old", "{}", "r")], since=time.monotonic() - third)
+    held = DRAIN_VISIBILITY - RENEW_LEFT_SECONDS
+    renewer.hold([QueuedMessage("old", "{}", "r")], since=time.monotonic() - held)
+    renewer.hold([QueuedMessage("appending", "{}", "r")], since=time.monotonic() - held + 2)
     renewer.hold([QueuedMessage("new", "{}", "r")])
     renewer.renew()
     assert renewing.renewed == ["old"]
-    renewer.renew()  # "old" was just renewed, "new" is still young
+    renewer.renew()  # "old" was just renewed, the others have more than a third left
     assert renewing.renewed == ["old"]
 
 

@@ -337,6 +337,19 @@ def test_a_refused_request_takes_no_tokens() -> None:
     assert all(limiter.admit(other) is None for _ in range(2))  # the refusals took no account tokens
 
 
+def test_a_new_factor_rescales_the_buckets_made_so_far_and_keeps_their_counts() -> None:
+    now = [0.0]
+    limiter = Limiter(Targets(factor=1000), clock=lambda: now[0])  # account 20, queue 2
+    hot = [Charge("account_requests", "a"), Charge("queue_messages", "a/q")]
+    assert [limiter.admit(hot) is None for _ in range(3)] == [True, True, False]
+    limiter.rescale(100)  # queue 20 a second
+    now[0] = 0.5
+    assert [limiter.admit(hot) is None for _ in range(11)] == [True] * 10 + [False]
+    assert limiter.stats()["queue_messages"]["a/q"] == {"admitted": 12, "refused": 2}
+    with pytest.raises(ValueError):
+        limiter.rescale(0)
+
+
 def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: Azurite) -> None:
     upstream = {"blob": azurite.blob_port, "queue": azurite.queue_port, "table": azurite.table_port}
     front = ThrottleProcess(upstream, {"MV_THROTTLE_FACTOR": "1e9"}).start()  # one token per bucket
@@ -355,6 +368,9 @@ def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: 
         }
         # A bucket of one token refills in 1e9 / 2,000 s: nothing it could not hold yet.
         assert front.unused()["queue_messages"][f"devstoreaccount1/{client.queue_name}"] == 0
+        front.set_factor(1)  # Azure's own targets from now on, in the buckets already made too
+        client.send_message("x")
+        assert front.stats()["account_requests"]["devstoreaccount1"] == {"admitted": 2, "refused": 1}
     finally:
         front.stop()
     assert front.proc is None

@@ -55,8 +55,17 @@ DRAIN_MESSAGES = 32
 DRAIN_BYTES = 64 * 1024 * 1024
 """Stop draining once this much is pending in one invocation (bounds memory and latency)."""
 DRAIN_VISIBILITY = 15
-"""Seconds drained messages stay invisible to others; renewed every third of it while this
-invocation works on them, so a writer that dies gives them back within this long."""
+"""Seconds drained messages stay invisible to others; renewed while this invocation works on
+them (RENEW_LEFT_SECONDS), so a writer that dies gives them back within this long."""
+RENEW_LEFT_SECONDS = DRAIN_VISIBILITY / 3
+"""A drained message is renewed once no more than this is left of its visibility (it has been
+held 10 s), looked at every RENEW_CHECK_SECONDS: a message drained, appended and deleted within
+10 s, as a normal append is, costs its queue no renewal; only an append that runs long does.
+Renewing once a third had passed cost a throttled queue 0.4 renewals a batch on two contended
+cores (docs/CAPACITY.md §7.4)."""
+RENEW_CHECK_SECONDS = 1.0
+"""How often held messages are looked at: a renewal the queue refused is tried again up to four
+times before the message's visibility runs out."""
 LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
@@ -64,8 +73,11 @@ DELETE_PACE_SECONDS = 0.25
 """Between attempts to delete a committed batch's message, or to receive a drain's next
 messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
-"""How long a committed batch's delete keeps trying: well within the visibility left to a
-drained message (DRAIN_VISIBILITY, renewed every third of it until its batch committed)."""
+"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SECONDS
+less one RENEW_CHECK_SECONDS of visibility left when its batch commits (renewals stop there), so
+the last attempts may come after it is visible again: they still delete it unless it was
+received again meanwhile (a pop receipt holds until the next receive), and a message received
+again is a duplicate its batch id makes harmless."""
 DRAIN_ROUNDS_SECONDS = 10.0
 """An invocation whose drain found batches drains again once it has appended them (a round),
 while its rounds keep finding some, for up to this long: batches that arrive while it appends
@@ -546,9 +558,9 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
 class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
-    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it has passed, as
-    the Functions host does for the trigger message (looked at every sixth, so a renewal a queue
-    refused is tried again with a third or more left): if this process dies, they are visible
+    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it is left
+    (RENEW_LEFT_SECONDS, looked at every RENEW_CHECK_SECONDS, so a renewal a queue refused is
+    tried again four times before it runs out): if this process dies, they are visible
     to another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
     replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
@@ -594,21 +606,21 @@ class DrainRenewer:
         self.written.record([m for m, _ in self._held.values()])
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_VISIBILITY / 6):
+        while not self._stop.wait(RENEW_CHECK_SECONDS):
             self.renew()
 
     def renew(self) -> None:
-        """One round: every message held for a third of DRAIN_VISIBILITY or longer since it was
-        last made invisible, invisible for DRAIN_VISIBILITY from now. One held for less has two
-        thirds of it left and is renewed by a later round (a round every sixth), so a message
-        held briefly, as most are at load, costs its queue no renewal.
+        """One round: every message with RENEW_LEFT_SECONDS or less left of the DRAIN_VISIBILITY
+        it was last made invisible for, invisible for DRAIN_VISIBILITY from now. One with more
+        left is renewed by a later round (a round every RENEW_CHECK_SECONDS), so a message held
+        for a normal append, as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
         refuses the rest too, and a round of retried renewals, one request per message, would
         take the requests its deletes and the producers need: a message left unrenewed only
         becomes visible again, a second delivery its batch id makes harmless."""
         with self._round:
-            due = time.monotonic() - DRAIN_VISIBILITY / 3
+            due = time.monotonic() - (DRAIN_VISIBILITY - RENEW_LEFT_SECONDS)
             with self._lock:
                 held = [m for m, at in self._held.values() if at <= due]
             try:

@@ -668,10 +668,16 @@ class Measured:
     """The share of the queues' target no request asked for (their token buckets full): time
     a queue's writer was not receiving while batches waited, or every batch in flight was in a
     writer's round or on its way back to its producer."""
+    ceiling: float | None = None
+    """Messages/s the same host and producers committed on the configuration with no target
+    binding (the benchmark's ceiling phase, its front at Azure's own targets): what the CPU the
+    machine gave them serves, a limit the counted model leaves to Azure's one vCPU a writer."""
 
     def __post_init__(self) -> None:
         if self.operations_per_batch <= 0 or not 0 <= self.unused_share < 1:
             raise ValueError("operations a batch are positive; the unused share is in [0, 1)")
+        if self.ceiling is not None and self.ceiling <= 0:
+            raise ValueError("a measured ceiling is positive")
 
 
 def staging_throughput(
@@ -687,7 +693,8 @@ def staging_throughput(
     writer starts an invocation; by default a writer cycle's worth at half the queue's target
     (Azure's scale), behind a throttling front as many as producers keep in flight per queue.
     ``measured``: a benchmark run's own operations a batch and unused share instead of the
-    counted ones (the run's accounting of its queues' requests, not a forecast)."""
+    counted ones (with its unused share, the run's accounting of its queues' requests, not a
+    forecast), and its machine's measured ceiling as one more limit."""
     per_queue = targets.queue_messages
     if batches_per_invocation is None:
         batches_per_invocation = per_queue / 2 * WRITER_CYCLE_SECONDS
@@ -703,4 +710,10 @@ def staging_throughput(
     by_writers = staging.queues / writer_cpu_seconds(1.0, w)  # one vCPU per queue's writer
     if by_writers < committed:
         committed, binding = by_writers, "queue writer CPU"
+    if (
+        measured is not None
+        and measured.ceiling is not None
+        and measured.ceiling < committed * w.batch_messages
+    ):
+        committed, binding = measured.ceiling / w.batch_messages, "the machine's CPU (measured)"
     return Throughput(committed * w.batch_messages, binding, requests * w.batch_messages, where, ops)

@@ -26,7 +26,8 @@ Accounts are told apart by the first path segment (Azurite's path-style URLs), s
 serves every account of one Azurite. ``GET /_throttle`` on any listener answers the counts of
 admitted and refused requests per partition, as JSON (what the benchmark reads);
 ``/_throttle/unused`` the tokens each partition's full bucket could not hold (its target's share
-that nobody asked for), and ``/_throttle/operations`` the queue message operations by kind.
+that nobody asked for), and ``/_throttle/operations`` the queue message operations by kind;
+``PUT /_throttle/factor`` with a number as its body divides every target by it from then on.
 
 Run as a process of its own (``python -m vault_local.throttle --blob P --queue P --table P``; it
 prints ``READY {"blob": port, ...}``), or in-process with :class:`ThrottlingFront`.
@@ -133,6 +134,13 @@ class TokenBucket:
 
     def take(self, cost: float) -> None:
         self.tokens -= cost
+
+    def rescale(self, rate: float, burst: float) -> None:
+        """A new rate and burst from now on; what it filled and could not hold so far is kept."""
+        self._refill()
+        self.rate = rate
+        self.burst = max(burst, 1.0)
+        self.tokens = min(self.tokens, self.burst)
 
 
 @dataclass(frozen=True)
@@ -283,6 +291,18 @@ class Limiter:
                 }
             return out
 
+    def rescale(self, factor: float) -> None:
+        """Every target divided by ``factor`` from now on, in the buckets made so far too (their
+        counts and unused tokens kept): a benchmark lifts the targets of the same front, for a
+        phase in which nothing throttles, and puts them back."""
+        if not factor > 0:
+            raise ValueError(f"the throttling factor must be positive, got {factor}")
+        with self._lock:
+            self.targets = replace(self.targets, factor=factor)
+            for (target, _), bucket in self._buckets.items():
+                rate = self.targets.rate(target)
+                bucket.rescale(rate, rate * self.targets.burst_seconds)
+
     def unused(self) -> dict[str, dict[str, float]]:
         """``{target: {partition: tokens}}``: what each partition's full bucket could not hold
         so far (TokenBucket.unused), the share of its target that no request asked for."""
@@ -330,6 +350,7 @@ _HOP_BY_HOP = {
 STATS_PATH = "/_throttle"
 OPERATIONS_PATH = "/_throttle/operations"
 UNUSED_PATH = "/_throttle/unused"
+FACTOR_PATH = "/_throttle/factor"
 
 
 def queue_operation(method: str, path: str) -> str | None:
@@ -422,6 +443,9 @@ class ThrottlingFront:
                 if self.path == UNUSED_PATH:
                     counted = json.dumps(front.limiter.unused())
                     return self._send(200, {"Content-Type": "application/json"}, counted.encode())
+                if self.path == FACTOR_PATH and self.command == "PUT":
+                    front.limiter.rescale(float(body))
+                    return self._send(204, {}, b"")
                 if self.path == OPERATIONS_PATH:
                     with front._operations_lock:
                         counted = json.dumps(dict(sorted(front.operations.items())))
@@ -520,6 +544,16 @@ class ThrottleProcess:
     def unused(self) -> dict[str, dict[str, float]]:
         """Tokens each partition's full bucket could not hold so far (``Limiter.unused``)."""
         return dict(self._get(UNUSED_PATH))
+
+    def set_factor(self, factor: float) -> None:
+        """Every target divided by ``factor`` from now on (``Limiter.rescale``)."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.ports["queue"], timeout=30)
+        try:
+            conn.request("PUT", FACTOR_PATH, body=str(factor).encode())
+            if conn.getresponse().status != 204:
+                raise RuntimeError(f"the throttling front did not take the factor {factor}")
+        finally:
+            conn.close()
 
     def _get(self, path: str) -> Any:
         conn = http.client.HTTPConnection("127.0.0.1", self.ports["queue"], timeout=30)
