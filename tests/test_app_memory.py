@@ -249,6 +249,33 @@ def test_batches_drained_by_writers_that_die_are_resent_fresh_and_never_counted_
         runtime.close()
 
 
+def test_batches_a_writer_drained_just_before_it_died_are_back_within_the_receives_short_visibility() -> None:
+    """Killed before its drain's reply is in, a writer leaves no receipts for its replacement: the
+    batches come back when the receive's own visibility ends, 5 s, not DRAIN_VISIBILITY's 15."""
+    clock = ManualClock()
+    account = MemoryAccount(clock)
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
+    runtime.services.ensure()
+    services, queue = runtime.services, runtime.services.queue_for(STREAM)
+
+    def die(point: str) -> None:
+        if point == "after-drain":
+            raise WriterDied
+
+    try:
+        for b in ("b0", "b1"):
+            stage(services, b, [b])
+        runtime.fault_hook = die
+        with pytest.raises(WriterDied):
+            run_trigger(runtime, queue)  # b0 the trigger (the host's), b1 drained
+        clock.advance(writer_fn.DRAIN_RECEIVE_VISIBILITY * 1000 - 1)
+        assert queue.staging.peek(5) == []
+        clock.advance(2)
+        assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]
+    finally:
+        runtime.close()
+
+
 def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_for_later(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:

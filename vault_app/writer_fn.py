@@ -57,6 +57,12 @@ DRAIN_BYTES = 64 * 1024 * 1024
 DRAIN_VISIBILITY = 15
 """Seconds drained messages stay invisible to others; renewed every third of it while this
 invocation works on them, so a writer that dies gives them back within this long."""
+DRAIN_RECEIVE_VISIBILITY = 5
+"""Seconds a drain's receive (or a fresh copy's send) first hides its messages: their receipts
+are written down for a replacement (vault_app.drained) only once the reply is in, so a process
+killed while the request is in flight leaves them hidden this long, not DRAIN_VISIBILITY. The
+renewer takes them to DRAIN_VISIBILITY once held for a third of it, so one appended at once
+costs no extra request (docs/ARCHITECTURE.md §3.2)."""
 LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
@@ -323,7 +329,7 @@ def _drain(
         plan.drained += len(held)
         # A dead writer's batches all went around before: their re-sends side by side.
         held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
-        renewer.hold(held, since=asked)
+        renewer.hold(held, since=asked, visibility=DRAIN_RECEIVE_VISIBILITY)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
         for m, result in zip(held, loaded, strict=True):
@@ -350,7 +356,7 @@ def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[Q
     while True:
         asked = time.monotonic()
         try:
-            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY, retry=False)
+            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_RECEIVE_VISIBILITY, retry=False)
         except VaultError as exc:
             if not exc.retriable or asked + DELETE_PACE_SECONDS > until:
                 raise
@@ -371,7 +377,7 @@ def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
     if body is None:
         return m
     try:
-        copy = queue.staging.send(body, visible_in=DRAIN_VISIBILITY, retry=False)
+        copy = queue.staging.send(body, visible_in=DRAIN_RECEIVE_VISIBILITY, retry=False)
     except VaultError:
         return m
     _delete(queue, m)
@@ -546,9 +552,10 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
 class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
-    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it has passed, as
-    the Functions host does for the trigger message (looked at every sixth, so a renewal a queue
-    refused is tried again with a third or more left): if this process dies, they are visible
+    Their visibility is short (DRAIN_RECEIVE_VISIBILITY when drained, then DRAIN_VISIBILITY) and
+    renewed once a third of it has passed, as the Functions host does for the trigger message
+    (looked at every sixth of the shorter, so a renewal a queue refused is tried again with a
+    third or more left): if this process dies, they are visible
     to another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
     replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
@@ -556,8 +563,8 @@ class DrainRenewer:
     def __init__(self, queue: StagingQueue, written: DrainedFile) -> None:
         self.queue = queue
         self.written = written
-        self._held: dict[str, tuple[QueuedMessage, float]] = {}
-        """Each held message, and when it was last made invisible for DRAIN_VISIBILITY (monotonic)."""
+        self._held: dict[str, tuple[QueuedMessage, float, float]] = {}
+        """Each held message, when it was last made invisible (monotonic), and for how long."""
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -575,12 +582,14 @@ class DrainRenewer:
         with self._lock:
             self.written.record(())
 
-    def hold(self, messages: list[QueuedMessage], since: float | None = None) -> None:
-        """Messages made invisible for DRAIN_VISIBILITY at ``since`` (monotonic; by default now):
-        a time no later than the request that received or sent them."""
+    def hold(
+        self, messages: list[QueuedMessage], since: float | None = None, visibility: float = DRAIN_VISIBILITY
+    ) -> None:
+        """Messages made invisible for ``visibility`` seconds at ``since`` (monotonic; by default
+        now): a time no later than the request that received or sent them."""
         at = time.monotonic() if since is None else since
         with self._lock:
-            self._held.update((m.id, (m, at)) for m in messages)
+            self._held.update((m.id, (m, at, visibility)) for m in messages)
             self._record()
 
     def forget(self, messages: list[QueuedMessage]) -> None:
@@ -591,26 +600,26 @@ class DrainRenewer:
 
     def _record(self) -> None:
         """Write what is held, with its current receipts, for a replacement (under ``_lock``)."""
-        self.written.record([m for m, _ in self._held.values()])
+        self.written.record([m for m, _, _ in self._held.values()])
 
     def _run(self) -> None:
-        while not self._stop.wait(DRAIN_VISIBILITY / 6):
+        while not self._stop.wait(DRAIN_RECEIVE_VISIBILITY / 6):
             self.renew()
 
     def renew(self) -> None:
-        """One round: every message held for a third of DRAIN_VISIBILITY or longer since it was
+        """One round: every message held for a third of its visibility or longer since it was
         last made invisible, invisible for DRAIN_VISIBILITY from now. One held for less has two
-        thirds of it left and is renewed by a later round (a round every sixth), so a message
-        held briefly, as most are at load, costs its queue no renewal.
+        thirds of it left and is renewed by a later round (a round every sixth of the shorter
+        visibility), so a message held briefly, as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
         refuses the rest too, and a round of retried renewals, one request per message, would
         take the requests its deletes and the producers need: a message left unrenewed only
         becomes visible again, a second delivery its batch id makes harmless."""
         with self._round:
-            due = time.monotonic() - DRAIN_VISIBILITY / 3
+            now = time.monotonic()
             with self._lock:
-                held = [m for m, at in self._held.values() if at <= due]
+                held = [m for m, at, hidden in self._held.values() if now - at >= hidden / 3]
             try:
                 for m in held:
                     asked = time.monotonic()
@@ -621,7 +630,7 @@ class DrainRenewer:
                         return
                     with self._lock:
                         if m.id in self._held:
-                            self._held[m.id] = (m, asked)
+                            self._held[m.id] = (m, asked, DRAIN_VISIBILITY)
             finally:
                 with self._lock:  # the new receipts
                     self._record()
