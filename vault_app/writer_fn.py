@@ -78,6 +78,11 @@ while its rounds keep finding some, for up to this long: batches that arrive whi
 wait for its next round, not for the host to settle its trigger and poll again (a get and a
 delete of the trigger a round, and the host's back-offs between invocations, saved). Then it
 ends, so that a draining host waits no longer than this for it."""
+DRAIN_ROUND_SECONDS = 1.0
+"""A round's drain receives no more once it has drained for this long, and appends what it has:
+a queue taken over after its owner's death holds the backlog of a whole lease time (15 s), and
+draining all of it, claim-check downloads included, held the first commit back 5 to 10 s
+(docs/ARCHITECTURE.md §3.7). The rest waits for the next round, moments later."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -134,8 +139,13 @@ def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> No
             raise
         _hand_back_trigger(services, queue, trigger, exc)
         return
+    waited = False
+    if owner is Owner.OTHER_INSTANCE:  # a dead owner's lease about to run out: take over then
+        after = runtime.writers.own_when_free(services, queue, within=2 * NOT_OWNER_PAUSE_SECONDS)
+        if after is not None:
+            owner, waited = after, True
     if not owner:
-        _pass_to_owner(queue, trigger, pause=owner is Owner.OTHER_INSTANCE)
+        _pass_to_owner(queue, trigger, pause=owner is Owner.OTHER_INSTANCE and not waited)
         return
     try:
         _write_owned(runtime, queue, trigger)
@@ -320,7 +330,8 @@ def _drain(
     until: float,
 ) -> None:
     services = runtime.services
-    while plan.bytes < DRAIN_BYTES:
+    stop = time.monotonic() + DRAIN_ROUND_SECONDS
+    while plan.bytes < DRAIN_BYTES and time.monotonic() < stop:
         try:
             asked, held = _receive_patiently(queue, until)
         except VaultError as exc:
