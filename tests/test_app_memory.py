@@ -344,6 +344,25 @@ def test_a_queue_whose_dead_owners_lease_runs_out_is_taken_over_as_it_runs_out(
     runtime.writers.done(queue)
 
 
+def test_a_dead_owners_stream_lease_is_broken_by_the_instance_that_took_its_queue_as_it_ran_out(
+    runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead owner's last append renewed the stream's lease after its last owner renewal: its
+    batches are appended at once, not handed back until that lease runs out too."""
+    stage(services, "b0", ["first"])
+    run_trigger(runtime, queue)  # the stream exists
+    runtime.writers.close_all()
+    monkeypatch.setattr(open_writers, "WRITER_LEASE_SECONDS", 1)  # as if 15 s had nearly passed
+    owner = services.claimcheck.lease_blob(f"{OWNER_BLOB_PREFIX}{queue.account}/{queue.name}")
+    lease = owner.acquire(1, "an-instance-that-died")
+    assert lease is not None
+    owner.mark_renewed(lease, time.time_ns() // 1_000_000)
+    services.vault.blob(STREAM).acquire_lease(60, "an-instance-that-died")
+    stage(services, "b1", ["second"])
+    run_trigger(runtime, queue)
+    assert values(services) == ["first", "second"] and queue.staging.approximate_count() == 0
+
+
 def test_a_queue_a_live_sibling_process_owns_gets_its_batch_back_at_once_and_without_the_pause(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

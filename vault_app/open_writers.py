@@ -127,6 +127,9 @@ class OpenWriters:
         self._reaper: threading.Thread | None = None
         self._marks: dict[str, tuple[int | None, float]] = {}
         """Queue another instance owns → its owner's last renewal (Unix ms) and when that was read."""
+        self._inherited: dict[str, float] = {}
+        """Queue taken over as its owner's lease ran out → until when (monotonic) that owner's
+        stream leases may still be live (:meth:`inherited`)."""
 
     def instance(self, services: Services) -> Instance:
         """The instance whose lease id this process's leases carry."""
@@ -135,7 +138,12 @@ class OpenWriters:
                 self._instance = Instance.from_env(services.settings.env)
             return self._instance
 
-    def append(self, services: Services, stream: str, batches: list[Batch]) -> list[AppendResult]:
+    def append(
+        self, services: Services, stream: str, batches: list[Batch], *, break_dead_lease: bool = False
+    ) -> list[AppendResult]:
+        """Append under the stream's writer, opened here if it is not open. ``break_dead_lease``:
+        the stream's queue was just taken over from an owner whose lease ran out (:meth:`inherited`),
+        so a lease another instance holds on the stream is that dead owner's: broken, not waited out."""
         instance = self.instance(services)
         with self._lock:
             writer = self._take(stream)
@@ -149,7 +157,7 @@ class OpenWriters:
                 except StreamLeased:  # a lease the drain may have outlasted (a dead owner's): again
                     writer = None
             if writer is None:
-                writer = self._open_writer(services, instance, stream)
+                writer = self._open_or_break(services, instance, stream, break_dead_lease)
             try:
                 results = writer.append(batches)
             except LeaseLost:
@@ -224,6 +232,29 @@ class OpenWriters:
             held = self._streams.pop(stream, None)
         if held is not None:
             held.release()
+
+    def _open_or_break(
+        self, services: Services, instance: Instance, stream: str, break_dead_lease: bool
+    ) -> StreamWriter:
+        try:
+            return self._open_writer(services, instance, stream)
+        except StreamLeased:
+            if not break_dead_lease:
+                raise
+        # The queue's owner lease ran out before this process took it: its owner has not renewed
+        # anything for 15 s, dead or stalled. Its stream lease, renewed by its last append, can
+        # outlive the owner lease by a renewal period; waiting it out held the stream's batches
+        # back (handed back and forth) for those seconds. If the owner only stalled, breaking it
+        # makes its next write fail (LeaseLost): the lease still decides who writes (§3.7).
+        log.info("breaking the lease on stream %s, held by its queue's dead owner", stream)
+        services.vault.blob(stream).break_lease()
+        return self._open_writer(services, instance, stream)
+
+    def inherited(self, queue: StagingQueue) -> bool:
+        """Whether this process took ``queue`` over as its owner's lease ran out, recently enough
+        that the dead owner's stream leases may still be live (WRITER_LEASE_SECONDS)."""
+        with self._lock:
+            return time.monotonic() < self._inherited.get(_key(queue), 0.0)
 
     @staticmethod
     def _open_writer(services: Services, instance: Instance, stream: str) -> StreamWriter:
@@ -312,6 +343,8 @@ class OpenWriters:
                 break
             time.sleep(TAKEOVER_POLL_SECONDS)
         if owner:
+            with self._lock:
+                self._inherited[key] = time.monotonic() + WRITER_LEASE_SECONDS
             log.info(
                 "staging queue %s taken over %.2f s after its owner's lease ran out",
                 key,

@@ -273,7 +273,12 @@ def _append(
     started = time.monotonic()
     with tel.appending(stream, [w.envelope.trace for w in work]):
         started_ns = time.time_ns()
-        results = runtime.writers.append(runtime.services, stream, [_batch(w.envelope) for w in work])
+        # A dead owner's lease on a stream of the queue just taken from it is broken (§3.7).
+        home = runtime.services.queue_for(stream)
+        dead = runtime.writers.inherited(queue) and (home.account, home.name) == (queue.account, queue.name)
+        results = runtime.writers.append(
+            runtime.services, stream, [_batch(w.envelope) for w in work], break_dead_lease=dead
+        )
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     runtime.fault("after-commit")
     now_ms = time.time_ns() // 1_000_000
