@@ -224,6 +224,23 @@ def _append_plan(
     """Append a round's batches stream by stream; False if any stream's could not be (they went
     back to the queue, or to poison), so the invocation drains no further round. The trigger
     is in the first round only, in ``trigger_stream``'s batches."""
+    try:
+        return _append_streams(runtime, claims, queue, plan, renewer, cleanup, trigger, trigger_stream)
+    finally:
+        for stream in plan.by_stream:  # opened ahead by the drain but not appended: kept, or let go
+            runtime.writers.keep_opened(stream)
+
+
+def _append_streams(
+    runtime: Runtime,
+    claims: ClaimChecks,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    cleanup: list[Future[None]],
+    trigger: StagingMessage | None,
+    trigger_stream: str | None,
+) -> bool:
     services = runtime.services
     appended = True
     for stream, work in plan.by_stream.items():
@@ -351,6 +368,10 @@ def _drain(
         for m, result in zip(held, loaded, strict=True):
             if isinstance(result, Envelope):
                 _add(plan, _Work(result, m))
+                # Its lease and recovery side by side with the rest of the drain and the other
+                # streams' appends: a backlog taken over holds batches of every stream of the
+                # queue, and opening each at its append, one after the other, took seconds.
+                runtime.writers.open_ahead(services, result.stream)
                 continue
             renewer.forget([m])
             if isinstance(result, AlreadyCommitted):
