@@ -501,6 +501,11 @@ class Workers:
         elif (forked := self._from_template(argv, theirs)) is not None:
             proc = ForkedProcess(forked)
         else:
+            if self.template and sys.platform == "linux":  # a template that failed may have
+                ours.close()  # passed this socket on to a worker of its own: a new pair
+                theirs.close()
+                ours, theirs = socket.socketpair()
+                argv[argv.index("--fd") + 1] = str(theirs.fileno())
             # subprocess starts it with fork+exec in C, safe in a process with threads; only
             # its socket is passed.
             proc = subprocess.Popen(
