@@ -61,7 +61,7 @@ import time
 import uuid
 import zlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -186,7 +186,7 @@ def kill_once(env: Env) -> Kill:
             if not sampler.wait_all(timeout=60):
                 raise TimeoutError("batches acknowledged by B not committed after 60 s")
         found = audit(env.vault, acked, streams, PER_BATCH)
-        owned = owned_again(list(b.lines), [f"0/{prefix}-{q}" for q in range(QUEUES)], killed_at, victim=0)
+        owned = owned_again(list(b.lines), [f"0/{prefix}-{q}" for q in range(QUEUES)], killed_at, victims={0})
         return Kill(
             recovered,
             pending,
@@ -229,6 +229,12 @@ class WorkerMode:
     """Queue invocations to the live workers in turn, as Azure's host sends them."""
     spares: int = 1
     """``LOCAL_SPARE_WORKERS``: 0, a replacement starts after the kill (before issue 24's spare)."""
+    fresh: bool = False
+    """No worker template (``--fresh-workers``): a new spare or a replacement is a fresh
+    interpreter, as the Functions host starts a worker (before the template)."""
+    double: bool = False
+    """Each kill is two: the worker, then at once the spare that took its place, before a new
+    spare is ready; measured from the second."""
 
     @property
     def label(self) -> str:
@@ -237,7 +243,9 @@ class WorkerMode:
         spare = ", no spare" if self.spares == 0 and self.workers == 1 else ""
         spare = ", warm spare" if self.spares and self.workers > 1 else spare
         turns = ", round robin as on Azure" if self.round_robin else ""
-        return f"{workers}{spare}{turns}, visibilityTimeout {self.visibility} s"
+        fresh = ", fresh interpreters" if self.fresh else ""
+        double = ", killed twice in a row" if self.double else ""
+        return f"{workers}{spare}{turns}{fresh}{double}, visibilityTimeout {self.visibility} s"
 
 
 WORKER_MODES = {
@@ -251,6 +259,12 @@ WORKER_MODES = {
         WorkerMode("two-1", 2, 1, spares=0),  # this app's host.json; a survivor takes over
         WorkerMode("two-1-spare", 2, 1),  # a spare too (not the host's default with two workers)
         WorkerMode("two-1-rr", 2, 1, round_robin=True, spares=0),
+        # Later workers as fresh interpreters, as before the worker template (and as on Azure)
+        WorkerMode("one-1-fresh", 1, 1, fresh=True),
+        WorkerMode("one-1-nospare-fresh", 1, 1, spares=0, fresh=True),
+        WorkerMode("two-1-fresh", 2, 1, spares=0, fresh=True),
+        # A second death before the new spare is ready: a replacement forked by the template
+        WorkerMode("one-1-double", 1, 1, double=True),
     )
 }
 
@@ -277,6 +291,8 @@ class WorkerKills:
     duplicated: int
     poisoned: int
     statuses: Counter[str]
+    unspared: int = 0
+    """Deaths that found no warm spare ready, so a replacement started (host log)."""
 
 
 def victim_streams(streams: Sequence[str]) -> set[str]:
@@ -295,17 +311,19 @@ def _owners(lines: Sequence[str], queue: str) -> list[tuple[float, int]]:
     return [(_logged_at(x), int(x.split(marker)[1].split(")")[0])) for x in lines if marker in x]
 
 
-def owned_again(lines: Sequence[str], queues: Sequence[str], killed: float, victim: int) -> float | None:
-    """Seconds from the kill (Unix time) until another process owned every one of ``queues``
-    (0 for a queue that another process owned already)."""
+def owned_again(
+    lines: Sequence[str], queues: Sequence[str], killed: float, victims: Collection[int]
+) -> float | None:
+    """Seconds from the kill (Unix time) until a process not killed owned every one of
+    ``queues`` (0 for a queue that another process owned already)."""
     times = []
     for q in queues:
         owners = _owners(lines, q)
         before = [pid for t, pid in owners if t < killed]
-        if before and before[-1] != victim:
+        if before and before[-1] not in victims:
             times.append(killed)
             continue
-        after = [t for t, pid in owners if t >= killed and pid != victim]
+        after = [t for t, pid in owners if t >= killed and pid not in victims]
         if not after:
             return None
         times.append(min(after))
@@ -348,6 +366,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
     }
     args: tuple[str, ...] = ("--host-json", str(host_json(mode.visibility, scratch)))
     args += ("--round-robin-queues",) if mode.round_robin else ()
+    args += ("--fresh-workers",) if mode.fresh else ()
     hosts: list[HostProcess] = []
     producers: Producers | None = None
     try:
@@ -373,6 +392,12 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                 spares_before = sum(SPARE_READY in x for x in list(host.lines))
                 os.kill(victim, signal.SIGKILL)
                 killed, killed_at = time.perf_counter(), time.time()
+                dead = {victim}
+                if mode.double:
+                    victim = _kill_the_spare(host, before)
+                    dead.add(victim)
+                    before = sum("replaced (pid" in x for x in list(host.lines))
+                    killed, killed_at = time.perf_counter(), time.time()
                 ready: float | None = None
                 spare: float | None = None if mode.spares else float("nan")
                 took: float | None = None
@@ -395,7 +420,7 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
                     if spare is None and sum(SPARE_READY in x for x in lines) > spares_before:
                         spare = time.perf_counter() - killed
                     if took is None:
-                        took = owned_again(lines, queues, killed_at, victim)
+                        took = owned_again(lines, queues, killed_at, dead)
                     after = [x for x in acked if x.stream in victims and x.posted > killed]
                     if takeover is None:
                         times = commit_times(lines)
@@ -430,9 +455,23 @@ def worker_kills_once(env: Env, mode: WorkerMode, scratch: Path) -> WorkerKills:
             found.duplicated,
             poison_count(env.account, prefix),
             producers.statuses,
+            sum("; starting a replacement" in x for x in host.lines),
         )
     finally:
         tear_down(env, prefix, hosts, producers, streams)
+
+
+def _kill_the_spare(host: HostProcess, replaced_before: int) -> int:
+    """Once the warm spare has taken the killed worker's place, kill it too: its pid."""
+    deadline = time.perf_counter() + 30
+    while time.perf_counter() < deadline:
+        promoted = [x for x in list(host.lines) if "replaced (pid" in x][replaced_before:]
+        if promoted:
+            pid = int(promoted[0].split("replaced (pid ")[1].split(")")[0])
+            os.kill(pid, signal.SIGKILL)
+            return pid
+        time.sleep(0.005)
+    raise TimeoutError("the warm spare did not take the killed worker's place within 30 s")
 
 
 def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
@@ -455,6 +494,11 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
                         r.spared, "{:.1f}"
                     )
                 }
+                if r.mode.spares
+                else {}
+            ),
+            **(
+                {f"worker kill, {label}: deaths with no spare ready (a replacement started)": r.unspared}
                 if r.mode.spares
                 else {}
             ),
@@ -484,6 +528,19 @@ def worker_figures(runs: list[WorkerKills]) -> dict[str, Any]:
         figures["worker kill, 1 worker: ack to commit p99, warm spare / no spare"] = percentile(
             spare.lags, 0.99
         ) / percentile(alone.lags, 0.99)
+    for name, fresh_name, what in (
+        ("one-1", "one-1-fresh", "1 worker, warm spare"),
+        ("one-1-nospare", "one-1-nospare-fresh", "1 worker, no spare"),
+        ("two-1", "two-1-fresh", "2 workers"),
+    ):
+        if name in by_name and fresh_name in by_name:
+            forked, fresh = by_name[name], by_name[fresh_name]
+            figures[f"worker kill, {what}: takeover max, template / fresh interpreters"] = max(
+                forked.takeovers
+            ) / max(fresh.takeovers)
+            figures[f"worker kill, {what}: ack to commit p99, template / fresh interpreters"] = percentile(
+                forked.lags, 0.99
+            ) / percentile(fresh.lags, 0.99)
     if "two-1-spare" in by_name and "two-1" in by_name:
         spare, alone = by_name["two-1-spare"], by_name["two-1"]
         figures["worker kill, 2 workers: takeover max, warm spare / no spare"] = max(spare.takeovers) / max(

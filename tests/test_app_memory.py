@@ -25,14 +25,14 @@ from typing import Any
 
 import pytest
 
-from vault_app import api, writer_fn
+from vault_app import api, open_writers, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
 from vault_app.claimcheck import claim_name
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT, REFRESH_LIMIT, encode_claim, encode_messages, identify
 from vault_app.http import Request, Response
 from vault_app.instance import INSTANCE_ID_SETTING, Instance, lock_directory
-from vault_app.open_writers import OWNER_BLOB_PREFIX, OpenWriters
+from vault_app.open_writers import OWNER_BLOB_PREFIX, OpenWriters, Owner
 from vault_app.poison import PAGE, Selector, list_poison, replay
 from vault_app.runtime import Runtime
 from vault_app.services import Services, StagingQueue
@@ -249,6 +249,33 @@ def test_batches_drained_by_writers_that_die_are_resent_fresh_and_never_counted_
         runtime.close()
 
 
+def test_batches_a_writer_drained_just_before_it_died_are_back_within_the_receives_short_visibility() -> None:
+    """Killed before its drain's reply is in, a writer leaves no receipts for its replacement: the
+    batches come back when the receive's own visibility ends, 5 s, not DRAIN_VISIBILITY's 15."""
+    clock = ManualClock()
+    account = MemoryAccount(clock)
+    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
+    runtime.services.ensure()
+    services, queue = runtime.services, runtime.services.queue_for(STREAM)
+
+    def die(point: str) -> None:
+        if point == "after-drain":
+            raise WriterDied
+
+    try:
+        for b in ("b0", "b1"):
+            stage(services, b, [b])
+        runtime.fault_hook = die
+        with pytest.raises(WriterDied):
+            run_trigger(runtime, queue)  # b0 the trigger (the host's), b1 drained
+        clock.advance(writer_fn.DRAIN_RECEIVE_VISIBILITY * 1000 - 1)
+        assert queue.staging.peek(5) == []
+        clock.advance(2)
+        assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]
+    finally:
+        runtime.close()
+
+
 def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_for_later(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
@@ -297,6 +324,43 @@ def test_a_queue_another_instance_owns_gets_its_batch_back_at_once(
     run_trigger(runtime, queue)
     assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]  # visible to the owner
     assert services.vault.index.committed_batches(STREAM, ["b1"]) == {}
+
+
+def test_a_queue_whose_dead_owners_lease_runs_out_is_taken_over_as_it_runs_out(
+    runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner writes down each renewal of its lease: another instance that gets a batch of the
+    queue when the lease is due to run out waits for that moment and takes the queue over then,
+    rather than at a poll up to a pass's pause later; one not due yet is passed on at once."""
+    monkeypatch.setattr(open_writers, "WRITER_LEASE_SECONDS", 1)  # as if 15 s had nearly passed
+    owner = services.claimcheck.lease_blob(f"{OWNER_BLOB_PREFIX}{queue.account}/{queue.name}")
+    lease = owner.acquire(1, "an-instance-that-died")
+    assert lease is not None
+    renewed = time.time()
+    owner.mark_renewed(lease, int(renewed * 1000))
+    assert runtime.writers.own_when_free(services, queue, within=0.5) is None  # not due: no wait
+    assert runtime.writers.own_when_free(services, queue, within=2) is Owner.THIS_PROCESS
+    assert 1.0 <= time.time() - renewed < 1.0 + open_writers.TAKEOVER_WINDOW_SECONDS
+    runtime.writers.done(queue)
+
+
+def test_a_dead_owners_stream_lease_is_broken_by_the_instance_that_took_its_queue_as_it_ran_out(
+    runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dead owner's last append renewed the stream's lease after its last owner renewal: its
+    batches are appended at once, not handed back until that lease runs out too."""
+    stage(services, "b0", ["first"])
+    run_trigger(runtime, queue)  # the stream exists
+    runtime.writers.close_all()
+    monkeypatch.setattr(open_writers, "WRITER_LEASE_SECONDS", 1)  # as if 15 s had nearly passed
+    owner = services.claimcheck.lease_blob(f"{OWNER_BLOB_PREFIX}{queue.account}/{queue.name}")
+    lease = owner.acquire(1, "an-instance-that-died")
+    assert lease is not None
+    owner.mark_renewed(lease, time.time_ns() // 1_000_000)
+    services.vault.blob(STREAM).acquire_lease(60, "an-instance-that-died")
+    stage(services, "b1", ["second"])
+    run_trigger(runtime, queue)
+    assert values(services) == ["first", "second"] and queue.staging.approximate_count() == 0
 
 
 def test_a_queue_a_live_sibling_process_owns_gets_its_batch_back_at_once_and_without_the_pause(

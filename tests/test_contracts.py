@@ -412,6 +412,23 @@ def test_an_owner_blob_has_one_holder_at_a_time(blobs: BlobStore) -> None:
     taken.release()
 
 
+def test_an_owner_blob_tells_others_when_its_holder_last_renewed(blobs: BlobStore) -> None:
+    blobs.create_if_missing()
+    owner = blobs.lease_blob(f"owners/{uuid.uuid4().hex[:8]}")
+    assert owner.renewed_ms() is None  # no blob yet
+    lease = owner.acquire(15, str(uuid.uuid4()))
+    assert lease is not None and owner.renewed_ms() is None
+    owner.mark_renewed(lease, 1_764_000_000_123)
+    assert owner.renewed_ms() == 1_764_000_000_123
+    lease.release()
+    taken = owner.acquire(15, str(uuid.uuid4()))
+    assert taken is not None
+    with pytest.raises(LeaseLost):  # only its holder writes it
+        owner.mark_renewed(lease, 1_764_000_000_456)
+    assert owner.renewed_ms() == 1_764_000_000_123
+    taken.release()
+
+
 # -- AsyncReads (a long poll's and /health's reads) and a read SAS ---------------------------------
 def test_the_async_reads_see_commit_records_queue_lengths_and_missing_streams(
     backend: AppStorage, stream: str

@@ -67,8 +67,16 @@ def two_workers(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
 
 
 def workers_of(host: HostProcess) -> list[psutil.Process]:
+    """The host's language workers: its children but the worker template (vault_local.template)."""
     assert host.proc is not None
-    return psutil.Process(host.proc.pid).children()
+    return [p for p in psutil.Process(host.proc.pid).children() if p.pid != template_of(host)]
+
+
+def template_of(host: HostProcess) -> int:
+    """The pid of the host's worker template, as the host logged it."""
+    marker = "language worker template ready (pid "
+    [line] = [x for x in list(host.lines) if marker in x]
+    return int(line.split(marker)[1].split(")")[0])
 
 
 def wait_until(check: Any, timeout: float = 20) -> Any:
@@ -300,10 +308,10 @@ def test_a_killed_worker_fails_its_requests_is_replaced_and_a_survivor_takes_its
     wait_until(lambda: logged(host, "replaced"))
     now = {w.pid: w for w in workers_of(host)}
     assert len(now) == 2 and survivor.pid in now and victim.pid not in now
-    # A replacement is a fresh interpreter: the host has threads by now, and a fork copies
-    # whatever locks they hold.
+    # A replacement is forked by the worker template, not by the host (which has threads by now,
+    # and a fork copies whatever locks they hold), and adopted by the host.
     [replacement] = [w for pid, w in now.items() if pid != survivor.pid]
-    assert replacement.cmdline()[1:3] == ["-m", "vault_local.worker"]
+    assert replacement.cmdline() == survivor.cmdline() and replacement.ppid() == host.proc.pid
     assert post_and_wait(host, stream, ["through the host"]).status_code == 200
     # Kill the worker that owns the stream's queue (and holds the stream's lease): the host sends
     # the queue's next invocation to the live worker rather than waiting for a replacement, and
@@ -391,7 +399,9 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_the_warm_s
         assert (0, leased[0].blob_name) in kept
         assert owners(host)[-1][1] == spare
         wait_until(lambda: logged(host, "warm spare language worker ready"), timeout=60)
-        assert len(workers_of(host)) == 2  # the promoted spare, and a fresh one behind it
+        # The promoted spare, and a new one behind it, forked by the template and the host's child
+        assert host.proc is not None and len(workers_of(host)) == 2
+        assert all(w.cmdline() == psutil.Process(host.proc.pid).cmdline() for w in workers_of(host))
         assert logged(host, f"1 messages a dead process had drained from 0/{queue.name} are visible again")
     finally:
         done.set()
@@ -403,12 +413,35 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_the_warm_s
 
 def test_workers_exit_with_their_host(two_workers: HostProcess) -> None:
     host = two_workers
-    workers = workers_of(host)
-    assert host.proc is not None and len(workers) == 2
+    workers = [*workers_of(host), psutil.Process(template_of(host))]  # the template too
+    assert host.proc is not None and len(workers) == 3
     host.proc.send_signal(signal.SIGKILL)  # only the host: its workers see their socket close
     host.proc.wait(10)
     # Exited is enough: orphans, their zombies wait for PID 1 to reap them, in its own time.
     wait_until(lambda: not still_running(workers), timeout=10)
+
+
+def test_a_worker_template_that_fails_is_dropped_and_later_workers_start_as_fresh_interpreters() -> None:
+    class Gone:
+        pid = 1
+        closed = False
+
+        def spawn(self, argv: list[str], fd: int) -> int:
+            raise OSError("the worker template (pid 1) did not fork the worker: b''")
+
+        def close(self) -> None:
+            self.closed = True
+
+    workers = Workers(1, 1, app_dir=Path.cwd())
+    gone = Gone()
+    workers._template = cast(Any, gone)
+    ours, theirs = socket.socketpair()
+    try:
+        assert workers._from_template(["--fd", str(theirs.fileno())], theirs) is None
+        assert workers._template is None and gone.closed
+    finally:
+        ours.close()
+        theirs.close()
 
 
 def test_a_forked_process_reports_its_exit_as_popen_does() -> None:

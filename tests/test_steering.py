@@ -33,7 +33,7 @@ from vault_app.steering import (
     preference,
     send_steered,
 )
-from vault_app.writer_fn import DRAIN_VISIBILITY, RENEW_LEFT_SECONDS, DrainRenewer
+from vault_app.writer_fn import DRAIN_RECEIVE_VISIBILITY, DRAIN_VISIBILITY, RENEW_LEFT_SHARE, DrainRenewer
 from vault_core.errors import StorageFailure, StorageUnavailable, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
@@ -312,14 +312,19 @@ def test_the_writer_renews_only_messages_with_a_third_of_their_visibility_left()
     renewing = _RenewingQueue()
     queue = StagingQueue(0, "q", cast(Queue, renewing), cast(Queue, renewing))
     renewer = DrainRenewer(queue, DrainedFile(None))
-    held = DRAIN_VISIBILITY - RENEW_LEFT_SECONDS
-    renewer.hold([QueuedMessage("old", "{}", "r")], since=time.monotonic() - held)
-    renewer.hold([QueuedMessage("appending", "{}", "r")], since=time.monotonic() - held + 2)
+    held = DRAIN_VISIBILITY * (1 - RENEW_LEFT_SHARE)
+    received = DRAIN_RECEIVE_VISIBILITY * (1 - RENEW_LEFT_SHARE)
+    now = time.monotonic()
+    renewer.hold([QueuedMessage("old", "{}", "r")], since=now - held)
+    renewer.hold([QueuedMessage("appending", "{}", "r")], since=now - held + 2)
     renewer.hold([QueuedMessage("new", "{}", "r")])
+    short = DRAIN_RECEIVE_VISIBILITY
+    renewer.hold([QueuedMessage("drained", "{}", "r")], since=now - received, visibility=short)
+    renewer.hold([QueuedMessage("just drained", "{}", "r")], since=now - 1, visibility=short)
     renewer.renew()
-    assert renewing.renewed == ["old"]
-    renewer.renew()  # "old" was just renewed, the others have more than a third left
-    assert renewing.renewed == ["old"]
+    assert sorted(renewing.renewed) == ["drained", "old"]
+    renewer.renew()  # those two were just renewed, the others have more than a third left
+    assert sorted(renewing.renewed) == ["drained", "old"]
 
 
 class _FakeTime:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, replace
 from vault_app.drained import DrainedFile
 from vault_app.instance import HeldLock, Instance
 from vault_app.services import Services, StagingQueue
+from vault_core.blobstore import OwnerBlob
 from vault_core.errors import LeaseLost, StreamLeased, VaultError
 from vault_core.pagelog import HeldLease
 from vault_core.writer import AppendResult, Batch, StreamWriter
@@ -41,6 +42,13 @@ The writer renews it during long appends, so a short lease costs nothing while a
 WRITER_IDLE_SECONDS = 10.0
 """How long a stream's writer (and its lease) stays open after its last append; a staging queue
 stays owned this long after its last invocation."""
+
+OWNER_RENEW_SECONDS = WRITER_LEASE_SECONDS / 3
+"""How often an owner renews its queue's lease (and writes down when, for the others)."""
+TAKEOVER_POLL_SECONDS = 0.1
+"""Between attempts to take a queue over around the moment its dead owner's lease runs out."""
+TAKEOVER_WINDOW_SECONDS = 1.0
+"""How long past that moment the attempts go on: a renewal written down late, clocks apart."""
 
 OWNER_BLOB_PREFIX = "_owners/"
 """Owner leases of the staging queues: ``_owners/<account>/<queue>`` in the claim-check
@@ -70,6 +78,15 @@ class _Owned:
     renewed: float
     running: int = 0
     lock: HeldLock | None = None
+    blob: OwnerBlob | None = None
+    """Where the renewals are written down (None: not written)."""
+
+    def renew(self, now: float) -> None:
+        """Renew the lease, then write down when (best effort: others only wait longer without)."""
+        renewed_ms = time.time_ns() // 1_000_000
+        self.lease.renew()
+        self.renewed = now
+        _mark(self.blob, self.lease, renewed_ms)
 
     def release(self, key: str) -> None:
         """Give the queue up: the lease first, then the lock (released the other way round,
@@ -108,6 +125,11 @@ class OpenWriters:
         self._instance = instance
         self._lock = threading.Lock()
         self._reaper: threading.Thread | None = None
+        self._marks: dict[str, tuple[int | None, float]] = {}
+        """Queue another instance owns → its owner's last renewal (Unix ms) and when that was read."""
+        self._inherited: dict[str, float] = {}
+        """Queue taken over as its owner's lease ran out → until when (monotonic) that owner's
+        stream leases may still be live (:meth:`inherited`)."""
 
     def instance(self, services: Services) -> Instance:
         """The instance whose lease id this process's leases carry."""
@@ -116,7 +138,12 @@ class OpenWriters:
                 self._instance = Instance.from_env(services.settings.env)
             return self._instance
 
-    def append(self, services: Services, stream: str, batches: list[Batch]) -> list[AppendResult]:
+    def append(
+        self, services: Services, stream: str, batches: list[Batch], *, break_dead_lease: bool = False
+    ) -> list[AppendResult]:
+        """Append under the stream's writer, opened here if it is not open. ``break_dead_lease``:
+        the stream's queue was just taken over from an owner whose lease ran out (:meth:`inherited`),
+        so a lease another instance holds on the stream is that dead owner's: broken, not waited out."""
         instance = self.instance(services)
         with self._lock:
             writer = self._take(stream)
@@ -130,7 +157,7 @@ class OpenWriters:
                 except StreamLeased:  # a lease the drain may have outlasted (a dead owner's): again
                     writer = None
             if writer is None:
-                writer = self._open_writer(services, instance, stream)
+                writer = self._open_or_break(services, instance, stream, break_dead_lease)
             try:
                 results = writer.append(batches)
             except LeaseLost:
@@ -206,6 +233,29 @@ class OpenWriters:
         if held is not None:
             held.release()
 
+    def _open_or_break(
+        self, services: Services, instance: Instance, stream: str, break_dead_lease: bool
+    ) -> StreamWriter:
+        try:
+            return self._open_writer(services, instance, stream)
+        except StreamLeased:
+            if not break_dead_lease:
+                raise
+        # The queue's owner lease ran out before this process took it: its owner has not renewed
+        # anything for 15 s, dead or stalled. Its stream lease, renewed by its last append, can
+        # outlive the owner lease by a renewal period; waiting it out held the stream's batches
+        # back (handed back and forth) for those seconds. If the owner only stalled, breaking it
+        # makes its next write fail (LeaseLost): the lease still decides who writes (§3.7).
+        log.info("breaking the lease on stream %s, held by its queue's dead owner", stream)
+        services.vault.blob(stream).break_lease()
+        return self._open_writer(services, instance, stream)
+
+    def inherited(self, queue: StagingQueue) -> bool:
+        """Whether this process took ``queue`` over as its owner's lease ran out, recently enough
+        that the dead owner's stream leases may still be live (WRITER_LEASE_SECONDS)."""
+        with self._lock:
+            return time.monotonic() < self._inherited.get(_key(queue), 0.0)
+
     @staticmethod
     def _open_writer(services: Services, instance: Instance, stream: str) -> StreamWriter:
         vault = services.vault
@@ -237,19 +287,21 @@ class OpenWriters:
         held = instance.try_lock(OWNER_BLOB_PREFIX + key)
         if held is None:
             return Owner.SIBLING
+        blob = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key)
         try:
-            lease = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key).acquire(
-                WRITER_LEASE_SECONDS, instance.lease_id
-            )
+            acquired_ms = time.time_ns() // 1_000_000
+            lease = blob.acquire(WRITER_LEASE_SECONDS, instance.lease_id)
         except BaseException:
             held.release()
             raise
         if lease is None:
             held.release()
             return Owner.OTHER_INSTANCE
+        _mark(blob, lease, acquired_ms)
         now = time.monotonic()
         with self._lock:
-            owned = self._owned.setdefault(key, _Owned(lease, now, now, lock=held))
+            self._marks.pop(key, None)
+            owned = self._owned.setdefault(key, _Owned(lease, now, now, lock=held, blob=blob))
             owned.running += 1
             self._start_reaper()
         if owned.lock is not held:  # taken meanwhile by another invocation here
@@ -260,6 +312,61 @@ class OpenWriters:
         if returned:
             log.info("%d messages a dead process had drained from %s are visible again", returned, key)
         return Owner.THIS_PROCESS
+
+    def own_when_free(self, services: Services, queue: StagingQueue, within: float) -> Owner | None:
+        """Another instance owns ``queue``: if its lease runs out within ``within`` seconds unless
+        renewed (by the renewal its owner wrote down last), wait for that moment and take the
+        queue over then, trying every TAKEOVER_POLL_SECONDS for TAKEOVER_WINDOW_SECONDS. The owner
+        as :meth:`own` found it after the wait (THIS_PROCESS: call :meth:`done`), or None, at
+        once, if the lease is not due to run out that soon (or nothing was written down).
+
+        A dead instance's lease is taken over as it runs out, rather than at the first poll after
+        (up to a pass's pause later, docs/ARCHITECTURE.md §3.7), for one read of the owner blob
+        per OWNER_RENEW_SECONDS per queue, and one more before a wait."""
+        key = _key(queue)
+        blob = services.claimcheck.lease_blob(OWNER_BLOB_PREFIX + key)
+        runs_out = self._runs_out(key, blob, fresh=False)
+        if runs_out is None or runs_out - time.time() > within:
+            return None
+        runs_out = self._runs_out(key, blob, fresh=True)  # renewed since it was read?
+        if runs_out is None or runs_out - time.time() > within:
+            return None
+        time.sleep(max(0.0, runs_out - time.time()))
+        owner = Owner.OTHER_INSTANCE
+        while True:
+            try:
+                owner = self.own(services, queue)
+            except VaultError as exc:
+                if not exc.retriable:
+                    raise
+            if owner is not Owner.OTHER_INSTANCE or time.time() >= runs_out + TAKEOVER_WINDOW_SECONDS:
+                break
+            time.sleep(TAKEOVER_POLL_SECONDS)
+        if owner:
+            with self._lock:
+                self._inherited[key] = time.monotonic() + WRITER_LEASE_SECONDS
+            log.info(
+                "staging queue %s taken over %.2f s after its owner's lease ran out",
+                key,
+                time.time() - runs_out,
+            )
+        return owner
+
+    def _runs_out(self, key: str, blob: OwnerBlob, *, fresh: bool) -> float | None:
+        """When the owner lease of ``key`` runs out unless renewed (Unix time), from the renewal
+        its owner wrote down: read again if ``fresh``, or if read OWNER_RENEW_SECONDS ago."""
+        now = time.monotonic()
+        with self._lock:
+            cached = self._marks.get(key)
+        if fresh or cached is None or now - cached[1] >= OWNER_RENEW_SECONDS:
+            try:
+                cached = (blob.renewed_ms(), now)
+            except VaultError:
+                return None
+            with self._lock:
+                self._marks[key] = cached
+        renewed_ms = cached[0]
+        return None if renewed_ms is None else renewed_ms / 1000 + WRITER_LEASE_SECONDS
 
     def drained(self, services: Services, queue: StagingQueue) -> DrainedFile:
         """Where the owner of ``queue`` writes down the messages it holds (vault_app.drained)."""
@@ -286,11 +393,10 @@ class OpenWriters:
             # again (same lease id) just before this release drops it.
             for key in idle:
                 self._owned.pop(key).release(key)
-            due = [(k, o) for k, o in self._owned.items() if now - o.renewed >= WRITER_LEASE_SECONDS / 3]
+            due = [(k, o) for k, o in self._owned.items() if now - o.renewed >= OWNER_RENEW_SECONDS]
         for key, owned in due:
             try:
-                owned.lease.renew()
-                owned.renewed = now
+                owned.renew(now)
             except VaultError as exc:
                 # Taken over after a stall, or storage down: forget it. If the lease is still
                 # ours, the next invocation takes it again (same lease id); if not, it is a loser.
@@ -356,3 +462,15 @@ class OpenWriters:
 
 def _key(queue: StagingQueue) -> str:
     return f"{queue.account}/{queue.name}"
+
+
+def _mark(blob: OwnerBlob | None, lease: HeldLease, renewed_ms: int) -> None:
+    """Write down when an owner lease was taken or renewed (:meth:`OpenWriters.own_when_free`);
+    best effort: without it, another instance takes the queue over at its next poll after the
+    lease ran out, as before."""
+    if blob is None:
+        return
+    try:
+        blob.mark_renewed(lease, renewed_ms)
+    except VaultError as exc:
+        log.info("could not write down the renewal of %s: %s", blob.name, exc)

@@ -55,17 +55,23 @@ DRAIN_MESSAGES = 32
 DRAIN_BYTES = 64 * 1024 * 1024
 """Stop draining once this much is pending in one invocation (bounds memory and latency)."""
 DRAIN_VISIBILITY = 15
-"""Seconds drained messages stay invisible to others; renewed while this invocation works on
-them (RENEW_LEFT_SECONDS), so a writer that dies gives them back within this long."""
-RENEW_LEFT_SECONDS = DRAIN_VISIBILITY / 3
-"""A drained message is renewed once no more than this is left of its visibility (it has been
-held 10 s), looked at every RENEW_CHECK_SECONDS: a message drained, appended and deleted within
-10 s, as a normal append is, costs its queue no renewal; only an append that runs long does.
-Renewing once a third had passed cost a throttled queue 0.4 renewals a batch on two contended
-cores (docs/CAPACITY.md §7.4)."""
-RENEW_CHECK_SECONDS = 1.0
-"""How often held messages are looked at: a renewal the queue refused is tried again up to four
-times before the message's visibility runs out."""
+"""Seconds drained messages stay invisible to others once held; renewed while this invocation
+works on them, so a writer that dies gives them back within this long."""
+DRAIN_RECEIVE_VISIBILITY = 5
+"""Seconds a drain's receive (or a fresh copy's send) first hides its messages: their receipts
+are written down for a replacement (vault_app.drained) only once the reply is in, so a process
+killed while the request is in flight leaves them hidden this long, not DRAIN_VISIBILITY. The
+renewer takes them to DRAIN_VISIBILITY once they near its end (RENEW_LEFT_SHARE), so one
+appended within 3 s costs no extra request (docs/ARCHITECTURE.md §3.2)."""
+RENEW_LEFT_SHARE = 1 / 3
+"""A held message is renewed once no more than this share of the visibility it was last given
+is left (held 3.3 s of a receive's 5, or 10 s of DRAIN_VISIBILITY), looked at every
+RENEW_CHECK_SECONDS: a message drained, appended and deleted in that time, as a normal append
+is, costs its queue no renewal; only an append that runs long does. Renewing once a third had
+passed cost a throttled queue 0.4 renewals a batch on two contended cores (docs/CAPACITY.md §7.4)."""
+RENEW_CHECK_SECONDS = DRAIN_RECEIVE_VISIBILITY / 10
+"""How often held messages are looked at (no request unless one is due): a renewal the queue
+refused is tried again at least three times before the message's visibility runs out."""
 LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
@@ -73,8 +79,8 @@ DELETE_PACE_SECONDS = 0.25
 """Between attempts to delete a committed batch's message, or to receive a drain's next
 messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
-"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SECONDS
-less one RENEW_CHECK_SECONDS of visibility left when its batch commits (renewals stop there), so
+"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SHARE of
+its visibility less one RENEW_CHECK_SECONDS left when its batch commits (renewals stop there), so
 the last attempts may come after it is visible again: they still delete it unless it was
 received again meanwhile (a pop receipt holds until the next receive), and a message received
 again is a duplicate its batch id makes harmless."""
@@ -84,6 +90,11 @@ while its rounds keep finding some, for up to this long: batches that arrive whi
 wait for its next round, not for the host to settle its trigger and poll again (a get and a
 delete of the trigger a round, and the host's back-offs between invocations, saved). Then it
 ends, so that a draining host waits no longer than this for it."""
+DRAIN_ROUND_SECONDS = 1.0
+"""A round's drain receives no more once it has drained for this long, and appends what it has:
+a queue taken over after its owner's death holds the backlog of a whole lease time (15 s), and
+draining all of it, claim-check downloads included, held the first commit back 5 to 10 s
+(docs/ARCHITECTURE.md §3.7). The rest waits for the next round, moments later."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -140,8 +151,13 @@ def _write(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> No
             raise
         _hand_back_trigger(services, queue, trigger, exc)
         return
+    waited = False
+    if owner is Owner.OTHER_INSTANCE:  # a dead owner's lease about to run out: take over then
+        after = runtime.writers.own_when_free(services, queue, within=2 * NOT_OWNER_PAUSE_SECONDS)
+        if after is not None:
+            owner, waited = after, True
     if not owner:
-        _pass_to_owner(queue, trigger, pause=owner is Owner.OTHER_INSTANCE)
+        _pass_to_owner(queue, trigger, pause=owner is Owner.OTHER_INSTANCE and not waited)
         return
     try:
         _write_owned(runtime, queue, trigger)
@@ -220,6 +236,23 @@ def _append_plan(
     """Append a round's batches stream by stream; False if any stream's could not be (they went
     back to the queue, or to poison), so the invocation drains no further round. The trigger
     is in the first round only, in ``trigger_stream``'s batches."""
+    try:
+        return _append_streams(runtime, claims, queue, plan, renewer, cleanup, trigger, trigger_stream)
+    finally:
+        for stream in plan.by_stream:  # opened ahead by the drain but not appended: kept, or let go
+            runtime.writers.keep_opened(stream)
+
+
+def _append_streams(
+    runtime: Runtime,
+    claims: ClaimChecks,
+    queue: StagingQueue,
+    plan: _Plan,
+    renewer: DrainRenewer,
+    cleanup: list[Future[None]],
+    trigger: StagingMessage | None,
+    trigger_stream: str | None,
+) -> bool:
     services = runtime.services
     appended = True
     for stream, work in plan.by_stream.items():
@@ -269,7 +302,12 @@ def _append(
     started = time.monotonic()
     with tel.appending(stream, [w.envelope.trace for w in work]):
         started_ns = time.time_ns()
-        results = runtime.writers.append(runtime.services, stream, [_batch(w.envelope) for w in work])
+        # A dead owner's lease on a stream of the queue just taken from it is broken (§3.7).
+        home = runtime.services.queue_for(stream)
+        dead = runtime.writers.inherited(queue) and (home.account, home.name) == (queue.account, queue.name)
+        results = runtime.writers.append(
+            runtime.services, stream, [_batch(w.envelope) for w in work], break_dead_lease=dead
+        )
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     runtime.fault("after-commit")
     now_ms = time.time_ns() // 1_000_000
@@ -326,7 +364,8 @@ def _drain(
     until: float,
 ) -> None:
     services = runtime.services
-    while plan.bytes < DRAIN_BYTES:
+    stop = time.monotonic() + DRAIN_ROUND_SECONDS
+    while plan.bytes < DRAIN_BYTES and time.monotonic() < stop:
         try:
             asked, held = _receive_patiently(queue, until)
         except VaultError as exc:
@@ -335,12 +374,16 @@ def _drain(
         plan.drained += len(held)
         # A dead writer's batches all went around before: their re-sends side by side.
         held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
-        renewer.hold(held, since=asked)
+        renewer.hold(held, since=asked, visibility=DRAIN_RECEIVE_VISIBILITY)
         # Claim-check downloads are independent: fetch them side by side, keep queue order.
         loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
         for m, result in zip(held, loaded, strict=True):
             if isinstance(result, Envelope):
                 _add(plan, _Work(result, m))
+                # Its lease and recovery side by side with the rest of the drain and the other
+                # streams' appends: a backlog taken over holds batches of every stream of the
+                # queue, and opening each at its append, one after the other, took seconds.
+                runtime.writers.open_ahead(services, result.stream)
                 continue
             renewer.forget([m])
             if isinstance(result, AlreadyCommitted):
@@ -362,7 +405,7 @@ def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[Q
     while True:
         asked = time.monotonic()
         try:
-            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_VISIBILITY, retry=False)
+            return asked, queue.staging.receive(DRAIN_MESSAGES, DRAIN_RECEIVE_VISIBILITY, retry=False)
         except VaultError as exc:
             if not exc.retriable or asked + DELETE_PACE_SECONDS > until:
                 raise
@@ -383,7 +426,7 @@ def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
     if body is None:
         return m
     try:
-        copy = queue.staging.send(body, visible_in=DRAIN_VISIBILITY, retry=False)
+        copy = queue.staging.send(body, visible_in=DRAIN_RECEIVE_VISIBILITY, retry=False)
     except VaultError:
         return m
     _delete(queue, m)
@@ -558,9 +601,9 @@ def _poison(services: Services, queue: StagingQueue, body: str, reason: str) -> 
 class DrainRenewer:
     """Keeps drained messages invisible while this invocation works on them.
 
-    Their visibility is short (DRAIN_VISIBILITY) and renewed once a third of it is left
-    (RENEW_LEFT_SECONDS, looked at every RENEW_CHECK_SECONDS, so a renewal a queue refused is
-    tried again four times before it runs out): if this process dies, they are visible
+    Their visibility is short (DRAIN_RECEIVE_VISIBILITY when drained, then DRAIN_VISIBILITY) and
+    renewed once a third of it is left (RENEW_LEFT_SHARE, looked at every RENEW_CHECK_SECONDS, so a
+    renewal a queue refused is tried again before it runs out): if this process dies, they are visible
     to another writer within DRAIN_VISIBILITY, not after a long fixed timeout; and at once to its
     replacement on the same instance, which finds them in ``written`` (vault_app.drained).
     """
@@ -568,8 +611,8 @@ class DrainRenewer:
     def __init__(self, queue: StagingQueue, written: DrainedFile) -> None:
         self.queue = queue
         self.written = written
-        self._held: dict[str, tuple[QueuedMessage, float]] = {}
-        """Each held message, and when it was last made invisible for DRAIN_VISIBILITY (monotonic)."""
+        self._held: dict[str, tuple[QueuedMessage, float, float]] = {}
+        """Each held message, when it was last made invisible (monotonic), and for how long."""
         self._lock = threading.Lock()
         self._round = threading.Lock()
         """Held during a renewal round: forget() waits for it, so a message is never deleted
@@ -587,12 +630,14 @@ class DrainRenewer:
         with self._lock:
             self.written.record(())
 
-    def hold(self, messages: list[QueuedMessage], since: float | None = None) -> None:
-        """Messages made invisible for DRAIN_VISIBILITY at ``since`` (monotonic; by default now):
-        a time no later than the request that received or sent them."""
+    def hold(
+        self, messages: list[QueuedMessage], since: float | None = None, visibility: float = DRAIN_VISIBILITY
+    ) -> None:
+        """Messages made invisible for ``visibility`` seconds at ``since`` (monotonic; by default
+        now): a time no later than the request that received or sent them."""
         at = time.monotonic() if since is None else since
         with self._lock:
-            self._held.update((m.id, (m, at)) for m in messages)
+            self._held.update((m.id, (m, at, visibility)) for m in messages)
             self._record()
 
     def forget(self, messages: list[QueuedMessage]) -> None:
@@ -603,26 +648,27 @@ class DrainRenewer:
 
     def _record(self) -> None:
         """Write what is held, with its current receipts, for a replacement (under ``_lock``)."""
-        self.written.record([m for m, _ in self._held.values()])
+        self.written.record([m for m, _, _ in self._held.values()])
 
     def _run(self) -> None:
         while not self._stop.wait(RENEW_CHECK_SECONDS):
             self.renew()
 
     def renew(self) -> None:
-        """One round: every message with RENEW_LEFT_SECONDS or less left of the DRAIN_VISIBILITY
-        it was last made invisible for, invisible for DRAIN_VISIBILITY from now. One with more
-        left is renewed by a later round (a round every RENEW_CHECK_SECONDS), so a message held
-        for a normal append, as most are at load, costs its queue no renewal.
+        """One round: every message with RENEW_LEFT_SHARE or less left of the visibility it was
+        last given, invisible for DRAIN_VISIBILITY from now. One with more left is renewed by a
+        later round (a round every RENEW_CHECK_SECONDS), so a message held for a normal append,
+        as most are at load, costs its queue no renewal.
 
         The round ends at the first refusal. A queue at its request target (docs/OPERATING.md)
         refuses the rest too, and a round of retried renewals, one request per message, would
         take the requests its deletes and the producers need: a message left unrenewed only
         becomes visible again, a second delivery its batch id makes harmless."""
         with self._round:
-            due = time.monotonic() - (DRAIN_VISIBILITY - RENEW_LEFT_SECONDS)
+            now = time.monotonic()
+            kept = 1 - RENEW_LEFT_SHARE  # the share of its visibility a message is held unrenewed
             with self._lock:
-                held = [m for m, at in self._held.values() if at <= due]
+                held = [m for m, at, hidden in self._held.values() if now - at >= hidden * kept]
             try:
                 for m in held:
                     asked = time.monotonic()
@@ -633,7 +679,7 @@ class DrainRenewer:
                         return
                     with self._lock:
                         if m.id in self._held:
-                            self._held[m.id] = (m, asked)
+                            self._held[m.id] = (m, asked, DRAIN_VISIBILITY)
             finally:
                 with self._lock:  # the new receipts
                     self._record()

@@ -27,6 +27,15 @@ class OwnerBlob(Protocol):
         it); an expired lease may be taken by anyone."""
         ...
 
+    def mark_renewed(self, lease: HeldLease, renewed_ms: int) -> None:
+        """Write down, under ``lease``, when its holder last renewed it (its clock, Unix ms), so
+        that others can tell when it runs out if the holder dies (raises LeaseLost if not held)."""
+        ...
+
+    def renewed_ms(self) -> int | None:
+        """What the holder last wrote with :meth:`mark_renewed`; None if nothing (or no blob)."""
+        ...
+
 
 class BlobStore(Protocol):
     """Write-once blobs by name."""

@@ -423,6 +423,18 @@ class MemoryOwnerBlob:
                 raise LeaseLost(f"the lease on blob {self.name!r} was taken or broken")
             del c.leases[self.name]
 
+    def mark_renewed(self, lease: HeldLease, renewed_ms: int) -> None:
+        c = self._container
+        with c.lock:
+            held = c.leases.get(self.name)
+            if held is None or held[0] != lease.id or c.clock.monotonic() >= held[1]:
+                raise LeaseLost(f"the lease on blob {self.name!r} was taken or broken")
+            c.marks[self.name] = renewed_ms
+
+    def renewed_ms(self) -> int | None:
+        with self._container.lock:
+            return self._container.marks.get(self.name)
+
 
 class MemoryBlobContainer:
     """A container of ordinary blobs in memory (a :class:`~vault_core.blobstore.BlobStore`)."""
@@ -433,6 +445,7 @@ class MemoryBlobContainer:
         self.created = False
         self.blobs: dict[str, bytes] = {}
         self.leases: dict[str, tuple[str, float, int]] = {}  # blob: (lease id, until, seconds)
+        self.marks: dict[str, int] = {}  # owner blob: its holder's last renewal (Unix ms)
         self.lock = threading.RLock()
 
     def create_if_missing(self) -> None:

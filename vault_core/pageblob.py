@@ -71,6 +71,25 @@ class LeaseBlob:
                         pass
         return None
 
+    def mark_renewed(self, lease: HeldLease, renewed_ms: int) -> None:
+        """See :class:`~vault_core.blobstore.OwnerBlob`: one Set Blob Metadata under the lease."""
+        with translate_errors(self.name):
+            self.client.set_blob_metadata({RENEWED_MS: str(renewed_ms)}, lease=_sdk(lease))
+
+    def renewed_ms(self) -> int | None:
+        """See :class:`~vault_core.blobstore.OwnerBlob`: one Get Blob Properties."""
+        try:
+            with translate_errors(self.name):
+                props = self.client.get_blob_properties()
+        except NotFound:
+            return None
+        raw = (props.metadata or {}).get(RENEWED_MS, "")
+        return int(raw) if raw.isdigit() else None
+
+
+RENEWED_MS = "mv_renewed_ms"
+"""Metadata of an owner-lease blob: when its holder last renewed the lease (Unix ms)."""
+
 
 class StreamBlob:
     """The page blob of one stream. Every write method takes the lease and an ETag."""

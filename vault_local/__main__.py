@@ -234,6 +234,12 @@ def main() -> None:
         "sends them, instead of one worker per queue function (vault_local.workers.QueueAffinity)",
     )
     h.add_argument(
+        "--fresh-workers",
+        action="store_true",
+        help="benchmark baseline: no worker template, so a new spare or a replacement starts as a "
+        "fresh interpreter, as the Functions host starts a worker (vault_local.template)",
+    )
+    h.add_argument(
         "--wake-pollers-on-write",
         action="store_true",
         help="tests: each write request wakes the idle queue pollers, so that a test host polls "
@@ -265,6 +271,7 @@ def main() -> None:
             instance_per_process=args.instance_per_process,
             round_robin_queues=args.round_robin_queues,
             wake_pollers_on_write=args.wake_pollers_on_write,
+            fresh_workers=args.fresh_workers,
         )
     else:
         demo(args)

@@ -577,13 +577,16 @@ def run(
     instance_per_process: bool = False,
     round_robin_queues: bool = False,
     wake_pollers_on_write: bool = False,
+    fresh_workers: bool = False,
 ) -> None:
     """Entry point of ``python -m vault_local host``: environment first, then import the app.
 
     ``instance_per_process``: the workers get no instance id, so each takes its leases under an
     id of its own and a replacement waits them out (the baseline of ``./dev bench recovery``).
     ``round_robin_queues``: queue invocations go to the live workers in turn, as on Azure.
-    ``wake_pollers_on_write``: see :meth:`LocalHost._wake_pollers` (tests)."""
+    ``wake_pollers_on_write``: see :meth:`LocalHost._wake_pollers` (tests).
+    ``fresh_workers``: no worker template, so a later worker starts as a fresh interpreter, as on
+    Azure (vault_local.template)."""
     if settings_file:
         for k, v in load_local_settings(settings_file).items():
             os.environ.setdefault(k, v)
@@ -618,6 +621,7 @@ def run(
         fault=fault,
         round_robin_queues=round_robin_queues,
         spares=spares,
+        template=not fresh_workers,
     )
     try:
         workers.start()

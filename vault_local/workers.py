@@ -10,17 +10,19 @@ workers: with two or more, a survivor takes a dead worker's queues over at once.
 
 **The warm spare** (``LOCAL_SPARE_WORKERS``, by default 1 with one worker): one more worker, started and done
 importing the app, which gets no invocation and owns nothing until a worker dies. Then it takes
-the dead worker's place at once, and a new spare starts in the background. Starting a worker
+the dead worker's place at once, and a new spare starts in the background (forked by the
+template at once; a fresh interpreter SPARE_START_DELAY later). Starting a worker
 takes seconds (a fresh interpreter importing the SDKs), and with one worker nothing else could
 take the dead one's queues over meanwhile. An invocation that could not be sent to a worker (it
 died before the host noticed) never reached it, so it goes to the next live worker instead.
 
 Starting: the first workers are forked from the host, which has just imported the app and done
 nothing else (no thread, no connection, no function listed), so each begins where a fresh
-interpreter would be after ``import function_app``, without paying for that import again. A
-replacement is a fresh interpreter (``python -m vault_local.worker``): by then the host runs
-threads, and a fork would copy whatever locks they hold. Off Linux, every worker is a fresh
-interpreter.
+interpreter would be after ``import function_app``, without paying for that import again. So is
+the worker *template* (:mod:`vault_local.template`), which forks every later worker, a new spare
+or a replacement, the same way: by then the host runs threads, and a fork of the host would copy
+whatever locks they hold. Without the template (off Linux, or ``--fresh-workers``), a later
+worker is a fresh interpreter (``python -m vault_local.worker``), seconds of CPU.
 
 Stopping: the host sends TERMINATE (the gRPC protocol's ``WorkerTerminate``) once it has drained
 its invocations; the worker closes the app's open stream writers and exits. A worker also exits
@@ -49,6 +51,7 @@ from typing import Any, NoReturn, Protocol
 from vault_core.positive import positive
 from vault_core.retry import Backoff
 from vault_local.channel import CLOSE_WRITERS_TIMEOUT, HTTP, LOG, QUEUE, READY, RESULT, TERMINATE, Channel
+from vault_local.template import WorkerTemplate
 
 log = logging.getLogger("vault_local.workers")
 
@@ -63,7 +66,8 @@ WAIT_FOR_WORKER_HTTP = 5.0
 before the host answers 503 with Retry-After: well within a client's timeout."""
 SPARE_WORKERS_SETTING = "LOCAL_SPARE_WORKERS"
 SPARE_START_DELAY = 3.0
-"""Seconds after a spare took a dead worker's place before the next spare starts."""
+"""Seconds after a spare took a dead worker's place before the next spare starts, if it is a
+fresh interpreter (no template): its start is seconds of CPU, which the takeover needs first."""
 MAX_SPARE_WORKERS = 2
 WORKER_EXIT_TIMEOUT = CLOSE_WRITERS_TIMEOUT + 1.0
 """Seconds the host waits for a worker told to terminate before it kills it."""
@@ -360,6 +364,7 @@ class Workers:
         fault: str | None = None,
         round_robin_queues: bool = False,
         spares: int = 0,
+        template: bool = True,
     ) -> None:
         if not 1 <= count <= MAX_WORKER_PROCESSES:
             raise ValueError(f"worker count must be 1..{MAX_WORKER_PROCESSES}, not {count}")
@@ -379,6 +384,10 @@ class Workers:
         self._changed = threading.Condition()
         self._turn = itertools.count()
         self._stopping = threading.Event()
+        self.template = template
+        """Whether later workers are forked by a template (vault_local.template), where forking works."""
+        self._template: WorkerTemplate | None = None
+        """Forks the later workers; None: they start as fresh interpreters."""
 
     def start(self) -> None:
         """Start every worker side by side and wait until each has imported the app and
@@ -388,6 +397,10 @@ class Workers:
         workers are forked (see the module's docstring)."""
         launched = [self._launch(slot, fault=self.fault) for slot in range(self.count)]
         launched += [self._launch(next(self._spare_numbers)) for _ in range(self.spares)]
+        if self.template and may_fork():
+            self._template = WorkerTemplate.fork(self.app_dir, _forked_worker)
+        if self._template is not None:
+            log.info("language worker template ready (pid %d)", self._template.pid)
         try:
             first = self._handshake(*launched[0], expected=None)
             self.functions = first.functions
@@ -396,6 +409,8 @@ class Workers:
             for _, proc, channel in launched:
                 channel.close()
                 proc.kill()
+            if self._template is not None:
+                self._template.close()
             raise
         self._slots = [first, *rest[: self.count - 1]]
         self._spares = rest[self.count - 1 :]
@@ -426,6 +441,8 @@ class Workers:
                 w.proc.kill()
                 w.proc.wait()
             w.channel.close()
+        if self._template is not None:
+            self._template.close()
 
     # -- invoking --------------------------------------------------------------------------
     def invoke_http(self, meta: Mapping[str, Any], body: bytes) -> Future[HttpResult]:
@@ -481,7 +498,14 @@ class Workers:
             if pid == 0:
                 _forked_worker(argv, theirs.fileno(), self.app_dir)
             proc = ForkedProcess(pid)
+        elif (forked := self._from_template(argv, theirs)) is not None:
+            proc = ForkedProcess(forked)
         else:
+            if self.template and sys.platform == "linux":  # a template that failed may have
+                ours.close()  # passed this socket on to a worker of its own: a new pair
+                theirs.close()
+                ours, theirs = socket.socketpair()
+                argv[argv.index("--fd") + 1] = str(theirs.fileno())
             # subprocess starts it with fork+exec in C, safe in a process with threads; only
             # its socket is passed.
             proc = subprocess.Popen(
@@ -492,6 +516,22 @@ class Workers:
             )
         theirs.close()
         return slot, proc, Channel(ours)
+
+    def _from_template(self, argv: list[str], theirs: socket.socket) -> int | None:
+        """A worker forked by the template (its pid), or None if there is no template, or it
+        failed (then it is closed, and later workers start as fresh interpreters)."""
+        template = self._template
+        if template is None:
+            return None
+        try:
+            return template.spawn(argv, theirs.fileno())
+        except OSError as exc:
+            log.error("%s; later workers start as fresh interpreters", exc)
+            with self._changed:
+                if self._template is template:
+                    self._template = None
+            template.close()
+            return None
 
     def _handshake(
         self, slot: int, proc: Process, channel: Channel, *, expected: frozenset[str] | None
@@ -559,9 +599,11 @@ class Workers:
             self._queues.vacate(w.slot)
         if self._promote(w.slot):
             log.error("%s; %d invocation(s) in flight failed; the warm spare took its place", why, failed)
-            # Not at once: a start takes seconds of CPU (importing the SDKs), which the takeover
-            # needs now, on as few as one or two cores.
-            self._stopping.wait(SPARE_START_DELAY)
+            # A fork of the template costs hundredths of a CPU second: at once, so that a second
+            # death finds a spare too. A fresh interpreter's seconds of CPU (importing the SDKs)
+            # wait: the takeover needs them now, on as few as one or two cores.
+            if self._template is None:
+                self._stopping.wait(SPARE_START_DELAY)
             self._refill()
         else:
             log.error("%s; %d invocation(s) in flight failed; starting a replacement", why, failed)
