@@ -236,11 +236,15 @@ def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
         assert parts(damaged, complete=True) == reference(damaged, complete=True)
 
 
-def test_the_per_message_scan_sets_off_no_collection_of_its_own(clock: ManualClock) -> None:
-    """A unit's messages are built as they are taken: a consumer that drops each one leaves the
-    cyclic collector nothing to do (a list of them would set it off every 700 messages)."""
+@pytest.mark.parametrize("record_format", [1, 2])
+def test_the_per_message_scan_sets_off_no_collection_of_its_own(
+    clock: ManualClock, record_format: int
+) -> None:
+    """A unit's messages, and a read's records, are built as they are taken: a consumer that drops
+    each one leaves the cyclic collector nothing to do (a list of them would set it off every 700
+    messages)."""
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM) as w:
+    with vault.writer(STREAM, WriterSettings(record_format=record_format)) as w:
         w.append([Batch([NewMessage(b"%d" % i, "k") for i in range(10_000)])])
     started: list[int] = []
 

@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain
-from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
@@ -31,7 +30,7 @@ from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
-from vault_core.scanparts import ScanPart, UnitPart, decode_parts, part_messages
+from vault_core.scanparts import RecordsPart, ScanPart, UnitPart, decode_parts, part_messages
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
@@ -262,17 +261,14 @@ def _records_before(
     return records
 
 
-_offset = attrgetter("offset")
-
-
 def _messages(parts: Iterator[list[ScanPart]]) -> Iterator[Message]:
     """Every message of the parts, in order: a unit's each built as it is taken."""
     return chain.from_iterable(map(part_messages, chain.from_iterable(parts)))
 
 
 def _before(part: list[T], end: int) -> list[T]:
-    """The messages (or batches, unit parts or lists of messages, cut inside) of ``part`` that start
-    before offset ``end``."""
+    """The messages (or batches or parts of a read, cut inside) of ``part`` that start before
+    offset ``end``."""
     kept: list[Any] = []
     item: Any
     for item in part:
@@ -282,17 +278,11 @@ def _before(part: list[T], end: int) -> list[T]:
                 kept.append(item.head(n))
             if n < len(item):
                 break
-        elif isinstance(item, UnitPart):
+        elif isinstance(item, (UnitPart, RecordsPart)):
             cut = item.before(end)
             if cut is not None:
                 kept.append(cut)
             if cut is not item:
-                break
-        elif isinstance(item, list):
-            n = bisect.bisect_left(item, end, key=_offset)
-            if n:
-                kept.append(item[:n])
-            if n < len(item):
                 break
         elif item.offset < end:
             kept.append(item)
