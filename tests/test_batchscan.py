@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
 
@@ -210,13 +211,16 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
         assert got == expected
 
 
-def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
+@pytest.mark.parametrize("threads", [0, 2])
+def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault, threads: int) -> None:
+    """With its units decoded on threads, too: the same messages, the same first error."""
     log = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
     rng = random.Random(11)
+    pool = ThreadPoolExecutor(threads) if threads else None
 
     def parts(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
         try:
-            got, pos = decode_parts(buf, 0, 0, end, complete=complete)
+            got, pos = decode_parts(buf, 0, 0, end, complete=complete, pool=pool)
             return list(chain.from_iterable(map(part_messages, got))), pos
         except FormatError as exc:
             return type(exc), str(exc)
@@ -234,6 +238,25 @@ def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
         damaged = bytearray(log)
         damaged[at] ^= 0x20
         assert parts(damaged, complete=True) == reference(damaged, complete=True)
+    if pool:
+        pool.shutdown()
+
+
+def test_of_two_damaged_units_decoded_side_by_side_the_first_is_reported(mixed: Vault) -> None:
+    """Whichever thread finds its damage first, the scan reports the damage the buffer holds first,
+    and hands on nothing of the buffer (a scan of one 4 MiB read)."""
+    first, second = (damage(mixed, batch_id, 45) for batch_id in ("f2-1", "f2-2"))
+    assert first < second
+    with ThreadPoolExecutor(2) as pool:
+        damaged = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
+        for _ in range(20):
+            with pytest.raises(FormatError) as caught:
+                decode_parts(damaged, 0, complete=True, pool=pool)
+            assert caught.value.offset == first
+    taken: list[Message] = []
+    with pytest.raises(FormatError) as caught:
+        taken.extend(mixed.reader.scan(STREAM))
+    assert caught.value.offset == first and taken == []
 
 
 @pytest.mark.parametrize("record_format", [1, 2])

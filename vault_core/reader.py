@@ -10,6 +10,7 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any, Protocol, TypeVar, cast
@@ -35,6 +36,9 @@ from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
+SCAN_DECODERS = 2
+"""Threads that check and decompress a read's version 2 units side by side (CRC-32 and the codecs
+release the GIL): one per core of the 2-core hosts this is measured on; the scan's own thread waits."""
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
@@ -85,6 +89,7 @@ class ScanDecoder(Protocol[T]):
         stream: str | None = None,
         complete: bool = False,
         first: int = 0,
+        pool: Executor | None = None,
     ) -> tuple[list[T], int]: ...
 
 
@@ -174,26 +179,48 @@ def scan_parts(
     resync: Sequence[int] = (),
     first: int = 0,
 ) -> Iterator[list[T]]:
-    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order)."""
+    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order).
+
+    Each buffer is decoded on a thread of its own while the consumer takes the parts of the one
+    before it (the messages of a unit are built as they are taken, on the consumer's thread), so
+    at most two buffers' parts are held. A buffer that does not decode raises when the consumer
+    has taken every part of the one before, as it would decoded in turn.
+    """
     if start >= end:
         return
     chunks = prefetched_chunks(log, start, end, chunk=chunk, prefetch=prefetch)
+    units = ThreadPoolExecutor(max_workers=SCAN_DECODERS, thread_name_prefix=f"mv-units-{log.stream}")
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-decode-{log.stream}")
     try:
         carry = b""
         base = start
         skip_to = start  # after a corrupt record: the proven boundary where reading resumes
+        held: list[T] | None = None  # the last buffer's parts, handed on while this one decodes
         for data, last in chunks:
             buf = carry + data if carry else data
             if skip_to > base:  # still skipping: drop what lies before the boundary
                 drop = min(len(buf), skip_to - base)
                 buf, base = buf[drop:], base + drop
             pos = 0
+            decoding: Future[tuple[list[T], int]] | None = None
+            if held is not None:
+                decoding = ahead.submit(
+                    decoder, buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
+                )
+                yield held
+                held = None
             while True:
                 try:
-                    records, pos = decoder(buf, base, pos, stream=log.stream, complete=last, first=first)
+                    if decoding is not None:
+                        records, pos = decoding.result()
+                    else:
+                        records, pos = decoder(
+                            buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
+                        )
                 except CorruptRecord as exc:
                     if not skip_corrupt:
                         raise
+                    decoding = None
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield _records_before(decoder, buf, base, pos, bad, log.stream, first)
                     over = _walk_over(buf, base, bad, end, log.read)
@@ -204,11 +231,14 @@ def scan_parts(
                     if skip_to - base <= len(buf):
                         continue
                     break
-                yield records
-                del records  # not held while the next buffer is decoded
+                held = records
+                del records, decoding
                 break
             carry = buf[pos:]
             base += pos
+        if held is not None:
+            yield held
+            held = None
         if carry:
             raise CorruptRecord(
                 f"{len(carry)} bytes before the committed end do not form a whole record",
@@ -217,6 +247,8 @@ def scan_parts(
             )
     finally:
         chunks.close()
+        ahead.shutdown(wait=False, cancel_futures=True)
+        units.shutdown(wait=False, cancel_futures=True)
 
 
 def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:

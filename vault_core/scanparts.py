@@ -19,10 +19,12 @@ import bisect
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor, Future
 from itertools import repeat
 from operator import add
 from typing import NamedTuple
 
+from vault_core.errors import FormatError
 from vault_core.prefix import FLAG_COMPRESSION_MASK, MAGIC, UNIT_VERSION, VERSION_OFFSET
 from vault_core.recordformat import (
     CRC_COVERAGE_START,
@@ -36,7 +38,7 @@ from vault_core.recordformat import (
     decode,
     iter_unit_messages,
 )
-from vault_core.unitformat import Unit, decode_unit
+from vault_core.unitformat import Unit, decode_unit, unit_length_at
 
 
 class UnitPart(NamedTuple):
@@ -108,43 +110,105 @@ def decode_parts(
     stream: str | None = None,
     complete: bool = False,
     first: int = 0,
+    pool: Executor | None = None,
 ) -> tuple[list[ScanPart], int]:
     """The whole records and units of ``buf[start:end]`` (``buf[0]`` is stream offset
     ``base_offset``) as parts, and the position after them; what ``decode`` takes and does.
 
     Messages before offset ``first`` are left out. A frame cut off by ``end`` is left for the
     caller, unless ``complete`` says ``end`` is the committed end, where it is corrupt; what does
-    not verify raises what ``decode`` raises.
+    not verify raises what ``decode`` raises: the first damage in the buffer, whatever else follows.
+
+    With a ``pool``, the buffer's units are checked and decompressed on its threads, side by side
+    (``zlib.crc32`` and zstd release the GIL), while this thread walks the buffer's frames by their
+    headers; it returns once every one is done, so still nothing of a damaged buffer is returned.
     """
     view = memoryview(buf)
     data = buf if isinstance(buf, bytes) else bytes(buf)  # what version 1 keys and values are sliced from
     end = len(view) if end is None else end
-    out: list[ScanPart] = []
+    out: list[ScanPart | Future[UnitPart | None]] = []
     pos = start
-    while pos < end:
-        if (
-            pos + HEADER_SIZE <= end
-            and view[pos + VERSION_OFFSET] == UNIT_VERSION
-            and view[pos : pos + 4] == MAGIC
-        ):
-            unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
-            if unit is None:
-                break  # cut off by ``end``: the caller completes it
-            skip = min(max(0, first - unit.offset), unit.size)
-            if skip < unit.size:  # held until taken: without the payload, which keys and values copy
-                out.append(UnitPart(unit._replace(payload=b""), skip, unit.size))
-            pos += unit.length
-            continue
-        records, after = _check_records(view, base_offset, pos, end, first)
-        if records is not None:
-            out.append(records._replace(buf=data))
-        if after == pos:  # not a record that checks: the reference decoder says why, or that it is cut off
-            checked, at = decode(view, base_offset, pos, end, max_count=1, stream=stream, complete=complete)
-            if checked or at != pos:
-                raise AssertionError(f"decode_parts and decode disagree at offset {base_offset + pos}")
-            break
-        pos = after
-    return out, pos
+    try:
+        while pos < end:
+            if (
+                pos + HEADER_SIZE <= end
+                and view[pos + VERSION_OFFSET] == UNIT_VERSION
+                and view[pos : pos + 4] == MAGIC
+            ):
+                claimed = unit_length_at(view, pos)
+                if pool is not None and claimed is not None and pos + claimed[0] <= end:
+                    # Whole by its header: decoded on the pool. A header that lies fails there, and
+                    # that error is raised before any this walk meets after it (see _resolved).
+                    out.append(pool.submit(_unit_part, view, pos, base_offset, end, stream, complete, first))
+                    pos += claimed[0]
+                    continue
+                unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
+                if unit is None:
+                    break  # cut off by ``end``: the caller completes it
+                part = _wanted(unit, first)
+                if part is not None:
+                    out.append(part)
+                pos += unit.length
+                continue
+            records, after = _check_records(view, base_offset, pos, end, first)
+            if records is not None:
+                out.append(records._replace(buf=data))
+            if (
+                after == pos
+            ):  # not a record that checks: the reference decoder says why, or that it is cut off
+                _no_record(view, base_offset, pos, end, stream, complete)
+                break
+            pos = after
+    except FormatError:
+        _resolved(out)  # damage before this one, found on the pool, is the first: it is raised instead
+        raise
+    return _resolved(out), pos
+
+
+def _unit_part(
+    view: memoryview, pos: int, base_offset: int, end: int, stream: str | None, complete: bool, first: int
+) -> UnitPart | None:
+    """:func:`_wanted` of the unit at ``view[pos]``, which lies whole before ``end`` by its header;
+    raises what :func:`~vault_core.unitformat.decode_unit` raises."""
+    unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
+    assert unit is not None  # its header puts its end before ``end``
+    return _wanted(unit, first)
+
+
+def _wanted(unit: Unit, first: int) -> UnitPart | None:
+    """The messages of a verified unit from offset ``first`` on (None if none)."""
+    skip = min(max(0, first - unit.offset), unit.size)
+    if skip == unit.size:
+        return None
+    # held until taken: without the payload, which keys and values copy
+    return UnitPart(unit._replace(payload=b""), skip, unit.size)
+
+
+def _no_record(
+    view: memoryview, base_offset: int, pos: int, end: int, stream: str | None, complete: bool
+) -> None:
+    """Raise what ``decode`` raises for the frame at ``view[pos]``, which is not a version 1 record
+    that checks; return if it is one cut off by ``end``."""
+    checked, at = decode(view, base_offset, pos, end, max_count=1, stream=stream, complete=complete)
+    if checked or at != pos:
+        raise AssertionError(f"decode_parts and decode disagree at offset {base_offset + pos}")
+
+
+def _resolved(out: list[ScanPart | Future[UnitPart | None]]) -> list[ScanPart]:
+    """The parts, each unit's once its thread is done, in buffer order: the first to have failed
+    raises its error (the later ones are cancelled)."""
+    parts: list[ScanPart] = []
+    try:
+        for item in out:
+            part = item.result() if isinstance(item, Future) else item
+            if part is not None:
+                parts.append(part)
+    except BaseException:
+        for item in out:
+            if isinstance(item, Future):
+                item.cancel()
+        raise
+    return parts
 
 
 def _check_records(
