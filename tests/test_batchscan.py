@@ -13,6 +13,7 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,7 @@ from vault_core.errors import FormatError
 from vault_core.memory import MemoryAccount, MemoryPageBlobs
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.reader import scan_log, scan_log_batches
-from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
+from vault_core.recordformat import MAX_KEY_BYTES, Frame, Message, NewMessage, decode, frame_at
 from vault_core.scanparts import decode_parts, part_messages
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
@@ -302,3 +303,32 @@ def test_the_exporters_write_every_message_of_a_mixed_stream_from_batches(
     assert table.column("value").to_pylist() == [m.value for m in everything]
     lines = (tmp_path / "out.ndjson").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [message_json(m) for m in everything]
+
+
+@pytest.mark.parametrize(("batch_id", "chunk"), [("f1-1", 4096), ("f1-1", 16384), ("f2-1", 65536)])
+def test_a_read_decoded_ahead_fails_only_once_the_read_before_is_taken(
+    mixed: Vault, batch_id: str, chunk: int
+) -> None:
+    """The scan decodes a read while the consumer takes the one before: damage in it is raised once
+    every message before that read is taken, and nothing of the read is handed on, as when reads
+    were decoded in turn."""
+    committed = mixed.reader.state(STREAM).committed
+    log = mixed.blob(STREAM).read(0, committed)
+    good = list(mixed.reader.scan(STREAM))
+    bad = damage(mixed, batch_id, 45)
+    frame = frame_at(log, bad)
+    assert frame is not None
+    # Where the read holding the damaged unit whole begins: each read starts at the first frame the
+    # one before did not hold whole (reads are the chunks of the range, with what was cut off).
+    base, pos = 0, 0
+    for end in range(chunk, committed + chunk, chunk):
+        if bad + frame.length <= end:
+            break
+        while pos < bad and pos + cast(Frame, frame_at(log, pos)).length <= end:
+            pos += cast(Frame, frame_at(log, pos)).length
+        base = pos
+    taken: list[Message] = []
+    with pytest.raises(FormatError) as caught:
+        taken.extend(scan_log(mixed.blob(STREAM), 0, committed, chunk=chunk))
+    assert caught.value.offset == bad
+    assert taken == [m for m in good if m.next_offset <= base] and base < bad

@@ -130,16 +130,18 @@ def scan_log(
     unit at ``start``) are left out.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
-    the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
+    the network; memory stays at about ``(prefetch + 3) * chunk`` and two chunks' decoded frames
+    however long the stream.
     With ``skip_corrupt`` a corrupt record is skipped (``on_skip(offset, skipped_bytes)``)
     and reading resumes at the next **proven** boundary after it: the next of ``resync``
     (ascending index points), else ``end``. Never at a sync marker found by searching, which
     may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
     ``skip_corrupt`` a corrupt record raises.
 
-    A buffer is checked whole before any of its messages is handed on; the messages of a version 2
-    unit are then built one at a time as they are taken (:mod:`vault_core.scanparts`), by
-    ``itertools.chain``, ``map`` and ``zip``: taking the next message runs no Python code.
+    A buffer is checked whole before any of its messages is handed on (on a thread, while the
+    consumer takes the buffer before: :func:`scan_parts`); its messages are then built one at a
+    time as they are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and
+    ``zip``: taking the next message runs no Python code.
     """
     parts = scan_parts(log, start, end, decode_parts, chunk, prefetch, skip_corrupt, on_skip, resync, first)
     return _messages(parts)
