@@ -19,7 +19,9 @@ of the same blob), paged reads of 1,000 messages (what the read API does per req
 codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
 both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format),
 and the per-message scan's ceiling: building the same Message objects from the stream's columns
-already decoded (no I/O, no checksum, no decompression), in the same rounds.
+already decoded (no I/O, no checksum, no decompression), in the same rounds. Each round writes
+and reads every format in turn, and a v2 / v1 ratio of speeds is the median of the rounds' ratios,
+so that the load of a shared machine, which drifts over minutes, weighs on both alike.
 
     ./dev bench core --format-memory   (results: core_format_memory)
 
@@ -322,56 +324,56 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     n = len(messages)
     out: dict[str, float | str] = {f"{label}: messages per stream": float(n)}
     per_format: dict[str, dict[str, float]] = {}
-    for name, (record_format, codec) in FORMATS.items():
-        writes: list[float] = []
-        scans: list[float] = []
-        batch_scans: list[float] = []
-        builds: list[float] = []
-        pages: list[float] = []
-        raws: list[float] = []
-        for r in range(FORMAT_ROUNDS):
+    seconds: dict[str, dict[str, list[float]]] = {
+        name: {k: [] for k in ("write", "scan", "batch scan", "build", "pages", "raw")} for name in FORMATS
+    }
+    committed: dict[str, int] = {}
+    for r in range(FORMAT_ROUNDS):  # the formats in turn within a round, so drift hits them alike
+        for name, (record_format, codec) in FORMATS.items():
+            runs = seconds[name]
             stream = f"fmt-{size}-{name}-{r}"
             with vault.writer(stream, WriterSettings(record_format=record_format, codec=codec)) as w:
-                writes.append(timed(functools.partial(_append_all, w, batches)))
-            committed = vault.reader.state(stream).committed
-            raws.append(raw_download(vault, stream, committed))
-            scans.append(timed(functools.partial(_scan_all, vault, stream)))
-            batch_scans.append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
+                runs["write"].append(timed(functools.partial(_append_all, w, batches)))
+            committed[name] = vault.reader.state(stream).committed
+            runs["raw"].append(raw_download(vault, stream, committed[name]))
+            runs["scan"].append(timed(functools.partial(_scan_all, vault, stream)))
+            runs["batch scan"].append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
             decoded = list(vault.reader.scan_batches(stream))
-            builds.append(timed(functools.partial(_build_messages, decoded, n)))
+            runs["build"].append(timed(functools.partial(_build_messages, decoded, n)))
             del decoded
-            pages.append(timed(functools.partial(_read_pages, vault, stream)))
-        per_format[name] = {
-            "bytes": committed / n,
-            "write": n / statistics.median(writes),
-            "scan": n / statistics.median(scans),
-            "batch scan": n / statistics.median(batch_scans),
-            "build": n / statistics.median(builds),
-            "raw": n / statistics.median(raws),
-            "pages": n / statistics.median(pages),
+            runs["pages"].append(timed(functools.partial(_read_pages, vault, stream)))
+    for name, runs in seconds.items():
+        per_format[name] = {"bytes": committed[name] / n} | {
+            k: n / statistics.median(v) for k, v in runs.items()
         }
-        out[f"{label} {name}: blob bytes/message"] = committed / n
+        out[f"{label} {name}: blob bytes/message"] = committed[name] / n
         out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
         out[f"{label} {name}: full scan rows/s"] = per_format[name]["scan"]
         out[f"{label} {name}: batch scan rows/s"] = per_format[name]["batch scan"]
         out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
-        out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(raws, scans)
-        out[f"{label} {name}: batch scan / raw download of the same blob"] = _paired(raws, batch_scans)
+        out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(runs["raw"], runs["scan"])
+        out[f"{label} {name}: batch scan / raw download of the same blob"] = _paired(
+            runs["raw"], runs["batch scan"]
+        )
         out[f"{label} {name}: Message objects built from decoded columns, rows/s (scan's ceiling)"] = (
             per_format[name]["build"]
         )
-        out[f"{label} {name}: full scan / that ceiling"] = _paired(builds, scans)
+        out[f"{label} {name}: full scan / that ceiling"] = _paired(runs["build"], runs["scan"])
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
-    out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = v2["scan"] / v1["scan"]
+    out[f"{label}: full scan rows/s v2 / v1 (>= 3)"] = _paired(seconds["v1"]["scan"], seconds["v2"]["scan"])
     out[
         f"{label}: v2's Message-building ceiling / full scan v1 (the most v2 / v1 a per-message scan reaches)"
     ] = v2["build"] / v1["scan"]
-    out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = v2["batch scan"] / v1["batch scan"]
+    out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = _paired(
+        seconds["v1"]["batch scan"], seconds["v2"]["batch scan"]
+    )
     out[f"{label}: batch scan rows/s v2 / full scan v1"] = v2["batch scan"] / v1["scan"]
-    out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = v2["write"] / v1["write"]
-    out[f"{label}: paged reads messages/s v2 / v1"] = v2["pages"] / v1["pages"]
+    out[f"{label}: writer messages/s v2 / v1 (>= 1.0)"] = _paired(
+        seconds["v1"]["write"], seconds["v2"]["write"]
+    )
+    out[f"{label}: paged reads messages/s v2 / v1"] = _paired(seconds["v1"]["pages"], seconds["v2"]["pages"])
     return out
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 import gc
 import json
 import random
+from concurrent.futures import ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -25,7 +27,7 @@ from vault_core.errors import FormatError
 from vault_core.memory import MemoryAccount, MemoryPageBlobs
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.reader import ScanOptions, scan_log, scan_log_batches
-from vault_core.recordformat import MAX_KEY_BYTES, Message, NewMessage, decode
+from vault_core.recordformat import MAX_KEY_BYTES, Frame, Message, NewMessage, decode, frame_at
 from vault_core.scanparts import decode_parts, part_messages
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
@@ -220,13 +222,16 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
         assert got == expected
 
 
-def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
+@pytest.mark.parametrize("threads", [0, 2])
+def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault, threads: int) -> None:
+    """With its units decoded on threads, too: the same messages, the same first error."""
     log = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
     rng = random.Random(11)
+    pool = ThreadPoolExecutor(threads) if threads else None
 
     def parts(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
         try:
-            got, pos = decode_parts(buf, 0, 0, end, complete=complete)
+            got, pos = decode_parts(buf, 0, 0, end, complete=complete, pool=pool)
             return list(chain.from_iterable(map(part_messages, got))), pos
         except FormatError as exc:
             return type(exc), str(exc)
@@ -244,13 +249,36 @@ def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault) -> None:
         damaged = bytearray(log)
         damaged[at] ^= 0x20
         assert parts(damaged, complete=True) == reference(damaged, complete=True)
+    if pool:
+        pool.shutdown()
 
 
-def test_the_per_message_scan_sets_off_no_collection_of_its_own(clock: ManualClock) -> None:
-    """A unit's messages are built as they are taken: a consumer that drops each one leaves the
-    cyclic collector nothing to do (a list of them would set it off every 700 messages)."""
+def test_of_two_damaged_units_decoded_side_by_side_the_first_is_reported(mixed: Vault) -> None:
+    """Whichever thread finds its damage first, the scan reports the damage the buffer holds first,
+    and hands on nothing of the buffer (a scan of one 4 MiB read)."""
+    first, second = (damage(mixed, batch_id, 45) for batch_id in ("f2-1", "f2-2"))
+    assert first < second
+    with ThreadPoolExecutor(2) as pool:
+        damaged = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
+        for _ in range(20):
+            with pytest.raises(FormatError) as caught:
+                decode_parts(damaged, 0, complete=True, pool=pool)
+            assert caught.value.offset == first
+    taken: list[Message] = []
+    with pytest.raises(FormatError) as caught:
+        taken.extend(mixed.reader.scan(STREAM))
+    assert caught.value.offset == first and taken == []
+
+
+@pytest.mark.parametrize("record_format", [1, 2])
+def test_the_per_message_scan_sets_off_no_collection_of_its_own(
+    clock: ManualClock, record_format: int
+) -> None:
+    """A unit's messages, and a read's records, are built as they are taken: a consumer that drops
+    each one leaves the cyclic collector nothing to do (a list of them would set it off every 700
+    messages)."""
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM) as w:
+    with vault.writer(STREAM, WriterSettings(record_format=record_format)) as w:
         w.append([Batch([NewMessage(b"%d" % i, "k") for i in range(10_000)])])
     started: list[int] = []
 
@@ -285,3 +313,32 @@ def test_the_exporters_write_every_message_of_a_mixed_stream_from_batches(
     assert table.column("value").to_pylist() == [m.value for m in everything]
     lines = (tmp_path / "out.ndjson").read_text().splitlines()
     assert [json.loads(line) for line in lines] == [message_json(m) for m in everything]
+
+
+@pytest.mark.parametrize(("batch_id", "chunk"), [("f1-1", 4096), ("f1-1", 16384), ("f2-1", 65536)])
+def test_a_read_decoded_ahead_fails_only_once_the_read_before_is_taken(
+    mixed: Vault, batch_id: str, chunk: int
+) -> None:
+    """The scan decodes a read while the consumer takes the one before: damage in it is raised once
+    every message before that read is taken, and nothing of the read is handed on, as when reads
+    were decoded in turn."""
+    committed = mixed.reader.state(STREAM).committed
+    log = mixed.blob(STREAM).read(0, committed)
+    good = list(mixed.reader.scan(STREAM))
+    bad = damage(mixed, batch_id, 45)
+    frame = frame_at(log, bad)
+    assert frame is not None
+    # Where the read holding the damaged unit whole begins: each read starts at the first frame the
+    # one before did not hold whole (reads are the chunks of the range, with what was cut off).
+    base, pos = 0, 0
+    for end in range(chunk, committed + chunk, chunk):
+        if bad + frame.length <= end:
+            break
+        while pos < bad and pos + cast(Frame, frame_at(log, pos)).length <= end:
+            pos += cast(Frame, frame_at(log, pos)).length
+        base = pos
+    taken: list[Message] = []
+    with pytest.raises(FormatError) as caught:
+        taken.extend(scan_log(mixed.blob(STREAM), 0, committed, ScanOptions(chunk=chunk)))
+    assert caught.value.offset == bad
+    assert taken == [m for m in good if m.next_offset <= base] and base < bad

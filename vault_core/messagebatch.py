@@ -17,6 +17,7 @@ import sys
 import zlib
 from array import array
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from itertools import chain, repeat
 
@@ -150,6 +151,7 @@ def decode_batches(
     first: int = 0,
     max_count: int | None = None,
     units: list[tuple[int, int]] | None = None,
+    pool: Executor | None = None,
 ) -> tuple[list[MessageBatch], int]:
     """:func:`~vault_core.recordformat.decode`, as batches: the whole records and units of
     ``buf[start:end]`` (``buf[0]`` is stream offset ``base_offset``) and the position after them.
@@ -160,6 +162,8 @@ def decode_batches(
     corrupt; what does not verify raises what ``decode`` raises, word for word. ``max_count``
     and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit returns the
     next message's offset minus ``base_offset``), and the ``(start, end)`` offsets of the units.
+    ``pool`` is the scan's (:class:`~vault_core.reader.ScanDecoder`): units are decoded here in turn,
+    not on it (the per-message scan's :func:`~vault_core.scanparts.decode_parts` uses it).
     """
     view = memoryview(buf)
     end = len(view) if end is None else end

@@ -10,9 +10,9 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
-from operator import attrgetter
 from typing import Any, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
@@ -31,11 +31,14 @@ from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
 from vault_core.retry import Backoff
-from vault_core.scanparts import ScanPart, UnitPart, decode_parts, part_messages
+from vault_core.scanparts import RecordsPart, ScanPart, UnitPart, decode_parts, part_messages
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_PREFETCH = 4
+SCAN_DECODERS = 2
+"""Threads that check and decompress a read's version 2 units side by side (CRC-32 and the codecs
+release the GIL): one per core of the 2-core hosts this is measured on; the scan's own thread waits."""
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
@@ -105,6 +108,7 @@ class ScanDecoder(Protocol[T]):
         stream: str | None = None,
         complete: bool = False,
         first: int = 0,
+        pool: Executor | None = None,
     ) -> tuple[list[T], int]: ...
 
 
@@ -133,16 +137,18 @@ def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL
     Version 1 records and version 2 units alike, read as ``options`` (:class:`ScanOptions`) says.
 
     Downloads ``chunk``-sized ranges with up to ``prefetch`` in flight, so decoding overlaps
-    the network; memory stays at about ``(prefetch + 2) * chunk`` however long the stream.
+    the network; memory stays at about ``(prefetch + 3) * chunk`` and two chunks' decoded frames
+    however long the stream.
     With ``skip_corrupt`` a corrupt record is skipped (``on_skip(offset, skipped_bytes)``)
     and reading resumes at the next **proven** boundary after it: the next of ``resync``
     (ascending index points), else ``end``. Never at a sync marker found by searching, which
     may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
     ``skip_corrupt`` a corrupt record raises.
 
-    A buffer is checked whole before any of its messages is handed on; the messages of a version 2
-    unit are then built one at a time as they are taken (:mod:`vault_core.scanparts`), by
-    ``itertools.chain``, ``map`` and ``zip``: taking the next message runs no Python code.
+    A buffer is checked whole before any of its messages is handed on (on a thread, while the
+    consumer takes the buffer before: :func:`scan_parts`); its messages are then built one at a
+    time as they are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and
+    ``zip``: taking the next message runs no Python code.
     """
     return _messages(scan_parts(log, start, end, decode_parts, options))
 
@@ -172,26 +178,47 @@ def scan_parts(
 
     ``resync``: proven boundaries (ascending) where reading may resume after a corrupt record;
     ``first``: messages before this offset (inside the unit at ``start``) are left out.
+
+    Each buffer is decoded on a thread of its own while the consumer takes the parts of the one
+    before it (the messages of a unit are built as they are taken, on the consumer's thread), so
+    at most two buffers' parts are held. A buffer that does not decode raises when the consumer
+    has taken every part of the one before, as it would decoded in turn.
     """
     if start >= end:
         return
     chunks = prefetched_chunks(log, start, end, chunk=options.chunk, prefetch=options.prefetch)
+    units = ThreadPoolExecutor(max_workers=SCAN_DECODERS, thread_name_prefix=f"mv-units-{log.stream}")
+    ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-decode-{log.stream}")
     try:
         carry = b""
         base = start
         skip_to = start  # after a corrupt record: the proven boundary where reading resumes
+        held: list[T] | None = None  # the last buffer's parts, handed on while this one decodes
         for data, last in chunks:
             buf = carry + data if carry else data
             if skip_to > base:  # still skipping: drop what lies before the boundary
                 drop = min(len(buf), skip_to - base)
                 buf, base = buf[drop:], base + drop
             pos = 0
+            decoding: Future[tuple[list[T], int]] | None = None
+            if held is not None:
+                decoding = ahead.submit(
+                    decoder, buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
+                )
+                yield held
+                held = None
             while True:
                 try:
-                    records, pos = decoder(buf, base, pos, stream=log.stream, complete=last, first=first)
+                    if decoding is not None:
+                        records, pos = decoding.result()
+                    else:
+                        records, pos = decoder(
+                            buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
+                        )
                 except CorruptRecord as exc:
                     if not options.skip_corrupt:
                         raise
+                    decoding = None
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
                     yield _records_before(decoder, buf, base, pos, bad, log.stream, first)
                     over = _walk_over(buf, base, bad, end, log.read)
@@ -202,11 +229,14 @@ def scan_parts(
                     if skip_to - base <= len(buf):
                         continue
                     break
-                yield records
-                del records  # not held while the next buffer is decoded
+                held = records
+                del records, decoding
                 break
             carry = buf[pos:]
             base += pos
+        if held is not None:
+            yield held
+            held = None
         if carry:
             raise CorruptRecord(
                 f"{len(carry)} bytes before the committed end do not form a whole record",
@@ -215,6 +245,8 @@ def scan_parts(
             )
     finally:
         chunks.close()
+        ahead.shutdown(wait=False, cancel_futures=True)
+        units.shutdown(wait=False, cancel_futures=True)
 
 
 def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:
@@ -259,17 +291,14 @@ def _records_before(
     return records
 
 
-_offset = attrgetter("offset")
-
-
 def _messages(parts: Iterator[list[ScanPart]]) -> Iterator[Message]:
     """Every message of the parts, in order: a unit's each built as it is taken."""
     return chain.from_iterable(map(part_messages, chain.from_iterable(parts)))
 
 
 def _before(part: list[T], end: int) -> list[T]:
-    """The messages (or batches, unit parts or lists of messages, cut inside) of ``part`` that start
-    before offset ``end``."""
+    """The messages (or batches or parts of a read, cut inside) of ``part`` that start before
+    offset ``end``."""
     kept: list[Any] = []
     item: Any
     for item in part:
@@ -279,17 +308,11 @@ def _before(part: list[T], end: int) -> list[T]:
                 kept.append(item.head(n))
             if n < len(item):
                 break
-        elif isinstance(item, UnitPart):
+        elif isinstance(item, (UnitPart, RecordsPart)):
             cut = item.before(end)
             if cut is not None:
                 kept.append(cut)
             if cut is not item:
-                break
-        elif isinstance(item, list):
-            n = bisect.bisect_left(item, end, key=_offset)
-            if n:
-                kept.append(item[:n])
-            if n < len(item):
                 break
         elif item.offset < end:
             kept.append(item)

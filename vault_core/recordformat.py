@@ -184,7 +184,6 @@ def decode(
     complete: bool = False,
     first: int = 0,
     units: list[tuple[int, int]] | None = None,
-    stop_at_unit: bool = False,
 ) -> tuple[list[Message], int]:
     """Decode whole records from ``buf[start:end]``; ``buf[0]`` is stream offset ``base_offset``.
 
@@ -198,8 +197,6 @@ def decode(
     from its start). When ``max_count`` stops inside a unit, the position returned is the next
     message's offset minus ``base_offset``: inside that unit, where a later read starts.
     ``units``, if given, collects the ``(start, end)`` stream offsets of the units decoded.
-    ``stop_at_unit`` returns at the first unit instead, its position: for a caller that decodes
-    units its own way (:func:`~vault_core.messagebatch.decode_parts`).
     """
     view = memoryview(buf)
     data = buf if isinstance(buf, bytes) else view  # slicing bytes copies once, with no view object
@@ -218,8 +215,6 @@ def decode(
             break
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
         if version == UNIT_VERSION and magic == MAGIC:
-            if stop_at_unit:
-                break
             room = None if max_count is None else max_count - len(out)
             messages, after = _decode_unit(view, pos, base_offset, end, first, room, stream, complete)
             if after is None:
