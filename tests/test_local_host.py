@@ -34,7 +34,7 @@ from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.channel import HTTP, Channel
-from vault_local.host import idle_wait
+from vault_local.host import create_until_done, idle_wait
 from vault_local.process import HostProcess, local_env
 from vault_local.workers import (
     ForkedProcess,
@@ -125,6 +125,25 @@ def test_an_idle_poller_looks_again_when_a_failed_invocations_message_is_due_bac
     assert idle_wait(1.6, 10.5, now=10.0) == 0.5
     assert idle_wait(0.2, 10.5, now=10.0) == 0.2
     assert idle_wait(1.6, 9.0, now=10.0) == 0.0  # due already: at once
+
+
+def test_a_queue_whose_create_storage_refuses_at_start_is_created_once_storage_answers() -> None:
+    """A refused create (a throttled account at start) is tried again, not the end of the queue's
+    poller; a host that stops meanwhile stops trying."""
+    refusals = iter([HttpResponseError("ServerBusy"), HttpResponseError("ServerBusy")])
+    made: list[str] = []
+
+    def create() -> None:
+        refusal = next(refusals, None)
+        if refusal is not None:
+            raise refusal
+        made.append("q")
+
+    assert create_until_done((create, lambda: made.append("q-poison")), threading.Event(), 0.2, "q")
+    assert made == ["q", "q-poison"]
+    stopped = threading.Event()
+    stopped.set()
+    assert not create_until_done((create,), stopped, 0.2, "q")
 
 
 def test_each_queue_function_stays_on_one_worker() -> None:

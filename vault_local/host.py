@@ -131,6 +131,23 @@ class QueueOptions:
         return self.new_batch_threshold if self.new_batch_threshold is not None else self.batch_size // 2
 
 
+def create_until_done(
+    creates: tuple[Callable[[], object], ...], stopping: threading.Event, longest: float, name: str
+) -> bool:
+    """Create a trigger's queue and its poison queue if missing, trying again with a back-off
+    while storage refuses: a throttled or unreachable account at start must not leave a queue
+    without its poller for the host's life. False if the host stops first."""
+    backoff = Backoff(0.1, longest)
+    while not stopping.is_set():
+        try:
+            create_if_missing(*creates)
+            return True
+        except Exception as exc:  # as a failed poll: keep trying, like the host
+            log.warning("creating %s failed: %s", name, exc)
+            stopping.wait(backoff.next())
+    return False
+
+
 class LocalHost:
     def __init__(
         self,
@@ -318,8 +335,10 @@ class LocalHost:
     def _poll(self, q: QueueFunction, index: int) -> None:
         client = self._queue_client(q, q.queue_name)
         poison = self._queue_client(q, f"{q.queue_name}-poison")
-        create_if_missing(client.create_queue, poison.create_queue)
         opts = self.options
+        creates = (client.create_queue, poison.create_queue)
+        if not create_until_done(creates, self.stopping, opts.max_polling_interval, q.queue_name):
+            return
         running = 0
         lock = threading.Lock()
         done = threading.Condition(lock)
