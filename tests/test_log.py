@@ -20,7 +20,7 @@ import pytest
 from fault_proxy import CUT, DROP, FaultProxy
 from leases import end_stream_leases
 
-from vault_core import pageblob
+from vault_core import azure, pageblob
 from vault_core import recordformat as fmt
 from vault_core.azure import StorageAccount, azurite_connection_string
 from vault_core.clock import ManualClock
@@ -403,6 +403,7 @@ def test_a_ranged_read_is_one_get_and_a_dropped_or_cut_one_is_sent_again(
     everything = vault.blob(stream).read(0, state.committed)
     assert len(everything) > 27_000
     monkeypatch.setattr(pageblob, "_BODY_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(azure._BlobRetry, "get_backoff_time", lambda self, settings: 0.0)  # retry at once
     proxy = FaultProxy(azurite.blob_port).start()
     try:
         seen: list[tuple[str, str]] = []
