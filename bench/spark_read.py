@@ -6,8 +6,9 @@ One in-memory Azurite, one stream of 1,000,000 messages with 100-byte values (10
 local[2] Spark session. Every figure comes from the same run, so a noisy machine moves
 both sides of each ratio alike. Each timing is the median of three runs after a warm-up.
 
-  * download: the stream's committed bytes with plain ranged GETs (4 MiB each) from a thread
-    pool as wide as Spark's reads are (2 tasks x 4 prefetched ranges = 8), no decoding
+  * download: the stream's committed bytes with plain ranged GETs (4 MiB each, one Get Blob
+    apiece: ``StreamBlob.read``, the read the source's tasks make) from a thread pool as wide as
+    Spark's reads are (2 tasks x 4 prefetched ranges = 8), no decoding
   * count / groupBy(key).count() through ``format("messagevault")``, and the ratio
     download time / Spark time (1.0 = Spark decodes as fast as the bytes arrive; target >= 0.7)
   * the same two queries over the same rows in a local Parquet file

@@ -17,6 +17,9 @@ Rule = Callable[[str, str], "int | None"]
 DROP = 0
 """What a rule returns to close the connection without answering: as a server does when it
 closes an idle keep-alive connection just as the client reuses it."""
+CUT = -1
+"""What a rule returns to forward the request but break the answer off halfway through its body
+(the full Content-Length announced, half the bytes sent, the connection closed)."""
 
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
@@ -37,7 +40,7 @@ class FaultProxy:
             def _handle(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 status = proxy.rule(self.command, self.path) if proxy.rule else None
-                if status is not None:
+                if status is not None and status != CUT:
                     proxy.failed.append((self.command, self.path))
                     if status == DROP:
                         self.close_connection = True
@@ -60,6 +63,9 @@ class FaultProxy:
                 if not head:
                     self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
+                if status == CUT:
+                    proxy.failed.append((self.command, self.path))
+                    data, self.close_connection = data[: len(data) // 2], True
                 self.wfile.write(data)
                 upstream.close()
 

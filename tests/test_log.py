@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-from fault_proxy import DROP, FaultProxy
+from fault_proxy import CUT, DROP, FaultProxy
 from leases import end_stream_leases
 
+from vault_core import azure, pageblob
 from vault_core import recordformat as fmt
 from vault_core.azure import StorageAccount, azurite_connection_string
 from vault_core.clock import ManualClock
@@ -389,5 +390,55 @@ def test_a_create_the_server_dropped_unanswered_is_sent_once_more(azurite: Azuri
         with pytest.raises(StorageUnavailable):  # dropped again: once more, not forever
             StorageAccount(connection_string=proxied).table(f"t{uuid.uuid4().hex[:12]}").create_if_missing()
         assert drops == 3
+    finally:
+        proxy.stop()
+
+
+def test_a_ranged_read_is_one_get_and_a_dropped_or_cut_one_is_sent_again(
+    azurite: Azurite, vault: Vault, stream: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read of a range is one Get Blob: the SDK's download_blob follows it, on a page blob,
+    with a Get Page Ranges of the whole blob; the client's retries still cover a failed GET."""
+    with vault.writer(stream) as w:
+        w.append([Batch(msgs(300))])
+    state = vault.blob(stream).state()
+    everything = vault.blob(stream).read(0, state.committed)
+    assert len(everything) > 27_000
+    monkeypatch.setattr(pageblob, "_BODY_RETRY_SECONDS", 0.0)
+    monkeypatch.setattr(azure._BlobRetry, "get_backoff_time", lambda self, settings: 0.0)  # retry at once
+    proxy = FaultProxy(azurite.blob_port).start()
+    try:
+        seen: list[tuple[str, str]] = []
+        drops = 0
+
+        def count(method: str, path: str, drop: int = 0, fault: int = DROP) -> int | None:
+            nonlocal drops
+            seen.append((method, path))
+            if drops < drop:
+                drops += 1
+                return fault
+            return None
+
+        proxied = azurite_connection_string(proxy.port, azurite.queue_port, azurite.table_port)
+        blobs = StorageAccount(connection_string=proxied).page_blobs(vault.container_name)
+        blob = blobs.blob(stream)
+        proxy.rule = count
+        assert blob.read(1000, 20_000) == everything[1000:21_000]
+        data, got = blob.read_with_state(500, 700)
+        assert data == everything[500:1200] and (got.committed, got.etag) == (state.committed, state.etag)
+        assert got.blob_size == state.blob_size
+        assert [m for m, _ in seen] == ["GET", "GET"]
+        assert not [p for _, p in seen if "comp=" in p]  # no page ranges, no properties
+        seen.clear()
+        proxy.rule = lambda method, path: count(method, path, drop=1)
+        assert blob.read(0, 4096) == everything[:4096]
+        assert drops == 1 and [m for m, _ in seen] == ["GET", "GET"]
+        seen.clear()
+        drops = 0
+        proxy.rule = lambda method, path: count(method, path, drop=2, fault=CUT)  # bodies broken off
+        assert blob.read(2000, 25_000) == everything[2000:27_000]
+        assert drops == 2 and [m for m, _ in seen] == ["GET", "GET", "GET"]
+        with pytest.raises(StreamNotFound):  # the SDK's error mapping, as download_blob's
+            blobs.blob(stream + "-never").read(0, 10)
     finally:
         proxy.stop()

@@ -342,6 +342,21 @@ def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mi
     assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
 
 
+@pytest.mark.parametrize("key_ends", [(0, 1100, 1200, 1210), (0, 1205, 1200, 1210), (1, 600, 1200, 1210)])
+def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
+    key_ends: tuple[int, ...],
+) -> None:
+    pytest.importorskip("pyarrow")
+    from vault_core.spark.columnar import decode_pieces
+
+    unit = bytearray(encode_unit(KEYS_1210, [b"v"] * 3, 0, TS, codec=codecs.CODEC_NONE, key_is_text=False))
+    struct.pack_into("<4I", unit, STORED_OFFSET, *key_ends)
+    with pytest.raises(CorruptRecord) as reference:
+        decode(reseal(unit), 0, complete=True)
+    cols = decode_pieces(bytes(reseal(unit)), 0, last=True, stream=None).joined()
+    assert cols.rows == 0 and cols.end == 0 and str(cols.error) == str(reference.value)
+
+
 def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     with vault.writer(STREAM) as w:

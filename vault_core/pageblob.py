@@ -8,9 +8,23 @@ metadata, range reads.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from typing import Any, NamedTuple, cast
+
 from azure.core import MatchConditions
-from azure.core.exceptions import HttpResponseError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import (
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+    ServiceResponseError,
+)
+from azure.core.pipeline import PipelineResponse
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
+
+# The SDK's own mapping of a storage error response to its exception classes (with the
+# x-ms-error-code), which download_blob applies to the same GET: kept, so a read fails as before.
+from azure.storage.blob._shared.response_handlers import process_storage_error
 
 from vault_core.errors import NotFound, StreamLeased, StreamNotFound
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
@@ -91,6 +105,30 @@ RENEWED_MS = "mv_renewed_ms"
 """Metadata of an owner-lease blob: when its holder last renewed the lease (Unix ms)."""
 
 
+_BODY_ATTEMPTS = 3
+"""GETs of one range whose body broke off mid-transfer (as the SDK's downloader makes); a request
+that fails before its body is retried by the client pipeline's retry policy instead."""
+_BODY_RETRY_SECONDS = 1.0
+_META = "x-ms-meta-"
+
+
+class _Ranged(NamedTuple):
+    data: bytes
+    metadata: dict[str, str]
+    etag: str | None
+    blob_size: int
+
+
+_BodyAndResponse = tuple[Iterator[bytes], PipelineResponse[Any, Any]]
+
+
+def _body_and_response(
+    response: PipelineResponse[Any, Any], body: Iterator[bytes], headers: dict[str, Any]
+) -> _BodyAndResponse:
+    """The generated operation's ``cls`` hook: the streamed body and the raw response (its headers)."""
+    return body, response
+
+
 class StreamBlob:
     """The page blob of one stream. Every write method takes the lease and an ETag."""
 
@@ -114,23 +152,57 @@ class StreamBlob:
         if length <= 0:
             return b""
         with translate_errors(self.stream):
-            return self.client.download_blob(offset=start, length=length, max_concurrency=1).readall()
+            return self._get(start, length).data
 
     def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
         """One GET: the bytes and the commit record returned with them (Get Blob returns metadata)."""
+        if length <= 0:
+            return b"", self.state()
         with translate_errors(self.stream):
             try:
-                downloader = self.client.download_blob(offset=start, length=length, max_concurrency=1)
-                data = downloader.readall()
+                got = self._get(start, length)
             except HttpResponseError as exc:
                 if exc.status_code != 416:
                     raise
                 return b"", self.state()  # a range at or past the blob's end: nothing there
-        props = downloader.properties
-        # A ranged GET's size is the range's: the blob's own is after the "/" of its Content-Range.
-        total = str(props.content_range or "").rpartition("/")[2]
-        size = int(total) if total.isdigit() else props.size
-        return data, CommitState.from_metadata(dict(props.metadata or {}), props.etag, size)
+        return got.data, CommitState.from_metadata(got.metadata, got.etag, got.blob_size)
+
+    def _get(self, start: int, length: int) -> _Ranged:
+        """One Get Blob of ``[start, start+length)``: exactly one request (SDK errors propagate).
+
+        Not ``download_blob``: on a page blob the SDK follows its first GET with a Get Page
+        Ranges of the whole blob (to skip empty pages in any later chunk), a second request on
+        every read, billed on Azure and slower the more page ranges a blob has, with nothing to
+        skip in a log. This is the GET ``download_blob`` sends, through the client's own pipeline
+        (credential, retry policy, the request budget's hook) with the SDK's error mapping. Every
+        range is one GET, however long: the bytes below ``committed`` never change, so unlike the
+        SDK's chunked download there is no If-Match for a concurrent append to fail.
+        """
+        ranged = f"bytes={start}-{start + length - 1}"
+        for attempt in range(1, _BODY_ATTEMPTS + 1):
+            try:
+                body, response = cast(
+                    _BodyAndResponse, self.client._client.blob.download(range=ranged, cls=_body_and_response)
+                )
+            except HttpResponseError as exc:
+                process_storage_error(exc)
+            try:
+                data = b"".join(body)
+            except (HttpResponseError, ServiceResponseError):  # the body broke off: GET it again
+                if attempt == _BODY_ATTEMPTS:
+                    raise
+                time.sleep(_BODY_RETRY_SECONDS)
+                continue
+            headers = response.http_response.headers
+            # A ranged GET's size is the range's: the blob's own is after the "/" of its Content-Range.
+            total = str(headers.get("Content-Range") or "").rpartition("/")[2]
+            return _Ranged(
+                data,
+                {k[len(_META) :]: v for k, v in headers.items() if k.lower().startswith(_META)},
+                headers.get("ETag"),
+                int(total) if total.isdigit() else int(headers.get("Content-Length") or 0),
+            )
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     # -- lifecycle -----------------------------------------------------------------------
     def create_if_missing(self) -> None:

@@ -163,6 +163,19 @@ class Unit(NamedTuple):
         return 8 * (self.size + 1)
 
 
+class StoredUnit(NamedTuple):
+    """A unit whose header, checksum and decompression passed §11.5's checks, before those of its
+    payload's boundaries (:func:`payload_ends`): what a reader that needs no copy of the keys and
+    values (the Arrow one) starts from."""
+
+    offset: int
+    timestamp: int
+    flags: int
+    size: int
+    length: int
+    payload: bytes
+
+
 def unit_length_at(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, int, int] | None:
     """``(length, count, claimed offset)`` of the unit whose header starts at ``buf[pos]``, if whole."""
     if pos + UNIT_HEADER_SIZE > len(buf):
@@ -184,6 +197,41 @@ def decode_unit(
 
     None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt).
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
+    """
+    stored_unit = unit_payload(buf, pos, base_offset, end, stream=stream, complete=complete)
+    if stored_unit is None:
+        return None
+    offset, ts, flags, count, length, payload = stored_unit
+    key_ends, value_ends = payload_ends(stored_unit, stream=stream)
+    keys_start = 8 * (count + 1)
+    values_start = keys_start + key_ends[-1]
+    return Unit(
+        offset,
+        ts,
+        flags,
+        count,
+        length,
+        key_ends,
+        value_ends,
+        payload[keys_start:values_start],
+        payload[values_start:],
+        payload,
+    )
+
+
+def unit_payload(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    end: int | None = None,
+    *,
+    stream: str | None = None,
+    complete: bool = False,
+) -> StoredUnit | None:
+    """The unit at ``buf[pos]`` with its payload decompressed: §11.5's checks up to and including
+    decompression (header, lengths, offset, checksum, codec), not those of the payload's boundaries.
+
+    None and errors as :func:`decode_unit`'s.
     """
     end = len(buf) if end is None else end
     at = base_offset + pos
@@ -238,33 +286,30 @@ def decode_unit(
         payload = codecs.decompress(codec, view[pos + STORED_OFFSET : unit_end], payload_length)
     except codecs.DecompressionFailed as exc:
         raise CorruptRecord(f"unit payload does not decompress: {exc}", stream=stream, offset=at) from None
+    return StoredUnit(offset, ts, flags, count, unit_end - pos, payload)
+
+
+def payload_ends(unit: StoredUnit, *, stream: str | None = None) -> tuple[array[int], array[int]]:
+    """The key and value boundaries of ``unit``'s payload, checked as §11.5 says: each array starts
+    at 0, never decreases, steps by at most the key or value limit, and the two end where the
+    payload does. Raises :class:`CorruptRecord` if they do not."""
+    payload, count = unit.payload, unit.size
     arrays = 4 * (count + 1)
     key_ends = _u32s(payload[:arrays])
     value_ends = _u32s(payload[arrays : 2 * arrays])
-    keys_start = 2 * arrays
-    values_start = keys_start + key_ends[-1]
     if not (
         key_ends[0] == 0
         and value_ends[0] == 0
-        and values_start + value_ends[-1] == payload_length
+        and 2 * arrays + key_ends[-1] + value_ends[-1] == len(payload)
         and _within(key_ends, MAX_KEY_BYTES)
         and _within(value_ends, MAX_VALUE_BYTES)
     ):
         raise CorruptRecord(
-            "unit payload's key or value boundaries do not agree with its length", stream=stream, offset=at
+            "unit payload's key or value boundaries do not agree with its length",
+            stream=stream,
+            offset=unit.offset,
         )
-    return Unit(
-        offset,
-        ts,
-        flags,
-        count,
-        unit_end - pos,
-        key_ends,
-        value_ends,
-        payload[keys_start:values_start],
-        payload[values_start:],
-        payload,
-    )
+    return key_ends, value_ends
 
 
 def _within(ends: array[int], limit: int) -> bool:

@@ -18,9 +18,11 @@ refuse. Where a record does not verify, decoding stops there and ``decode`` itse
 it, so the error raised is the reference one, word for word.
 
 3. **Units.** A version 2 unit (docs/FORMAT.md §11) is checked and decompressed by
-   :func:`vault_core.unitformat.decode_unit`; its payload already has Arrow's binary layout
+   :func:`vault_core.unitformat.unit_payload`; its payload already has Arrow's binary layout
    (offsets buffer, data buffer), so its key and value columns are Arrow arrays over the
-   decompressed bytes, built without a copy and without a loop per message.
+   decompressed bytes, built without a copy and without a loop per message, once
+   :func:`~vault_core.unitformat.payload_ends` has checked their boundaries (the checks of
+   :func:`~vault_core.unitformat.decode_unit`, without its copies of the keys and values).
 """
 
 from __future__ import annotations
@@ -50,7 +52,7 @@ from vault_core.recordformat import (
     Message,
     decode,
 )
-from vault_core.unitformat import Unit, decode_unit
+from vault_core.unitformat import StoredUnit, payload_ends, unit_payload
 
 # A record body is the record without its 4-byte magic; its 28-byte header reads as seven
 # little-endian uint32 words: crc | version, flags, key_len | value_len | offset lo, hi | ts lo, hi.
@@ -137,13 +139,14 @@ def decode_pieces(
     while pos < end and error is None:  # alternate runs of records and of units (a mixed log)
         if _at_unit(buf, pos, end):
             try:
-                unit = decode_unit(buf, pos, base, end, stream=stream, complete=last)
+                unit = unit_payload(buf, pos, base, end, stream=stream, complete=last)
+                if unit is None:
+                    break  # cut off: the caller carries it
+                arrays = _unit_columns(unit, stream)
             except FormatError as exc:
                 error = exc
                 break
-            if unit is None:
-                break  # cut off: the caller carries it
-            parts.append(Columns(_unit_columns(unit), unit.size, pos + unit.length))
+            parts.append(Columns(arrays, unit.size, pos + unit.length))
             pos += unit.length
             continue
         records = _records(buf, base, pos, end, last, stream)
@@ -160,23 +163,38 @@ def _at_unit(buf: bytes, pos: int, end: int) -> bool:
     return pos + 9 <= end and buf[pos + 8] == UNIT_VERSION and buf[pos : pos + 4] == MAGIC
 
 
-def _unit_columns(unit: Unit) -> tuple[pa.Array, ...]:
-    """The columns of a verified unit: its payload's offset arrays and data, handed to Arrow as they are."""
+def _unit_columns(unit: StoredUnit, stream: str | None) -> tuple[pa.Array, ...]:
+    """The columns of a unit whose payload decompressed: once its boundaries pass their checks,
+    its offset arrays and data handed to Arrow as they are."""
+    key_ends, _ = payload_ends(unit, stream=stream)
     n = unit.size
-    payload = pa.py_buffer(unit.payload)
     width = 4 * (n + 1)
-    keys_start = unit.keys_start
-    values_start = keys_start + unit.key_ends[-1]
+    keys_start = 2 * width
+    values_start = keys_start + key_ends[-1]
+    payload = pa.py_buffer(unit.payload)
     keys = pa.Array.from_buffers(
         _BINARY, n, [None, payload.slice(0, width), payload.slice(keys_start, values_start - keys_start)]
     )
     values = pa.Array.from_buffers(
         _BINARY, n, [None, payload.slice(width, width), payload.slice(values_start)]
     )
-    offset = pc.add(_arange(n).cast(pa.int64()), _i64(unit.offset))
+    offset = pc.add(_counting(n), _i64(unit.offset))
     timestamp = pa.repeat(pa.scalar(unit.timestamp * 1000, _TIMESTAMP), n)
     key_text = keys.cast(pa.string()) if unit.flags & FLAG_KEY_IS_TEXT else pa.nulls(n, pa.string())
     return offset, timestamp, keys, values, key_text
+
+
+def _counting(n: int) -> pa.Array:
+    """0, 1, ..., n-1 as int64: a slice of one array kept for the process, grown when too short."""
+    global _COUNTING
+    if len(_COUNTING) < n:
+        size = max(n, 2 * len(_COUNTING))
+        _COUNTING = pc.subtract(pc.cumulative_sum(pa.repeat(_ONE_I64, size)), _ONE_I64)
+    return _COUNTING.slice(0, n)
+
+
+_ONE_I64 = pa.scalar(1, pa.int64())
+_COUNTING: pa.Array = pa.array([], pa.int64())
 
 
 def _records(buf: bytes, base: int, start: int, end: int, last: bool, stream: str | None) -> Columns:
