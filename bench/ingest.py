@@ -160,11 +160,11 @@ def read_api_mib_s(
     host: HostProcess, vault: Vault, stream: str, rounds: int
 ) -> tuple[list[float], list[float]]:
     committed = vault.reader.state(stream).committed
-    blob = cast(PageBlobs, vault.page_blobs).client.get_blob_client(stream)
+    blob = vault.blob(stream)  # StreamBlob.read: one ranged Get Blob, as the API's reads are
 
     def raw() -> None:
         for p in range(0, committed, 4 * MIB):
-            blob.download_blob(offset=p, length=min(4 * MIB, committed - p), max_concurrency=1).readall()
+            blob.read(p, min(4 * MIB, committed - p))
 
     pool = urllib3.PoolManager()  # the HTTP library the SDK's raw reads use: compare servers, not clients
 
