@@ -434,6 +434,39 @@ UNUSED_FOR = 7 * 24 * 3600
 """A set of dependencies no run has used for this long is removed (its declarations changed)."""
 
 
+NOT_SOURCES = ("build", "*.egg-info", "__pycache__")
+"""What setuptools and Python leave beside the core's sources: not part of the wheel's input."""
+
+
+def core_wheel(tmp_path: Path) -> Path:
+    """The core's wheel, built from these sources, or the one built before from the same bytes.
+
+    Kept by the hash of every source file's path and bytes (pyproject.toml and its build
+    requirements among them), like the dependencies below: building it with pip in an isolated
+    build environment costs ~6 CPU-s, and the same sources build the same wheel."""
+    source = tmp_path / "src" / "vault_core"
+    shutil.copytree(CORE, source, ignore=shutil.ignore_patterns(*NOT_SOURCES))  # setuptools writes beside it
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(source).as_posix()}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    home = DEPENDENCY_CACHE / "wheels" / digest.hexdigest()[:16]
+    built = list(home.glob("message_vault_core-*-py3-none-any.whl"))
+    if not built:
+        dist = tmp_path / "dist"
+        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], 120)
+        (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, home / f".{wheel.name}")
+        (home / f".{wheel.name}").rename(home / wheel.name)  # whole or not at all, for a concurrent run
+        built = [home / wheel.name]
+    for other in home.parent.iterdir():  # the wheels of sources no run has built for a while
+        if other != home and time.time() - other.stat().st_mtime > UNUSED_FOR:
+            shutil.rmtree(other, ignore_errors=True)
+    home.touch()
+    return built[0]
+
+
 def declared_by(wheel: Path) -> list[str]:
     """The wheel's ``Requires-Dist`` lines, its extras' included: what pip installs for it."""
     with zipfile.ZipFile(wheel) as archive:
@@ -487,12 +520,7 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
 
     t0 = time.monotonic()
-    # Build from a copy: setuptools leaves build/ and *.egg-info/ beside the sources.
-    source = tmp_path / "src" / "vault_core"
-    shutil.copytree(CORE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], 120)
-    (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
+    wheel = core_wheel(tmp_path)
     built = time.monotonic()
 
     # A clean virtualenv (no --system-site-packages, nothing of this checkout or its venv) that
