@@ -42,7 +42,7 @@ def _cpu() -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
-def kind_of(proc: psutil.Process, hosts: set[int]) -> str:
+def kind_of(proc: psutil.Process) -> str:
     """The role of one process of the run, from its command line (and its parent, for a host's
     language workers, which are forked from it and keep its command line)."""
     cmd = " ".join(proc.cmdline())
@@ -52,10 +52,11 @@ def kind_of(proc: psutil.Process, hosts: set[int]) -> str:
         return "spark jvm"
     if "pyspark" in cmd:  # a daemon and the workers it forks, by what they run
         return f"spark python: {proc.cmdline()[-1].rsplit('.', 1)[-1]}"
-    if "vault_local.worker" in cmd or ("vault_local" in cmd and proc.ppid() in hosts):
+    if "vault_local.worker" in cmd:
         return "host workers"
     if "vault_local" in cmd and " host" in cmd:
-        return "hosts"
+        parent = " ".join(proc.parent().cmdline())  # a demo starts hosts too
+        return "host workers" if "vault_local" in parent and " host" in parent else "hosts"
     if "chrom" in cmd or "playwright" in cmd:
         return "browser"
     if "execnet" in cmd or "import sys;exec(eval(sys.stdin.readline()))" in cmd:
@@ -70,7 +71,7 @@ class Sampler:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.used: dict[int, tuple[str, float]] = {}  # pid -> (kind, CPU seconds so far)
+        self.used: dict[tuple[int, float], tuple[str, float]] = {}  # (pid, created) -> (kind, CPU-s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timeline-sampler", daemon=True)
         self.begin = time.time()
@@ -79,19 +80,19 @@ class Sampler:
 
     def _sample(self) -> None:
         me = psutil.Process()
-        hosts: set[int] = set()
         for proc in me.children(recursive=True):
             try:
                 with proc.oneshot():
-                    kind = kind_of(proc, hosts)
-                    if kind == "hosts":
-                        hosts.add(proc.pid)
+                    # A process is named once (its command line read once); a pid used again
+                    # by a later process is another key.
+                    key = (proc.pid, proc.create_time())
+                    kind = self.used[key][0] if key in self.used else kind_of(proc)
                     t = proc.cpu_times()
-                    self.used[proc.pid] = (kind, t.user + t.system)
+                    self.used[key] = (kind, t.user + t.system)
             except psutil.Error:
                 pass
         own, _ = _cpu()
-        self.used[me.pid] = ("pytest controller", own)
+        self.used[(me.pid, 0.0)] = ("pytest controller (and this sampler)", own)
 
     def by_kind(self) -> dict[str, float]:
         kinds: dict[str, float] = defaultdict(float)
