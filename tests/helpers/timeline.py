@@ -55,7 +55,8 @@ def kind_of(proc: psutil.Process) -> str:
     if "vault_local.worker" in cmd:
         return "host workers"
     if "vault_local" in cmd and " host" in cmd:
-        parent = " ".join(proc.parent().cmdline())  # a demo starts hosts too
+        up = proc.parent()
+        parent = " ".join(up.cmdline()) if up else ""  # a demo starts hosts too
         return "host workers" if "vault_local" in parent and " host" in parent else "hosts"
     if "chrom" in cmd or "playwright" in cmd:
         return "browser"
