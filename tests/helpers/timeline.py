@@ -72,7 +72,7 @@ class Sampler:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.used: dict[tuple[int, float], tuple[str, float]] = {}  # (pid, created) -> (kind, CPU-s)
+        self.used: dict[tuple[int, float, str], tuple[str, float]] = {}  # process -> (kind, CPU-s)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="timeline-sampler", daemon=True)
         self.begin = time.time()
@@ -84,16 +84,17 @@ class Sampler:
         for proc in me.children(recursive=True):
             try:
                 with proc.oneshot():
-                    # A process is named once (its command line read once); a pid used again
+                    # A process is named once (its command line read once) unless it runs
+                    # another program (spark-submit's shell becomes the JVM); a pid used again
                     # by a later process is another key.
-                    key = (proc.pid, proc.create_time())
+                    key = (proc.pid, proc.create_time(), proc.name())
                     kind = self.used[key][0] if key in self.used else kind_of(proc)
                     t = proc.cpu_times()
                     self.used[key] = (kind, t.user + t.system)
             except psutil.Error:
                 pass
         own, _ = _cpu()
-        self.used[(me.pid, 0.0)] = ("pytest controller (and this sampler)", own)
+        self.used[(me.pid, 0.0, "")] = ("pytest controller (and this sampler)", own)
 
     def by_kind(self) -> dict[str, float]:
         kinds: dict[str, float] = defaultdict(float)

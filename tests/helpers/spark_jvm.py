@@ -1,0 +1,82 @@
+"""The JVM options of the tests' Spark drivers, with a class-data-sharing archive kept between runs.
+
+A Spark driver's JVM loads and verifies some ten thousand classes before its first query: about
+17 CPU-s on this machine, 10 with the classes mapped from an archive the JVM wrote at the end of an
+earlier run (JDK 17's dynamic CDS: ``-XX:ArchiveClassesAtExit``, then ``-XX:SharedArchiveFile``).
+The archive is kept per JVM and Spark installation (the key), beside the core wheel's cache.
+
+The JVM writes the archive as it exits, after the tests' Python has gone: so it writes to a file of
+its own, named with a marker holding its pid, and a later run promotes the file once that JVM has
+exited. If the archive does not fit (another JVM, another class path), the JVM says so and runs
+without it (``-Xshare:auto``, the default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "message-vault" / "spark-cds"
+UNUSED_FOR = 7 * 24 * 3600
+"""An archive no run has used for this long is removed (its JVM or Spark was replaced)."""
+QUICK_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+"""A test session is short: the JIT's first tier and a serial GC start faster, with less CPU."""
+
+
+def _key(spark_home: Path) -> str:
+    java = os.path.realpath(shutil.which("java") or "java")
+    jars = sorted(p.name for p in (spark_home / "jars").glob("*.jar"))
+    return hashlib.sha256(json.dumps([java, str(spark_home), jars]).encode()).hexdigest()[:16]
+
+
+def _promote(key: str) -> None:
+    """An archive whose JVM has exited becomes the key's archive; one still being written waits."""
+    for marker in CACHE.glob(f"{key}.*.pid"):
+        partial = marker.with_suffix(".jsa-partial")
+        pid, started = json.loads(marker.read_text() or "[0, 0]")
+        with contextlib.suppress(psutil.Error):
+            if pid and psutil.Process(pid).create_time() == started:
+                continue  # still running, perhaps writing it now
+        if partial.exists():
+            partial.replace(CACHE / f"{key}.jsa")
+        marker.unlink(missing_ok=True)
+
+
+class DriverJvm:
+    """The ``spark.driver.extraJavaOptions`` of one Spark driver; call :meth:`started` once it runs."""
+
+    def __init__(self, spark_home: Path) -> None:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        self.key = _key(spark_home)
+        _promote(self.key)
+        archive = CACHE / f"{self.key}.jsa"
+        for other in CACHE.glob("*.jsa"):  # ~160 MB each: those of installations gone or unused
+            if other != archive and time.time() - other.stat().st_mtime > UNUSED_FOR:
+                other.unlink(missing_ok=True)
+        self.marker: Path | None = None
+        if archive.exists():
+            os.utime(archive)  # used now
+            self.options = f"{QUICK_START} -XX:SharedArchiveFile={archive}"
+        else:
+            self.marker = CACHE / f"{self.key}.{uuid.uuid4().hex[:8]}.pid"
+            self.marker.write_text("")  # no JVM yet: promoted as soon as none writes it
+            partial = self.marker.with_suffix(".jsa-partial")
+            self.options = f"{QUICK_START} -XX:ArchiveClassesAtExit={partial}"
+
+    def started(self, driver_pid: int) -> None:
+        """Name the JVM that will write the archive (a child of ``driver_pid``)."""
+        if self.marker is None:
+            return
+        for child in psutil.Process(driver_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if child.name() == "java":
+                    self.marker.write_text(json.dumps([child.pid, child.create_time()]))
+                    return
