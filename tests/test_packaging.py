@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.spark_jvm import DriverJvm
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -380,14 +381,15 @@ import vault_core
 from pyspark.sql import SparkSession
 from vault_core.spark import register
 
-conn, stream = sys.argv[1:3]
+conn, stream, java_options = sys.argv[1:4]
 spark = (
     SparkSession.builder.master("local[1]")
     .config("spark.ui.enabled", "false")
     .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    .config("spark.driver.extraJavaOptions", java_options)
     .getOrCreate()
 )
+jvm = spark.sparkContext._gateway.proc.pid  # spark-submit execs the JVM
 try:
     register(spark)
     df = spark.read.format("messagevault").option("connectionString", conn).option("streams", stream).load()
@@ -395,6 +397,7 @@ try:
 finally:
     spark.stop()
 print(json.dumps({
+    "jvm": jvm,
     "vault_core": vault_core.__file__,
     "queue_installed": find_spec("azure.storage.queue") is not None,
     "values": [v for _, v in rows],
@@ -537,10 +540,11 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
     installed = time.monotonic()
 
-    out = run(
-        [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream], 180, env=clean_env, cwd=tmp_path
-    )
+    jvm = DriverJvm(dependencies / "pyspark")  # its classes mapped from an archive of a run before
+    script = [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream, jvm.options]
+    out = run(script, 180, env=clean_env, cwd=tmp_path)
     result = json.loads(out.strip().splitlines()[-1])
+    jvm.runs_in(result["jvm"])
     done = time.monotonic()
     print(
         f"core wheel: build {built - t0:.1f}s, venv + install {installed - built:.1f}s, "

@@ -27,8 +27,9 @@ import psutil
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "message-vault" / "spark-cds"
 UNUSED_FOR = 7 * 24 * 3600
 """An archive no run has used for this long is removed (its JVM or Spark was replaced)."""
-QUICK_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-"""A test session is short: the JIT's first tier and a serial GC start faster, with less CPU."""
+QUICK_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
+"""A test session is short: the JIT's first tier and a serial GC start faster, with less CPU. The
+JVM's warnings (the archive's among them, as it exits) go to stderr, not into a script's output."""
 
 
 def _key(spark_home: Path) -> str:
@@ -73,10 +74,13 @@ class DriverJvm:
 
     def started(self, driver_pid: int) -> None:
         """Name the JVM that will write the archive (a child of ``driver_pid``)."""
-        if self.marker is None:
-            return
         for child in psutil.Process(driver_pid).children(recursive=True):
             with contextlib.suppress(psutil.Error):
                 if child.name() == "java":
-                    self.marker.write_text(json.dumps([child.pid, child.create_time()]))
-                    return
+                    return self.runs_in(child.pid)
+
+    def runs_in(self, jvm_pid: int) -> None:
+        """Name the JVM that will write the archive (or has: then it is promoted next time)."""
+        if self.marker is not None:
+            with contextlib.suppress(psutil.Error):
+                self.marker.write_text(json.dumps([jvm_pid, psutil.Process(jvm_pid).create_time()]))
