@@ -71,6 +71,7 @@ def spark() -> Iterator[SparkSession]:
     register(session)
     yield session
     session.stop()
+    jvm.stop()
 
 
 # -- helpers ------------------------------------------------------------------------------

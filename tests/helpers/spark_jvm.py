@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import shutil
+import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -25,6 +26,8 @@ from pathlib import Path
 import psutil
 
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "message-vault" / "spark-cds"
+STOP_TIMEOUT = 300.0
+"""Seconds a JVM gets to exit: writing the archive takes seconds, a minute or more on a loaded machine."""
 UNUSED_FOR = 7 * 24 * 3600
 """An archive no run has used for this long is removed (its JVM or Spark was replaced)."""
 QUICK_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
@@ -84,3 +87,22 @@ class DriverJvm:
         if self.marker is not None:
             with contextlib.suppress(psutil.Error):
                 self.marker.write_text(json.dumps([jvm_pid, psutil.Process(jvm_pid).create_time()]))
+
+    def stop(self) -> None:
+        """After ``session.stop()``: end the driver's JVM and wait for it, as it may be writing the
+        archive, so that no process of the run outlives it (Spark leaves the JVM to the driver's
+        exit). The JVM exits at the end of its standard input."""
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is None:
+            return
+        proc = gateway.proc
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        SparkContext._gateway = None  # a later session would start a JVM of its own
+        SparkContext._jvm = None
