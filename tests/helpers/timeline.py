@@ -5,8 +5,9 @@ line per test: the worker, the test, when it started and stopped, and the CPU th
 it (its own and its reaped children's). The controller samples every process of the run once a
 second (Azurite, the hosts and their language workers, the Spark JVM and its Python workers, the
 pytest workers, ...) and appends what each kind has used so far, so the split of the run's CPU is
-known by kind. A process that lives less than a second between two samples is not seen; the last
-line gives the run's whole CPU beside the sampled total.
+known by kind. What a process uses after its last sample is not seen (all of it, for one that
+lives less than a second); the last line gives the CPU of the controller and of every process it
+waited for (what a shell's ``time`` reports) beside the sampled total.
 
 ``python tests/helpers/timeline.py FILE`` prints each worker's busy and idle time, the longest
 path (the worker that ended last, and its longest tests) and the CPU by kind.
