@@ -36,6 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
+from helpers.spark_jvm import DriverJvm
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -380,14 +381,15 @@ import vault_core
 from pyspark.sql import SparkSession
 from vault_core.spark import register
 
-conn, stream = sys.argv[1:3]
+conn, stream, java_options = sys.argv[1:4]
 spark = (
     SparkSession.builder.master("local[1]")
     .config("spark.ui.enabled", "false")
     .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+    .config("spark.driver.extraJavaOptions", java_options)
     .getOrCreate()
 )
+jvm = spark.sparkContext._gateway.proc.pid  # spark-submit execs the JVM
 try:
     register(spark)
     df = spark.read.format("messagevault").option("connectionString", conn).option("streams", stream).load()
@@ -395,6 +397,7 @@ try:
 finally:
     spark.stop()
 print(json.dumps({
+    "jvm": jvm,
     "vault_core": vault_core.__file__,
     "queue_installed": find_spec("azure.storage.queue") is not None,
     "values": [v for _, v in rows],
@@ -432,6 +435,39 @@ DEPENDENCY_CACHE = CACHE_HOME / "message-vault" / "core-wheel"
 declarations (beside pip's own cache, which keeps their downloads)."""
 UNUSED_FOR = 7 * 24 * 3600
 """A set of dependencies no run has used for this long is removed (its declarations changed)."""
+
+
+NOT_SOURCES = ("build", "*.egg-info", "__pycache__")
+"""What setuptools and Python leave beside the core's sources: not part of the wheel's input."""
+
+
+def core_wheel(tmp_path: Path) -> Path:
+    """The core's wheel, built from these sources, or the one built before from the same bytes.
+
+    Kept by the hash of every source file's path and bytes (pyproject.toml and its build
+    requirements among them), like the dependencies below: building it with pip in an isolated
+    build environment costs ~6 CPU-s, and the same sources build the same wheel."""
+    source = tmp_path / "src" / "vault_core"
+    shutil.copytree(CORE, source, ignore=shutil.ignore_patterns(*NOT_SOURCES))  # setuptools writes beside it
+    digest = hashlib.sha256()
+    for path in sorted(p for p in source.rglob("*") if p.is_file()):
+        digest.update(f"{path.relative_to(source).as_posix()}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    home = DEPENDENCY_CACHE / "wheels" / digest.hexdigest()[:16]
+    built = list(home.glob("message_vault_core-*-py3-none-any.whl"))
+    if not built:
+        dist = tmp_path / "dist"
+        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], 120)
+        (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copy(wheel, home / f".{wheel.name}")
+        (home / f".{wheel.name}").rename(home / wheel.name)  # whole or not at all, for a concurrent run
+        built = [home / wheel.name]
+    for other in home.parent.iterdir():  # the wheels of sources no run has built for a while
+        if other != home and time.time() - other.stat().st_mtime > UNUSED_FOR:
+            shutil.rmtree(other, ignore_errors=True)
+    home.touch()
+    return built[0]
 
 
 def declared_by(wheel: Path) -> list[str]:
@@ -487,12 +523,7 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
 
     t0 = time.monotonic()
-    # Build from a copy: setuptools leaves build/ and *.egg-info/ beside the sources.
-    source = tmp_path / "src" / "vault_core"
-    shutil.copytree(CORE, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
-    dist = tmp_path / "dist"
-    run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], 120)
-    (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
+    wheel = core_wheel(tmp_path)
     built = time.monotonic()
 
     # A clean virtualenv (no --system-site-packages, nothing of this checkout or its venv) that
@@ -509,10 +540,11 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
     installed = time.monotonic()
 
-    out = run(
-        [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream], 180, env=clean_env, cwd=tmp_path
-    )
+    jvm = DriverJvm(dependencies / "pyspark")  # its classes mapped from an archive of a run before
+    script = [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream, jvm.options]
+    out = run(script, 180, env=clean_env, cwd=tmp_path)
     result = json.loads(out.strip().splitlines()[-1])
+    jvm.runs_in(result["jvm"])
     done = time.monotonic()
     print(
         f"core wheel: build {built - t0:.1f}s, venv + install {installed - built:.1f}s, "

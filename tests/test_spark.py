@@ -28,6 +28,8 @@ from vault_core.writer import Batch, WriterSettings
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+import pyspark
+from helpers.spark_jvm import DriverJvm
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -54,6 +56,7 @@ KiB = 1024
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's pyarrow and vault_core
+    jvm = DriverJvm(Path(pyspark.__file__).parent)  # its classes mapped from an archive of a run before
     session = (
         SparkSession.builder.master("local[2]")
         .appName("messagevault-tests")
@@ -61,14 +64,15 @@ def spark() -> Iterator[SparkSession]:
         .config("spark.ui.enabled", "false")
         .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
         .config("spark.driver.memory", "2g")
-        # A test session is short: the JIT's first tier and a serial GC start faster, with less CPU.
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", jvm.options)
         .getOrCreate()
     )
+    jvm.started(os.getpid())
     session.sparkContext.setLogLevel("ERROR")
     register(session)
     yield session
     session.stop()
+    jvm.stop()
 
 
 # -- helpers ------------------------------------------------------------------------------

@@ -1,0 +1,108 @@
+"""The JVM options of the tests' Spark drivers, with a class-data-sharing archive kept between runs.
+
+A Spark driver's JVM loads and verifies some ten thousand classes before its first query: about
+17 CPU-s on this machine, 10 with the classes mapped from an archive the JVM wrote at the end of an
+earlier run (JDK 17's dynamic CDS: ``-XX:ArchiveClassesAtExit``, then ``-XX:SharedArchiveFile``).
+The archive is kept per JVM and Spark installation (the key), beside the core wheel's cache.
+
+The JVM writes the archive as it exits, after the tests' Python has gone: so it writes to a file of
+its own, named with a marker holding its pid, and a later run promotes the file once that JVM has
+exited. If the archive does not fit (another JVM, another class path), the JVM says so and runs
+without it (``-Xshare:auto``, the default).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "message-vault" / "spark-cds"
+STOP_TIMEOUT = 300.0
+"""Seconds a JVM gets to exit: writing the archive takes seconds, a minute or more on a loaded machine."""
+UNUSED_FOR = 7 * 24 * 3600
+"""An archive no run has used for this long is removed (its JVM or Spark was replaced)."""
+QUICK_START = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -Xlog:disable -Xlog:all=warning:stderr"
+"""A test session is short: the JIT's first tier and a serial GC start faster, with less CPU. The
+JVM's warnings (the archive's among them, as it exits) go to stderr, not into a script's output."""
+
+
+def _key(spark_home: Path) -> str:
+    java = os.path.realpath(shutil.which("java") or "java")
+    jars = sorted(p.name for p in (spark_home / "jars").glob("*.jar"))
+    return hashlib.sha256(json.dumps([java, str(spark_home), jars]).encode()).hexdigest()[:16]
+
+
+def _promote(key: str) -> None:
+    """An archive whose JVM has exited becomes the key's archive; one still being written waits."""
+    for marker in CACHE.glob(f"{key}.*.pid"):
+        partial = marker.with_suffix(".jsa-partial")
+        pid, started = json.loads(marker.read_text() or "[0, 0]")
+        with contextlib.suppress(psutil.Error):
+            if pid and psutil.Process(pid).create_time() == started:
+                continue  # still running, perhaps writing it now
+        if partial.exists():
+            partial.replace(CACHE / f"{key}.jsa")
+        marker.unlink(missing_ok=True)
+
+
+class DriverJvm:
+    """The ``spark.driver.extraJavaOptions`` of one Spark driver; call :meth:`started` once it runs."""
+
+    def __init__(self, spark_home: Path) -> None:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        self.key = _key(spark_home)
+        _promote(self.key)
+        archive = CACHE / f"{self.key}.jsa"
+        for other in CACHE.glob("*.jsa"):  # ~160 MB each: those of installations gone or unused
+            if other != archive and time.time() - other.stat().st_mtime > UNUSED_FOR:
+                other.unlink(missing_ok=True)
+        self.marker: Path | None = None
+        if archive.exists():
+            os.utime(archive)  # used now
+            self.options = f"{QUICK_START} -XX:SharedArchiveFile={archive}"
+        else:
+            self.marker = CACHE / f"{self.key}.{uuid.uuid4().hex[:8]}.pid"
+            self.marker.write_text("")  # no JVM yet: promoted as soon as none writes it
+            partial = self.marker.with_suffix(".jsa-partial")
+            self.options = f"{QUICK_START} -XX:ArchiveClassesAtExit={partial}"
+
+    def started(self, driver_pid: int) -> None:
+        """Name the JVM that will write the archive (a child of ``driver_pid``)."""
+        for child in psutil.Process(driver_pid).children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if child.name() == "java":
+                    return self.runs_in(child.pid)
+
+    def runs_in(self, jvm_pid: int) -> None:
+        """Name the JVM that will write the archive (or has: then it is promoted next time)."""
+        if self.marker is not None:
+            with contextlib.suppress(psutil.Error):
+                self.marker.write_text(json.dumps([jvm_pid, psutil.Process(jvm_pid).create_time()]))
+
+    def stop(self) -> None:
+        """After ``session.stop()``: end the driver's JVM and wait for it, as it may be writing the
+        archive, so that no process of the run outlives it (Spark leaves the JVM to the driver's
+        exit). The JVM exits at the end of its standard input."""
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        if gateway is None:
+            return
+        proc = gateway.proc
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        SparkContext._gateway = None  # a later session would start a JVM of its own
+        SparkContext._jvm = None
