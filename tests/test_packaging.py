@@ -540,7 +540,7 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
     installed = time.monotonic()
 
-    jvm = DriverJvm(dependencies / "pyspark")  # its classes mapped from an archive of a run before
+    jvm = DriverJvm(dependencies / "pyspark")  # quick-start options (and a class archive, if kept)
     script = [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream, jvm.options]
     out = run(script, 180, env=clean_env, cwd=tmp_path)
     result = json.loads(out.strip().splitlines()[-1])

@@ -56,7 +56,7 @@ KiB = 1024
 def spark() -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable  # workers need this venv's pyarrow and vault_core
-    jvm = DriverJvm(Path(pyspark.__file__).parent)  # its classes mapped from an archive of a run before
+    jvm = DriverJvm(Path(pyspark.__file__).parent)  # quick-start options (and a class archive, if kept)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("messagevault-tests")
