@@ -38,6 +38,7 @@ from vault_client.api import Access, ApiClient
 from vault_client.direct import DirectSource, SasBlob
 from vault_client.rawlog import ApiLog
 from vault_client.sources import ApiSource, Source
+from vault_core.aio import close_async_clients
 from vault_core.azure import StorageAccount
 from vault_core.blobstore import BlobStore
 from vault_core.clock import ManualClock
@@ -443,13 +444,16 @@ def test_the_async_reads_see_commit_records_queue_lengths_and_missing_streams(
 
     async def read() -> tuple[CommitState, dict[str, CommitState], int]:
         reads = Services(load_settings({})).async_reads(backend)
-        with pytest.raises(StreamNotFound):
-            await reads.commit_state(vault.container_name, fresh_name("missing-"))
-        return (
-            await reads.commit_state(vault.container_name, stream),
-            await reads.commit_states(vault.container_name, 100_000),
-            await reads.queue_length(queue.name),
-        )
+        try:
+            with pytest.raises(StreamNotFound):
+                await reads.commit_state(vault.container_name, fresh_name("missing-"))
+            return (
+                await reads.commit_state(vault.container_name, stream),
+                await reads.commit_states(vault.container_name, 100_000),
+                await reads.queue_length(queue.name),
+            )
+        finally:
+            await close_async_clients()  # this loop ends with the test; the clients' sessions with it
 
     one, every, length = asyncio.run(read())
     assert (one.committed, one.count, one.etag) == (state.committed, state.count, state.etag)

@@ -117,6 +117,15 @@ def async_clients(account: StorageAccount) -> AsyncClients:
     return found
 
 
+async def close_async_clients() -> None:
+    """Close the running event loop's async clients (their HTTP sessions): for a loop that ends
+    before its process does (``asyncio.run`` in a script or test). A server's loop lives as long
+    as its process and needs no call."""
+    for clients in _clients.pop(asyncio.get_running_loop(), {}).values():
+        await clients.blobs.close()
+        await clients.queues.close()
+
+
 def _make(account: StorageAccount) -> AsyncClients:
     # Imported here: azure-storage-queue is the core's "queue" extra (the Function App's).
     from azure.storage.queue.aio import QueueServiceClient

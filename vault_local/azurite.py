@@ -97,11 +97,12 @@ class Azurite:
             str(self.table_port),
         ]
         args += ["--inMemoryPersistence"] if self.in_memory else ["--location", str(self.location)]
-        log = open(self.location / "azurite.log", "ab")  # noqa: SIM115 - owned by the process
-        # node directly (not npx), so the PID we stop is the server itself.
-        self.process = subprocess.Popen(
-            args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-        )
+        # node directly (not npx), so the PID we stop is the server itself; the child keeps its own
+        # copy of the log's descriptor, ours is closed at once.
+        with open(self.location / "azurite.log", "ab") as log:
+            self.process = subprocess.Popen(
+                args, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         for port in (self.blob_port, self.queue_port, self.table_port):
             wait_for_port(port)
         return self
