@@ -24,6 +24,7 @@ from azure.core.pipeline.transport import RequestsTransport
 from azure.data.tables import TableServiceClient
 from azure.storage.blob import BlobSasPermissions, BlobServiceClient, generate_blob_sas
 from azure.storage.blob import ExponentialRetry as BlobRetry
+from requests.adapters import HTTPAdapter, Retry  # urllib3's, as requests uses it
 
 from vault_core.blobs import BlobContainer
 from vault_core.pageblob import PageBlobs
@@ -91,6 +92,13 @@ def _queue_retry() -> type[Any]:
     return _QueueRetry
 
 
+CONNECTIONS_PER_HOST = 64
+"""Kept-alive connections per storage endpoint. ``requests`` keeps 10, fewer than a busy process
+has threads calling one endpoint at once (a host's request threads, the writer's I/O pool, a
+reader's prefetch): past 10 a connection is closed after each use and opened again for the
+next, with urllib3's "Connection pool is full" warning."""
+
+
 @lru_cache(maxsize=1)
 def shared_transport() -> RequestsTransport:
     """One HTTP session (and connection pool) for every storage client of this process.
@@ -102,6 +110,12 @@ def shared_transport() -> RequestsTransport:
     use_env = bool(urllib.request.getproxies())
     session = requests.Session()
     session.trust_env = use_env
+    # A session handed to the SDK keeps its own adapters: so no retries here (the SDK retries), as
+    # the SDK's own adapter does, and a pool the size of the process's concurrency.
+    no_retries = Retry(total=False, redirect=False, raise_on_status=False)
+    adapter = HTTPAdapter(pool_maxsize=CONNECTIONS_PER_HOST, max_retries=no_retries)
+    for scheme in ("http://", "https://"):
+        session.mount(scheme, adapter)
     return RequestsTransport(
         session=session, session_owner=False, use_env_settings=use_env, connection_data_block_size=256 * 1024
     )
