@@ -665,6 +665,34 @@ def test_bad_arguments_are_one_line_and_exit_2(runner: CliRunner, args: list[str
     assert err.count("\n") == 1 and err.startswith("vault: error: ") and fragment in err
 
 
+def test_a_connection_option_after_the_command_wins_and_defaults_change_nothing(runner: CliRunner) -> None:
+    import click
+
+    from vault_client.cli.settings import connection_options, settings
+
+    @click.group()
+    @connection_options(top=True)
+    def group() -> None:
+        pass
+
+    @group.command()
+    @connection_options()
+    def show() -> None:
+        s = settings()
+        click.echo(f"{s.timeout} {s.retries} {s.checkpoint_table} {s.quiet}")
+
+    def shown(*args: str, env: dict[str, str] | None = None) -> str:
+        return runner.invoke(group, list(args), env=env).output
+
+    assert shown("show") == "30.0 3 mvcheckpoints False\n"
+    assert (
+        shown("--timeout", "5", "--retries", "1", "-q", "show", "--retries", "2")
+        == "5.0 2 mvcheckpoints True\n"
+    )
+    assert shown("show", env={"VAULT_CHECKPOINT_TABLE": "t"}) == "30.0 3 t False\n"
+    assert shown("--checkpoint-table", "u", "show", env={"VAULT_CHECKPOINT_TABLE": "t"}) == "30.0 3 u False\n"
+
+
 def test_unreachable_endpoint_is_one_line_and_exit_1(runner: CliRunner) -> None:
     from vault_local.azurite import free_port
 

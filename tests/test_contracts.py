@@ -55,7 +55,7 @@ from vault_core.pagelog import PAGE_SIZE, CommitState, PageLog, ReadableLog
 from vault_core.queueing import MessageQueue, QueuedMessage
 from vault_core.reader import ScanOptions, StreamReader, scan_log
 from vault_core.recordformat import Message, NewMessage, decode
-from vault_core.rows import Table
+from vault_core.rows import KeyRange, Table
 from vault_core.vault import Vault
 from vault_core.writer import Batch
 from vault_local.process import HostProcess
@@ -255,10 +255,10 @@ def table(backend: AppStorage) -> Table:
 def test_a_missing_table_has_no_rows_to_get_and_cannot_be_queried(table: Table) -> None:
     assert table.get("p", "k") is None
     with pytest.raises(NotFound):
-        table.query("p")
+        table.query(KeyRange("p"))
     table.create_if_missing()
     table.create_if_missing()
-    assert table.query("p") == []
+    assert table.query(KeyRange("p")) == []
 
 
 def test_rows_keep_their_types_and_inserts_never_overwrite(table: Table) -> None:
@@ -302,9 +302,14 @@ def test_queries_run_in_key_order_within_bounds(table: Table) -> None:
         "s", [(k, {"N": i}) for i, k in enumerate(reversed(keys))]
     )  # > 100: several transactions
     table.insert("other", "o0001", {"N": -1})
-    assert [r.key for r in table.query("s")] == keys
-    assert [r.key for r in table.query("s", lo="o0010", hi="o0022")] == ["o0012", "o0015", "o0018", "o0021"]
-    assert [r.key for r in table.query("s", lo="o0100", top=2)] == ["o0102", "o0105"]
+    assert [r.key for r in table.query(KeyRange("s"))] == keys
+    assert [r.key for r in table.query(KeyRange("s", lo="o0010", hi="o0022"))] == [
+        "o0012",
+        "o0015",
+        "o0018",
+        "o0021",
+    ]
+    assert [r.key for r in table.query(KeyRange("s", lo="o0100"), top=2)] == ["o0102", "o0105"]
     assert [(r.partition, r.key) for r in table.query()][:2] == [("other", "o0001"), ("s", "o0000")]
     wanted = [*keys[:20], "o0001", "o9999"]  # more than one request's worth, and two that are not there
     assert sorted(r.key for r in table.rows("s", wanted)) == keys[:20]

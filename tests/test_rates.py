@@ -8,6 +8,7 @@ from vault_core.clock import ManualClock
 from vault_core.index import MINUTE_MS, IndexPoint
 from vault_core.rates import per_minute
 from vault_core.recordformat import NewMessage
+from vault_core.rows import KeyRange
 from vault_core.tables import AzureTable
 from vault_core.vault import Vault
 from vault_core.writer import Batch
@@ -52,7 +53,7 @@ def test_lost_marks_are_re_derived_from_the_log_by_the_next_writer(vault: Vault,
     write_minutes(vault, stream, clock)
     now = clock.now_ms()
     before = vault.index.minute_marks(stream, 0, now)
-    for row in vault.index.index.query(stream):
+    for row in vault.index.index.query(KeyRange(stream)):
         if row.key[0] in "mot":  # marks and index points: derived data, all lost
             vault.index.index.delete(stream, row.key)
     assert vault.index.minute_marks(stream, 0, now) == []

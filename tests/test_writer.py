@@ -22,6 +22,7 @@ from vault_core.errors import InvalidOffset, StreamLeased
 from vault_core.memory import MemoryAccount
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, NewMessage
+from vault_core.rows import KeyRange
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch, WriterSettings
 
@@ -172,7 +173,7 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(
             records = fmt.encoded_batch(fmt.encode(batch, 0, 1))
             w.append([Batch.of_records(records) if claim_checks else Batch(batch)])
     before = vault.index.points(stream)
-    for row in vault.index.index.query(stream):
+    for row in vault.index.index.query(KeyRange(stream)):
         vault.index.index.delete(row.partition, row.key)
     with vault.writer(stream, WriterSettings(index_spacing=8192)):
         pass

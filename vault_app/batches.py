@@ -47,7 +47,7 @@ from vault_core.names import validate_producer_batch_id
 from vault_core.pagelog import CommittedBatch, Pieces
 from vault_core.recordformat import NewMessage
 from vault_core.retry import poll, with_retries
-from vault_core.rows import Fields, Row, Table
+from vault_core.rows import Fields, KeyRange, Row, Table
 
 STAGING, STAGED, REJECTED, COMMITTED = "staging", "staged", "rejected", "committed"
 REASON_MAX = 1000
@@ -198,7 +198,9 @@ class BatchTable:
 
         The streams are filtered before any further lookup, so the work (and the time) spent
         on an id does not depend on the streams that are not visible."""
-        return [self._status(batch_id, r.key, r) for r in self.table.query(batch_id) if visible(r.key)]
+        return [
+            self._status(batch_id, r.key, r) for r in self.table.query(KeyRange(batch_id)) if visible(r.key)
+        ]
 
     def committed(
         self, stream: str, batch_id: str, *, row_wait: float = BATCH_ROW_WAIT_SECONDS

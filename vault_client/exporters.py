@@ -17,6 +17,7 @@ from vault_core.messagebatch import MessageBatch
 from vault_core.recordformat import message_id
 
 PARQUET_ROW_GROUP = 64 * 1024
+FORMATS = ("parquet", "ndjson")
 
 
 class Exporter(Protocol):
@@ -130,7 +131,7 @@ class ParquetExporter:
 def export_format(path: Path, fmt: str | None = None) -> str:
     """``fmt`` if given, else the format the file's suffix names; raises InvalidInput if it names none."""
     kind = fmt or {".parquet": "parquet", ".ndjson": "ndjson", ".jsonl": "ndjson"}.get(path.suffix.lower())
-    if kind not in ("parquet", "ndjson"):
+    if kind not in FORMATS:
         raise InvalidInput(
             f"cannot tell the export format of {str(path)!r}: name it .parquet or .ndjson, or pass --format"
         )

@@ -35,6 +35,8 @@ from vault_core.recordformat import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 
 YIELD_EVERY = 64
 """send() offers the GIL to the sender threads this often (see send)."""
+MIN_BATCH_BYTES = 1024
+"""The smallest ``batch_max_bytes`` a producer takes (1 KiB); the largest is the API's MAX_BATCH_BYTES."""
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class Producer:
             raise ValueError("give the vault's url (and key) or an ApiClient")
         if not 1 <= batch_max_messages <= limits.MAX_BATCH_MESSAGES:
             raise ValueError(f"batch_max_messages must be 1-{limits.MAX_BATCH_MESSAGES}")
-        if not 1024 <= batch_max_bytes <= limits.MAX_BATCH_BYTES:
+        if not MIN_BATCH_BYTES <= batch_max_bytes <= limits.MAX_BATCH_BYTES:
             raise ValueError(f"batch_max_bytes must be 1 KiB-{limits.MAX_BATCH_BYTES} bytes")
         if on_full not in ("block", "raise"):
             raise ValueError('on_full must be "block" or "raise"')

@@ -18,7 +18,7 @@ from vault_core.azure import StorageAccount
 from vault_core.errors import InvalidOffset, NotFound, VaultError
 from vault_core.index import HasTables
 from vault_core.names import validate_group_name, validate_stream_name
-from vault_core.rows import Fields, Row, Table
+from vault_core.rows import Fields, KeyRange, Row, Table
 
 DEFAULT_TABLE = "mvcheckpoints"
 
@@ -91,7 +91,7 @@ class CheckpointStore:
         rows a vault's consumer groups make, which is what the explorer shows."""
         validate_stream_name(stream)
         try:
-            rows = self.table.query(lo=stream, hi=stream + "\x00")[:limit]  # row key == stream
+            rows = self.table.query(KeyRange(lo=stream, hi=stream + "\x00"))[:limit]  # row key == stream
         except NotFound:
             return []  # no table yet: no group has committed anything
         return sorted((_checkpoint(r) for r in rows), key=lambda c: c.group)
@@ -99,7 +99,7 @@ class CheckpointStore:
     def list(self, group: str | None = None) -> list[Checkpoint]:
         """Every checkpoint, or one group's, sorted by group then stream."""
         try:
-            rows = self.table.query(None if group is None else validate_group_name(group))
+            rows = self.table.query(KeyRange(None if group is None else validate_group_name(group)))
         except NotFound:  # no table yet: no checkpoints
             return []
         return sorted((_checkpoint(r) for r in rows), key=lambda c: (c.group, c.stream))

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from vault_core.pagelog import CommitState, CommittedBatch, Pieces
-from vault_core.rows import Fields, Row, Table
+from vault_core.rows import Fields, KeyRange, Row, Table
 
 _MAX48 = (1 << 48) - 1
 CATALOG_PARTITION = "stream"
@@ -198,12 +198,12 @@ class IndexTables:
     def points(self, stream: str, start: int = 0, end: int | None = None) -> list[IndexPoint]:
         """Index points with ``start <= offset < end``, ascending (for planning parallel reads)."""
         upper = offset_key(end) if end is not None else "p"
-        return [_point(r) for r in self.index.query(stream, lo=offset_key(start), hi=upper)]
+        return [_point(r) for r in self.index.query(KeyRange(stream, lo=offset_key(start), hi=upper))]
 
     def minute_marks(self, stream: str, start_ms: int, end_ms: int) -> list[IndexPoint]:
         """The first record of each minute from ``start_ms``'s minute to ``end_ms``'s, ascending."""
         lo, hi = minute_key(max(0, start_ms)), minute_key(max(0, end_ms) + MINUTE_MS)  # hi: exclusive
-        return [_point(r) for r in self.index.query(stream, lo=lo, hi=hi)]
+        return [_point(r) for r in self.index.query(KeyRange(stream, lo=lo, hi=hi))]
 
     def committed_batches(self, stream: str, batch_ids: Sequence[str]) -> dict[str, CommittedBatch]:
         """Which of ``batch_ids`` are already committed to ``stream``, with their offsets."""
@@ -225,10 +225,10 @@ class IndexTables:
         return _catalog(row) if row else None
 
     def list_catalog(self) -> list[CatalogEntry]:
-        return [_catalog(r) for r in self.catalog.query(CATALOG_PARTITION)]
+        return [_catalog(r) for r in self.catalog.query(KeyRange(CATALOG_PARTITION))]
 
     def _first(self, stream: str, lo: str, hi: str) -> IndexPoint | None:
-        found = self.index.query(stream, lo=lo, hi=hi, top=1)
+        found = self.index.query(KeyRange(stream, lo=lo, hi=hi), top=1)
         return _point(found[0]) if found else None
 
 

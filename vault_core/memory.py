@@ -40,7 +40,7 @@ from vault_core.errors import (
 )
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE, CommitState, HeldLease, ListedBlob
 from vault_core.queueing import QueuedMessage
-from vault_core.rows import Fields, Row, Value
+from vault_core.rows import EVERY_ROW, Fields, KeyRange, Row, Value
 
 _etags = itertools.count(1)
 
@@ -246,23 +246,10 @@ class MemoryTable:
         with self._lock:
             return self._row(partition, key) if (partition, key) in self._rows else None
 
-    def query(
-        self,
-        partition: str | None = None,
-        *,
-        lo: str | None = None,
-        hi: str | None = None,
-        top: int | None = None,
-    ) -> list[Row]:
+    def query(self, where: KeyRange = EVERY_ROW, *, top: int | None = None) -> list[Row]:
         with self._lock:
             self._require()
-            found = [
-                self._row(p, k)
-                for p, k in sorted(self._rows)
-                if (partition is None or p == partition)
-                and (lo is None or k >= lo)
-                and (hi is None or k < hi)
-            ]
+            found = [self._row(p, k) for p, k in sorted(self._rows) if where.contains(p, k)]
         return found if top is None else found[:top]
 
     def rows(self, partition: str, keys: Sequence[str]) -> list[Row]:

@@ -44,6 +44,26 @@ class Row:
         return default if value is None else str(value)
 
 
+@dataclass(frozen=True)
+class KeyRange:
+    """The rows of one partition (of every partition if None) with ``lo <= key < hi``; a bound
+    that is None is open. What :meth:`Table.query` reads."""
+
+    partition: str | None = None
+    lo: str | None = None
+    hi: str | None = None
+
+    def contains(self, partition: str, key: str) -> bool:
+        return (
+            (self.partition is None or partition == self.partition)
+            and (self.lo is None or key >= self.lo)
+            and (self.hi is None or key < self.hi)
+        )
+
+
+EVERY_ROW = KeyRange()
+
+
 class Table(Protocol):
     """One table: rows keyed by (partition, key), kept in key order within a partition."""
 
@@ -56,16 +76,9 @@ class Table(Protocol):
         """The row, or None if there is no such row (or no table yet)."""
         ...
 
-    def query(
-        self,
-        partition: str | None = None,
-        *,
-        lo: str | None = None,
-        hi: str | None = None,
-        top: int | None = None,
-    ) -> list[Row]:
-        """Rows of ``partition`` (every row if None) with ``lo <= key < hi``, ascending by key;
-        with ``top``, only the first ``top``. Raises NotFound if there is no table."""
+    def query(self, where: KeyRange = EVERY_ROW, *, top: int | None = None) -> list[Row]:
+        """The rows in ``where``, ascending by partition then key; with ``top``, only the first
+        ``top``. Raises NotFound if there is no table."""
         ...
 
     def rows(self, partition: str, keys: Sequence[str]) -> list[Row]:

@@ -18,7 +18,7 @@ from azure.core.exceptions import (
 )
 from azure.data.tables import EdmType, EntityProperty, TableClient, UpdateMode
 
-from vault_core.rows import TRANSACTION_LIMIT, Fields, Row, Value
+from vault_core.rows import EVERY_ROW, TRANSACTION_LIMIT, Fields, KeyRange, Row, Value
 from vault_core.translation import create_if_missing, translate_errors
 
 KEYS_PER_QUERY = 15
@@ -64,21 +64,13 @@ class AzureTable:
             except ResourceNotFoundError:
                 return None
 
-    def query(
-        self,
-        partition: str | None = None,
-        *,
-        lo: str | None = None,
-        hi: str | None = None,
-        top: int | None = None,
-    ) -> list[Row]:
-        """Rows of ``partition`` (every row if None) with ``lo <= key < hi``, ascending by key;
-        with ``top``, only the first ``top`` (one request)."""
+    def query(self, where: KeyRange = EVERY_ROW, *, top: int | None = None) -> list[Row]:
+        """The rows in ``where``, ascending; with ``top``, only the first ``top`` (one request)."""
         clauses, params = [], {}
         for clause, name, value in (
-            ("PartitionKey eq @pk", "pk", partition),
-            ("RowKey ge @lo", "lo", lo),
-            ("RowKey lt @hi", "hi", hi),
+            ("PartitionKey eq @pk", "pk", where.partition),
+            ("RowKey ge @lo", "lo", where.lo),
+            ("RowKey lt @hi", "hi", where.hi),
         ):
             if value is not None:
                 clauses.append(clause)

@@ -23,6 +23,7 @@ import vault_core
 from vault_core.azure import StorageAccount
 from vault_core.clock import ManualClock
 from vault_core.recordformat import NewMessage
+from vault_core.rows import KeyRange
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
@@ -67,7 +68,7 @@ def main() -> None:
         state = vault.reader.state(STREAM)
         data = blob.download_blob(offset=0, length=state.committed).readall()
         messages = list(vault.reader.scan(STREAM))
-        index = vault.index.index.query(STREAM)
+        index = vault.index.index.query(KeyRange(STREAM))
         catalog = vault.index.catalog.query()
         doc = {
             "produced_by": "tests/helpers/capture_release_stream.py with vault_core at 195f3a2",

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import get_args
 
 import click
 
 from vault_client.cli.args import start_offset, stream_name, time_value
+from vault_client.cli.options import format_option, library_option, wait_option
 from vault_client.cli.output import FORMATTERS, OutputFormat
 from vault_client.cli.settings import connection_options, settings
 from vault_client.consumer import Consumer
-from vault_core.limits import MAX_WAIT_SECONDS
 
 
 @click.command()
@@ -36,33 +37,23 @@ from vault_core.limits import MAX_WAIT_SECONDS
 )
 @click.option("-f", "--follow", is_flag=True, help="Keep waiting for new messages (Ctrl-C to stop).")
 @click.option("-n", "--limit", type=click.IntRange(min=1), metavar="N", help="Stop after N messages.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["ndjson", "text", "raw"]),
+@format_option(
+    get_args(OutputFormat),
+    "ndjson: API message objects; text: each value as a line; raw: the values' bytes.",
     default="ndjson",
-    show_default=True,
-    help="ndjson: API message objects; text: each value as a line; raw: the values' bytes.",
 )
 @click.option(
     "--direct",
     is_flag=True,
     help="Read the blob directly with a SAS from the API (the server is off the read path).",
 )
-@click.option(
-    "--wait",
-    type=click.FloatRange(0, MAX_WAIT_SECONDS),
-    default=20,
-    show_default=True,
-    metavar="SECONDS",
-    help="Long-poll time of each request when following.",
-)
+@wait_option(Consumer, "Long-poll time of each request when following.")
 @click.option("--no-commit", is_flag=True, help="With --group: start from the checkpoint but do not move it.")
-@click.option(
+@library_option(
     "--commit-interval",
+    Consumer,
+    "commit_interval",
     type=click.FloatRange(0),
-    default=5,
-    show_default=True,
     metavar="SECONDS",
     help="With --group: how often the checkpoint is committed while reading.",
 )

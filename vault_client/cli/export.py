@@ -8,9 +8,10 @@ from pathlib import Path
 import click
 
 from vault_client.cli.args import stream_name
+from vault_client.cli.options import format_option
 from vault_client.cli.progress import human_bytes, progress_bar, rate
 from vault_client.cli.settings import connection_options, settings
-from vault_client.exporters import export_format, exporter_for
+from vault_client.exporters import FORMATS, export_format, exporter_for
 from vault_client.rawlog import check_boundary, open_log
 from vault_core.errors import InvalidInput
 from vault_core.reader import scan_log_batches
@@ -26,9 +27,7 @@ from vault_core.reader import scan_log_batches
     type=click.Path(dir_okay=False, writable=True, path_type=Path),
     help="The file to write.",
 )
-@click.option(
-    "--format", "fmt", type=click.Choice(["parquet", "ndjson"]), help="Default: from the file's suffix."
-)
+@format_option(FORMATS, "Default: from the file's suffix.")
 @click.option(
     "--from",
     "start",

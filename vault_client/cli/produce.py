@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import BinaryIO
+from typing import BinaryIO, get_args
 
 import click
 
 from vault_client.cli.args import stream_name
 from vault_client.cli.inputs import Format, read_messages
+from vault_client.cli.options import format_option, library_option, wait_option
 from vault_client.cli.progress import human_bytes, progress_bar, rate
 from vault_client.cli.settings import connection_options, settings
-from vault_client.producer import Producer
+from vault_client.producer import MIN_BATCH_BYTES, Producer
 from vault_core import limits
-from vault_core.limits import MAX_WAIT_SECONDS
 
 PROGRESS_EVERY = 1000
 
@@ -30,61 +30,52 @@ def _size(file: BinaryIO) -> int | None:
 @click.command()
 @click.argument("stream", callback=stream_name)
 @click.argument("file", type=click.File("rb"), default="-", required=False)
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(["auto", "ndjson", "lines"]),
+@format_option(
+    get_args(Format),
+    'NDJSON objects {"key", "value", "encoding"?, "key_encoding"?}, or one message per line.',
     default="auto",
-    show_default=True,
-    help='NDJSON objects {"key", "value", "encoding"?, "key_encoding"?}, or one message per line.',
 )
 @click.option("--message-key", metavar="TEXT", help="Key of every message read as a plain line.")
-@click.option(
+@library_option(
     "--batch-messages",
+    Producer,
+    "batch_max_messages",
     type=click.IntRange(1, limits.MAX_BATCH_MESSAGES),
-    default=1000,
-    show_default=True,
     help="Most messages per batch.",
 )
-@click.option(
+@library_option(
     "--batch-bytes",
-    type=click.IntRange(1024, limits.MAX_BATCH_BYTES),
-    default=1024 * 1024,
-    show_default=True,
+    Producer,
+    "batch_max_bytes",
+    type=click.IntRange(MIN_BATCH_BYTES, limits.MAX_BATCH_BYTES),
     help="Most bytes per batch request.",
 )
-@click.option(
+@library_option(
     "--linger",
+    Producer,
+    "linger",
     type=click.FloatRange(0, 60),
-    default=0.05,
-    show_default=True,
     metavar="SECONDS",
     help="How long a batch waits for more messages.",
 )
-@click.option(
+@library_option(
     "--in-flight",
+    Producer,
+    "max_in_flight",
     type=click.IntRange(1, 64),
-    default=1,
-    show_default=True,
     help="Batches sent concurrently (more than 1 may reorder batches).",
 )
-@click.option(
-    "--wait",
-    type=click.FloatRange(0, MAX_WAIT_SECONDS),
-    default=0,
-    metavar="SECONDS",
-    help="Wait up to this long for each batch to be committed (slower; default: staged is enough).",
-)
+@wait_option(Producer, "Wait up to this long for each batch to be committed (slower; 0: staged is enough).")
 @connection_options()
 def produce(
     stream: str,
     file: BinaryIO,
     fmt: Format,
     message_key: str | None,
-    batch_messages: int,
-    batch_bytes: int,
+    batch_max_messages: int,
+    batch_max_bytes: int,
     linger: float,
-    in_flight: int,
+    max_in_flight: int,
     wait: float,
 ) -> None:
     """Send messages from FILE (default: stdin) to STREAM.
@@ -96,11 +87,11 @@ def produce(
     s = settings()
     producer = Producer(
         api=s.api(),
-        batch_max_messages=batch_messages,
-        batch_max_bytes=batch_bytes,
+        batch_max_messages=batch_max_messages,
+        batch_max_bytes=batch_max_bytes,
         linger=linger,
-        max_in_flight=in_flight,
-        ordered=in_flight == 1,
+        max_in_flight=max_in_flight,
+        ordered=max_in_flight == 1,
         wait=wait,
     )
     started = time.monotonic()

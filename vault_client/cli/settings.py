@@ -13,12 +13,13 @@ group-level options read environment variables, so a flag always beats the envir
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
-from vault_client.api import ApiClient
+from vault_client.api import DEFAULT_TIMEOUT, ApiClient
 from vault_client.retry import RetryPolicy
 from vault_core.azure import StorageAccount
 from vault_core.checkpoints import DEFAULT_TABLE, CheckpointStore
@@ -43,8 +44,8 @@ class CliSettings:
     use_azure_credential: bool = False
     scope: str | None = None
     storage: str | None = None
-    table: str = DEFAULT_TABLE
-    timeout: float = 30.0
+    checkpoint_table: str = DEFAULT_TABLE
+    timeout: float = DEFAULT_TIMEOUT
     retries: int = 3
     quiet: bool = False
     _api: ApiClient | None = field(default=None, repr=False)
@@ -98,7 +99,7 @@ class CliSettings:
                 account = StorageAccount(table_url=self.storage, credential=DefaultAzureCredential())
             else:
                 account = StorageAccount(connection_string=self.storage)
-            self._store = CheckpointStore.from_account(account, self.table)
+            self._store = CheckpointStore.from_account(account, self.checkpoint_table)
         return self._store
 
     def close(self) -> None:
@@ -107,97 +108,84 @@ class CliSettings:
             self._api = None
 
 
-def _setter(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    def store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-        if value is not None:
-            setattr(ctx.ensure_object(CliSettings), name, value)
-        return value
+def _store(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    # Only what was given sets a field: a command's own default must not undo a value given
+    # before the command (or in the environment).
+    if ctx.get_parameter_source(str(param.name)) is not ParameterSource.DEFAULT:
+        setattr(ctx.ensure_object(CliSettings), str(param.name), value)
+    return value
 
-    return store
+
+_DEFAULTS = {f.name: f.default for f in fields(CliSettings)}
 
 
 def connection_options(*, top: bool = False) -> Callable[[F], F]:
     """--url/--key/--storage/... as options of the group (``top``, with env vars) or of a command."""
 
-    def setting(*names: str, field: str, env: str | None = None, **kwargs: Any) -> Callable[[F], F]:
-        """An option that sets ``field`` of the settings; read from ``env`` too, on the group only."""
+    def setting(*names: str, env: str | None = None, **kwargs: Any) -> Callable[[F], F]:
+        """An option that sets the field of the settings named after it and shows that field's
+        default; read from ``env`` too, on the group only."""
+        name = names[-1].removeprefix("--").replace("-", "_")
         return click.option(
             *names,
+            name,
+            default=_DEFAULTS[name],
+            show_default=True,
             envvar=env if top else None,
             show_envvar=top and env is not None,
             expose_value=False,
-            callback=_setter(field),
+            callback=_store,
             **kwargs,
         )
 
     options = [
         setting(
-            "--url",
-            field="url",
-            env=ENV_URL,
-            metavar="URL",
-            help="The vault API, e.g. https://APP.azurewebsites.net/api.",
+            "--url", env=ENV_URL, metavar="URL", help="The vault API, e.g. https://APP.azurewebsites.net/api."
         ),
         setting(
             "--key",
-            field="key",
             env=ENV_KEY,
             metavar="KEY",
             help="Function key (x-functions-key); what it may do is the vault's access policy.",
         ),
         setting(
             "--token",
-            field="token",
             env=ENV_TOKEN,
             metavar="TOKEN",
             help="Bearer token for the vault's audience (az account get-access-token --scope SCOPE).",
         ),
         setting(
             "--use-azure-credential",
-            field="use_azure_credential",
             env=ENV_AZURE_CREDENTIAL,
             is_flag=True,
-            default=None,
             help="Sign in with DefaultAzureCredential (az login, managed identity, ...) for --scope.",
         ),
         setting(
             "--scope",
-            field="scope",
             env=ENV_SCOPE,
             metavar="SCOPE",
             help="The vault's scope for --use-azure-credential: api://<client-id>/.default.",
         ),
         setting(
             "--storage",
-            field="storage",
             env=ENV_STORAGE,
             metavar="CONN",
             help="Consumer-group checkpoints: a storage connection string or Table service URL.",
         ),
-        setting(
-            "--checkpoint-table",
-            field="table",
-            env=ENV_TABLE,
-            metavar="NAME",
-            help=f"Checkpoint table (default {DEFAULT_TABLE}).",
-        ),
+        setting("--checkpoint-table", env=ENV_TABLE, metavar="NAME", help="Checkpoint table."),
         setting(
             "--timeout",
-            field="timeout",
             type=click.FloatRange(min=0.1),
             metavar="SECONDS",
-            help="Seconds to wait for an answer (default 30).",
+            help="Seconds to wait for an answer.",
         ),
         setting(
             "--retries",
-            field="retries",
             type=click.IntRange(min=0),
             metavar="N",
-            help="Retries of throttled or failed requests (default 3).",
+            help="Retries of throttled or failed requests.",
         ),
-        setting(
-            "-q", "--quiet", field="quiet", is_flag=True, default=None, help="No progress bars or summaries."
-        ),
+        setting("-q", "--quiet", is_flag=True, help="No progress bars or summaries."),
     ]
 
     def decorate(f: F) -> F:
