@@ -54,6 +54,7 @@ from vault_core.pageblob import PageBlobs
 from vault_core.pagelog import CommitState
 from vault_core.reader import scan_log, scan_log_batches
 from vault_core.recordformat import NewMessage
+from vault_core.span import Span
 from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
 from vault_core.vault import Vault
 from vault_core.writer import Batch, StreamWriter, WriterSettings
@@ -544,7 +545,11 @@ def _codec_figures() -> dict[str, float | str]:
             encoded = [encode_unit(k, v, 0, 0, codec=codec, key_is_text=True) for k, v in units]
             encode_cpu = time.process_time() - start
             start = time.process_time()
-            payload = sum(len(u.payload) for u in (decode_unit(e, 0, 0) for e in encoded) if u is not None)
+            payload = sum(
+                len(u.payload)
+                for u in (decode_unit(Span(e, 0, 0, len(e)), 0) for e in encoded)
+                if u is not None
+            )
             decode_cpu = time.process_time() - start
             stored = sum(len(e) for e in encoded)
             out[f"codec {name}, {label}: stored / payload"] = stored / payload
