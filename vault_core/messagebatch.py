@@ -24,6 +24,7 @@ from operator import add, sub
 from vault_core.prefix import FLAG_KEY_IS_TEXT
 from vault_core.recordformat import (
     HEADER_SIZE,
+    MAX_RECORD_BYTES,
     Message,
     check_records,
     is_unit_at,
@@ -33,8 +34,9 @@ from vault_core.span import Span
 from vault_core.unitformat import MAX_PAYLOAD_BYTES, Unit, decode_unit
 
 RUN_BYTES = MAX_PAYLOAD_BYTES
-"""A batch of version 1 records closes once its keys and values reach this: like a unit's, its
-boundaries then fit 32 bits (Arrow's binary offsets), and a batch stays a bounded allocation."""
+"""A batch of version 1 records spans at most this many bytes of log: like a unit's, its key and
+value boundaries then fit 32 bits (Arrow's binary offsets), and a batch stays a bounded allocation."""
+assert MAX_RECORD_BYTES <= RUN_BYTES  # any one record starts a run and fits it
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,10 +149,10 @@ def decode_batches(
     """:func:`~vault_core.recordformat.decode`, as batches: the whole records and units of
     ``span`` and the position after them.
 
-    One batch per unit, and one per run of version 1 records (at most :data:`RUN_BYTES` of keys
-    and values). Messages before offset ``span.first`` are left out. A frame cut off by
-    ``span.end`` is left for the caller, unless ``span.complete`` says it is the committed end,
-    where it is corrupt; what does not verify raises what ``decode`` raises, word for word.
+    One batch per unit, and one per run of version 1 records (at most :data:`RUN_BYTES` of log).
+    Messages before offset ``span.first`` are left out. A frame cut off by ``span.end`` is left
+    for the caller, unless ``span.complete`` says it is the committed end, where it is corrupt;
+    what does not verify raises what ``decode`` raises, word for word.
     ``max_count`` and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit
     returns the next message's offset minus ``span.base``), and the ``(start, end)`` offsets of
     the units. ``pool`` is the scan's (:class:`~vault_core.reader.ScanDecoder`): units are decoded
@@ -192,9 +194,9 @@ def _record_run(
     view: memoryview, base_offset: int, start: int, end: int, first: int, room: int
 ) -> tuple[MessageBatch | None, int]:
     """Version 1 records from ``start`` that pass every check of ``decode``, up to the first unit,
-    the first record that fails or is cut off, :data:`RUN_BYTES`, or ``room`` records taken;
+    the first record that fails or is cut off, :data:`RUN_BYTES` of log, or ``room`` records taken;
     their batch (their keys and values copied into one buffer each) and where they end."""
-    run, pos = check_records(view, base_offset, start, end, first, room, RUN_BYTES)
+    run, pos = check_records(view, base_offset, start, min(end, start + RUN_BYTES), first, room)
     starts, key_ends, value_ends = run.key_starts, run.key_ends, run.value_ends
     if not starts:
         return None, pos

@@ -270,12 +270,10 @@ def check_records(
     end: int,
     first: int = 0,
     room: int = sys.maxsize,
-    max_bytes: int = sys.maxsize,
 ) -> tuple[RecordRun, int]:
     """The version 1 records from ``view[start]`` that pass every check of :func:`decode`, up to the
     first unit or record that fails or is cut off by ``end``, and where they end; records before
-    offset ``first`` are checked, not kept. At most ``room`` records are kept, and none after those
-    kept reach ``max_bytes`` of keys and values.
+    offset ``first`` are checked, not kept, and at most ``room`` records are kept.
 
     One loop over a whole read, for every decoder of records: the checks are written once, and
     the loop binds them to locals once per read, not per record.
@@ -287,9 +285,8 @@ def check_records(
     unpack = HEADER.unpack_from
     crc32 = zlib.crc32
     unknown_flags = ~KNOWN_FLAGS | FLAG_COMPRESSION_MASK  # no codec is supported in version 1
-    kept = 0
     pos = start
-    while pos + HEADER_SIZE <= end and room > 0 and kept < max_bytes:
+    while pos + HEADER_SIZE <= end and room > 0:
         magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
         if (
             magic != MAGIC
@@ -309,7 +306,6 @@ def check_records(
             add_key_start(pos + HEADER_SIZE)
             add_key_end(pos + HEADER_SIZE + klen)
             add_value_end(rec_end)
-            kept += klen + vlen
             room -= 1
         pos = rec_end
     return RecordRun(timestamps, flag_list, key_starts, key_ends, value_ends), pos
