@@ -18,8 +18,11 @@ messages/s, full-scan rows/s by both scans (``scan``, one Message per message, a
 of the same blob), paged reads of 1,000 messages (what the read API does per request), per
 codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
 both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format),
-and the per-message scan's ceiling: building the same Message objects from the stream's columns
-already decoded (no I/O, no checksum, no decompression), in the same rounds. Each round writes
+and the per-message scan's ceilings, in the same rounds: building the same Message objects from
+the stream's columns already decoded (no I/O, no checksum, no decompression), and format 2's
+decode ceiling (each unit's stored bytes, held in memory, decompressed and its messages built:
+no I/O, no checks, one thread) next to both formats' scans of their blobs held in memory (every
+check and thread of the real scan, no storage). Each round writes
 and reads every format in turn, and a v2 / v1 ratio of speeds is the median of the rounds' ratios,
 so that the load of a shared machine, which drifts over minutes, weighs on both alike.
 
@@ -43,6 +46,7 @@ import sys
 import time
 import tracemalloc
 import zlib
+from array import array
 from typing import cast
 
 from bench.common import MIB, report, timed
@@ -53,8 +57,9 @@ from vault_core.messagebatch import MessageBatch, batch_messages
 from vault_core.pageblob import PageBlobs
 from vault_core.pagelog import CommitState
 from vault_core.reader import scan_log, scan_log_batches
-from vault_core.recordformat import NewMessage
-from vault_core.unitformat import UNIT_TARGET_BYTES, decode_unit, encode_unit
+from vault_core.recordformat import NewMessage, iter_unit_messages
+from vault_core.span import Span
+from vault_core.unitformat import UNIT_TARGET_BYTES, Unit, decode_unit, encode_unit
 from vault_core.vault import Vault
 from vault_core.writer import Batch, StreamWriter, WriterSettings
 from vault_local.azurite import Azurite
@@ -325,7 +330,8 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     out: dict[str, float | str] = {f"{label}: messages per stream": float(n)}
     per_format: dict[str, dict[str, float]] = {}
     seconds: dict[str, dict[str, list[float]]] = {
-        name: {k: [] for k in ("write", "scan", "batch scan", "build", "pages", "raw")} for name in FORMATS
+        name: {k: [] for k in ("write", "scan", "batch scan", "build", "pages", "raw", "in memory", "decode")}
+        for name in FORMATS
     }
     committed: dict[str, int] = {}
     for r in range(FORMAT_ROUNDS):  # the formats in turn within a round, so drift hits them alike
@@ -341,10 +347,16 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             decoded = list(vault.reader.scan_batches(stream))
             runs["build"].append(timed(functools.partial(_build_messages, decoded, n)))
             del decoded
+            blob = _BytesLog(vault.blob(stream).read(0, committed[name]))
+            runs["in memory"].append(timed(functools.partial(_scan_in_memory, blob, n)))
+            if record_format == 2:
+                runs["decode"].append(timed(functools.partial(_decode_ceiling, blob.data, n)))
+            del blob
             runs["pages"].append(timed(functools.partial(_read_pages, vault, stream)))
     for name, runs in seconds.items():
+        record_format = FORMATS[name][0]
         per_format[name] = {"bytes": committed[name] / n} | {
-            k: n / statistics.median(v) for k, v in runs.items()
+            k: n / statistics.median(v) for k, v in runs.items() if v
         }
         out[f"{label} {name}: blob bytes/message"] = committed[name] / n
         out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
@@ -359,6 +371,14 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             per_format[name]["build"]
         )
         out[f"{label} {name}: full scan / that ceiling"] = _paired(runs["build"], runs["scan"])
+        out[f"{label} {name}: scan of the blob held in memory (no I/O), rows/s"] = per_format[name][
+            "in memory"
+        ]
+        if record_format == 2:
+            out[f"{label} {name}: decode ceiling (decompress + build, no I/O, no checks), rows/s"] = (
+                per_format[name]["decode"]
+            )
+            out[f"{label} {name}: full scan / decode ceiling"] = _paired(runs["decode"], runs["scan"])
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
@@ -366,6 +386,15 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     out[
         f"{label}: v2's Message-building ceiling / full scan v1 (the most v2 / v1 a per-message scan reaches)"
     ] = v2["build"] / v1["scan"]
+    out[f"{label}: v2's decode ceiling / full scan v1"] = _paired(
+        seconds["v1"]["scan"], seconds["v2"]["decode"]
+    )
+    out[f"{label}: v2's decode ceiling / v1's scan of its blob held in memory"] = _paired(
+        seconds["v1"]["in memory"], seconds["v2"]["decode"]
+    )
+    out[f"{label}: scan of the blob held in memory rows/s v2 / v1"] = _paired(
+        seconds["v1"]["in memory"], seconds["v2"]["in memory"]
+    )
     out[f"{label}: batch scan rows/s v2 / v1 (>= 3)"] = _paired(
         seconds["v1"]["batch scan"], seconds["v2"]["batch scan"]
     )
@@ -513,6 +542,38 @@ def _build_messages(batches: list[MessageBatch], n: int) -> None:
     assert sum(1 for _ in batch_messages(batches)) == n
 
 
+def _scan_in_memory(log: _BytesLog, n: int) -> None:
+    """The per-message scan of a blob already in memory: every check and every thread of the scan
+    on Azurite, without the storage (each read a slice of the held bytes)."""
+    assert sum(1 for _ in scan_log(log, 0, len(log.data))) == n
+
+
+def _decode_ceiling(blob: bytes, n: int) -> None:
+    """Format 2's least work per message, on one thread: each unit's stored bytes (already in memory)
+    decompressed, its payload split into the key and value boundaries and buffers, and its messages
+    built as the scan builds them. No I/O, no checksum, none of the header's or the boundaries'
+    checks, no threads (the scan may use a second core; this uses one)."""
+    view = memoryview(blob)
+    built = pos = 0
+    while pos < len(blob):
+        _, _, _, flags, count, payload_length, stored, offset, ts = unitformat.UNIT_HEADER.unpack_from(
+            blob, pos
+        )
+        length = unitformat.UNIT_HEADER_SIZE + stored
+        at = pos + unitformat.STORED_OFFSET
+        payload = codecs.decompress(flags & 7, view[at : pos + length], payload_length)
+        arrays = 4 * (count + 1)
+        key_ends, value_ends = array("I"), array("I")
+        key_ends.frombytes(payload[:arrays])
+        value_ends.frombytes(payload[arrays : 2 * arrays])
+        keys_end = 2 * arrays + key_ends[-1]
+        keys, values = payload[2 * arrays : keys_end], payload[keys_end:]
+        unit = Unit(offset, ts, flags, count, length, key_ends, value_ends, keys, values, b"")
+        built += sum(1 for _ in iter_unit_messages(unit))
+        pos += length
+    assert built == n
+
+
 def _read_pages(vault: Vault, stream: str) -> None:
     """Read the stream as a consumer of the read API does: pages of 1,000 messages (1 MiB)."""
     reader = Vault(vault.account).reader  # a fresh process: nothing proven, nothing cached
@@ -544,7 +605,11 @@ def _codec_figures() -> dict[str, float | str]:
             encoded = [encode_unit(k, v, 0, 0, codec=codec, key_is_text=True) for k, v in units]
             encode_cpu = time.process_time() - start
             start = time.process_time()
-            payload = sum(len(u.payload) for u in (decode_unit(e, 0, 0) for e in encoded) if u is not None)
+            payload = sum(
+                len(u.payload)
+                for u in (decode_unit(Span(e, 0, 0, len(e)), 0) for e in encoded)
+                if u is not None
+            )
             decode_cpu = time.process_time() - start
             stored = sum(len(e) for e in encoded)
             out[f"codec {name}, {label}: stored / payload"] = stored / payload

@@ -29,6 +29,7 @@ from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.reader import ScanOptions, scan_log, scan_log_batches
 from vault_core.recordformat import MAX_KEY_BYTES, Frame, Message, NewMessage, decode, frame_at
 from vault_core.scanparts import decode_parts, part_messages
+from vault_core.span import Span
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 
@@ -199,14 +200,14 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
     rng = random.Random(9)
     for cut in rng.sample(range(1, len(log)), 40):  # a buffer that ends anywhere
         messages, pos = decode(log, 0, 0, cut)
-        batches, batch_pos = decode_batches(log, 0, 0, cut)
+        batches, batch_pos = decode_batches(Span(log, 0, 0, cut))
         assert (flat(batches), batch_pos) == (messages, pos)
         for complete in (True,):
             try:
                 decode(log, 0, 0, cut, complete=complete)
             except FormatError as exc:
                 with pytest.raises(type(exc), match="committed end"):
-                    decode_batches(log, 0, 0, cut, complete=complete)
+                    decode_batches(Span(log, 0, 0, cut, complete=complete))
     for at in rng.sample(range(len(log)), 40):  # a flipped bit anywhere
         damaged = bytearray(log)
         damaged[at] ^= 0x20
@@ -215,7 +216,7 @@ def test_decode_batches_raises_what_decode_raises_and_leaves_a_cut_off_frame(mix
         except FormatError as exc:
             expected = (type(exc), str(exc))
         try:
-            batches, pos = decode_batches(damaged, 0, complete=True)
+            batches, pos = decode_batches(Span(damaged, 0, 0, len(damaged), complete=True))
             got: object = (flat(batches), pos)
         except FormatError as exc:
             got = (type(exc), str(exc))
@@ -231,7 +232,9 @@ def test_decode_parts_reads_and_fails_as_decode_does(mixed: Vault, threads: int)
 
     def parts(buf: bytes | bytearray, end: int | None = None, complete: bool = False) -> object:
         try:
-            got, pos = decode_parts(buf, 0, 0, end, complete=complete, pool=pool)
+            got, pos = decode_parts(
+                Span(buf, 0, 0, len(buf) if end is None else end, complete=complete), pool=pool
+            )
             return list(chain.from_iterable(map(part_messages, got))), pos
         except FormatError as exc:
             return type(exc), str(exc)
@@ -262,7 +265,7 @@ def test_of_two_damaged_units_decoded_side_by_side_the_first_is_reported(mixed: 
         damaged = mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed)
         for _ in range(20):
             with pytest.raises(FormatError) as caught:
-                decode_parts(damaged, 0, complete=True, pool=pool)
+                decode_parts(Span(damaged, 0, 0, len(damaged), complete=True), pool=pool)
             assert caught.value.offset == first
     taken: list[Message] = []
     with pytest.raises(FormatError) as caught:

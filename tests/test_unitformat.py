@@ -23,6 +23,7 @@ from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, NewMessage, decode
+from vault_core.span import Span
 from vault_core.unitformat import (
     COUNT_OFFSET,
     CRC_COVERAGE_START,
@@ -192,7 +193,7 @@ def test_an_unknown_version_or_codec_is_the_clear_error_of_section_9(
 
 
 def test_decode_unit_exposes_the_arrow_buffers(unit: bytearray) -> None:
-    decoded = decode_unit(unit, 0, 0, complete=True)
+    decoded = decode_unit(Span(unit, 0, 0, len(unit), complete=True), 0)
     assert decoded is not None and decoded.size == 100 and decoded.length == len(unit)
     assert decoded.payload[decoded.keys_start :].startswith(b"key" * 100)
     assert STORED_OFFSET == UNIT_HEADER_SIZE and struct.unpack_from("<I", unit, STORED_LENGTH_OFFSET)[0] > 0

@@ -14,30 +14,29 @@ copied into the same shape record by record, with exactly the checks of
 from __future__ import annotations
 
 import sys
-import zlib
 from array import array
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from itertools import chain, repeat
+from itertools import accumulate, chain, repeat
+from operator import add, sub
 
-from vault_core.prefix import FLAG_COMPRESSION_MASK, FLAG_KEY_IS_TEXT, MAGIC, UNIT_VERSION
+from vault_core.prefix import FLAG_KEY_IS_TEXT
 from vault_core.recordformat import (
-    CRC_COVERAGE_START,
-    FORMAT_VERSION,
-    HEADER,
     HEADER_SIZE,
-    KNOWN_FLAGS,
-    MAX_KEY_BYTES,
-    MAX_VALUE_BYTES,
+    MAX_RECORD_BYTES,
     Message,
-    decode,
+    check_records,
+    is_unit_at,
+    raise_record_error,
 )
+from vault_core.span import Span
 from vault_core.unitformat import MAX_PAYLOAD_BYTES, Unit, decode_unit
 
 RUN_BYTES = MAX_PAYLOAD_BYTES
-"""A batch of version 1 records closes once its keys and values reach this: like a unit's, its
-boundaries then fit 32 bits (Arrow's binary offsets), and a batch stays a bounded allocation."""
+"""A batch of version 1 records spans at most this many bytes of log: like a unit's, its key and
+value boundaries then fit 32 bits (Arrow's binary offsets), and a batch stays a bounded allocation."""
+assert MAX_RECORD_BYTES <= RUN_BYTES  # any one record starts a run and fits it
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,38 +140,31 @@ def unit_batch(unit: Unit, first: int = 0) -> MessageBatch:
 
 
 def decode_batches(
-    buf: bytes | bytearray | memoryview,
-    base_offset: int,
-    start: int = 0,
-    end: int | None = None,
+    span: Span,
     *,
-    stream: str | None = None,
-    complete: bool = False,
-    first: int = 0,
     max_count: int | None = None,
     units: list[tuple[int, int]] | None = None,
     pool: Executor | None = None,
 ) -> tuple[list[MessageBatch], int]:
     """:func:`~vault_core.recordformat.decode`, as batches: the whole records and units of
-    ``buf[start:end]`` (``buf[0]`` is stream offset ``base_offset``) and the position after them.
+    ``span`` and the position after them.
 
-    One batch per unit, and one per run of version 1 records (at most :data:`RUN_BYTES` of keys
-    and values). Messages before offset ``first`` are left out. A frame cut off by ``end`` is
-    left for the caller, unless ``complete`` says ``end`` is the committed end, where it is
-    corrupt; what does not verify raises what ``decode`` raises, word for word. ``max_count``
-    and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit returns the
-    next message's offset minus ``base_offset``), and the ``(start, end)`` offsets of the units.
-    ``pool`` is the scan's (:class:`~vault_core.reader.ScanDecoder`): units are decoded here in turn,
-    not on it (the per-message scan's :func:`~vault_core.scanparts.decode_parts` uses it).
+    One batch per unit, and one per run of version 1 records (at most :data:`RUN_BYTES` of log).
+    Messages before offset ``span.first`` are left out. A frame cut off by ``span.end`` is left
+    for the caller, unless ``span.complete`` says it is the committed end, where it is corrupt;
+    what does not verify raises what ``decode`` raises, word for word.
+    ``max_count`` and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit
+    returns the next message's offset minus ``span.base``), and the ``(start, end)`` offsets of
+    the units. ``pool`` is the scan's (:class:`~vault_core.reader.ScanDecoder`): units are decoded
+    here in turn, not on it (the per-message scan's :func:`~vault_core.scanparts.decode_parts` uses it).
     """
+    buf, base_offset, pos, end, _, _, first = span
     view = memoryview(buf)
-    end = len(view) if end is None else end
     out: list[MessageBatch] = []
-    pos = start
     room = sys.maxsize if max_count is None else max_count  # messages still wanted
     while pos < end and room > 0:
-        if pos + HEADER_SIZE <= end and view[pos + 8] == UNIT_VERSION and view[pos : pos + 4] == MAGIC:
-            unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
+        if is_unit_at(view, pos, end):
+            unit = decode_unit(span, pos)
             if unit is None:
                 break  # cut off by ``end``: the caller completes it
             if units is not None:
@@ -191,74 +183,31 @@ def decode_batches(
         if batch is not None:
             out.append(batch)
             room -= len(batch)
-        if after == pos:  # not a record this run takes: the reference decoder says why, or that it is cut off
-            _, checked = decode(view, base_offset, pos, end, max_count=1, stream=stream, complete=complete)
-            if checked != pos:
-                raise AssertionError(f"decode_batches and decode disagree at offset {base_offset + pos}")
+        if after == pos:  # not a record this run takes: why, or that it is cut off by ``end``
+            raise_record_error(span, pos)
             break
         pos = after
     return out, pos
 
 
 def _record_run(
-    view: memoryview, base_offset: int, start: int, end: int, first: int, room: int = sys.maxsize
+    view: memoryview, base_offset: int, start: int, end: int, first: int, room: int
 ) -> tuple[MessageBatch | None, int]:
     """Version 1 records from ``start`` that pass every check of ``decode``, up to the first unit,
-    the first record that fails or is cut off, :data:`RUN_BYTES`, or ``room`` records taken;
-    their batch and where they end."""
-    offsets, timestamps, flag_list = array("q"), array("q"), array("B")
-    key_ends, value_ends = array("I", [0]), array("I", [0])
-    key_parts: list[memoryview] = []
-    value_parts: list[memoryview] = []
-    keys_total = values_total = 0
-    unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
-    unknown_flags = ~KNOWN_FLAGS | FLAG_COMPRESSION_MASK  # no codec is supported in version 1
-    add_offset, add_timestamp, add_flags = offsets.append, timestamps.append, flag_list.append
-    add_key, add_value, add_key_end, add_value_end = (
-        key_parts.append,
-        value_parts.append,
-        key_ends.append,
-        value_ends.append,
-    )
-    pos = start
-    while pos + HEADER_SIZE <= end and keys_total + values_total < RUN_BYTES and room > 0:
-        magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
-        if (
-            magic != MAGIC
-            or version != FORMAT_VERSION
-            or flags & unknown_flags
-            or klen > MAX_KEY_BYTES
-            or vlen > MAX_VALUE_BYTES
-            or offset != base_offset + pos
-        ):
-            break  # a unit, or a record that does not verify
-        rec_end = pos + HEADER_SIZE + klen + vlen
-        if rec_end > end or crc32(view[pos + CRC_COVERAGE_START : rec_end]) != crc:
-            break
-        if offset >= first:
-            key_start = pos + HEADER_SIZE
-            add_offset(offset)
-            add_timestamp(ts)
-            add_flags(flags)
-            add_key(view[key_start : key_start + klen])
-            add_value(view[key_start + klen : rec_end])
-            keys_total += klen
-            values_total += vlen
-            add_key_end(keys_total)
-            add_value_end(values_total)
-            room -= 1
-        pos = rec_end
-    if not offsets:
+    the first record that fails or is cut off, :data:`RUN_BYTES` of log, or ``room`` records taken;
+    their batch (their keys and values copied into one buffer each) and where they end."""
+    run, pos = check_records(view, base_offset, start, min(end, start + RUN_BYTES), first, room)
+    starts, key_ends, value_ends = run.key_starts, run.key_ends, run.value_ends
+    if not starts:
         return None, pos
     batch = MessageBatch(
-        offsets,
-        timestamps,
-        flag_list,
-        key_ends,
-        b"".join(key_parts),
-        value_ends,
-        b"".join(value_parts),
+        array("q", map(add, starts, repeat(base_offset - HEADER_SIZE))),
+        run.timestamps,
+        run.flags,
+        array("I", accumulate(map(sub, key_ends, starts), initial=0)),
+        b"".join(map(view.__getitem__, map(slice, starts, key_ends))),
+        array("I", accumulate(map(sub, value_ends, key_ends), initial=0)),
+        b"".join(map(view.__getitem__, map(slice, key_ends, value_ends))),
         pos + base_offset,
         False,
     )

@@ -29,9 +29,10 @@ from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
 from vault_core.prefetch import prefetched_chunks
-from vault_core.recordformat import HEADER_SIZE, Message, decode, frame_at, record_length_at
+from vault_core.recordformat import HEADER_SIZE, Message, decode, decode_span, frame_at, record_length_at
 from vault_core.retry import Backoff
 from vault_core.scanparts import RecordsPart, ScanPart, UnitPart, decode_parts, part_messages
+from vault_core.span import Span
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
@@ -95,39 +96,17 @@ class BatchReadResult:
 
 class ScanDecoder(Protocol[T]):
     """What a scan decodes a buffer with: :func:`~vault_core.scanparts.decode_parts` (the
-    per-message scan), :func:`~vault_core.messagebatch.decode_batches` (the batch scan), or any
-    :class:`Decoder`."""
+    per-message scan) or :func:`~vault_core.messagebatch.decode_batches` (the batch scan)."""
 
-    def __call__(
-        self,
-        buf: bytes | bytearray | memoryview,
-        base_offset: int,
-        start: int = 0,
-        end: int | None = None,
-        *,
-        stream: str | None = None,
-        complete: bool = False,
-        first: int = 0,
-        pool: Executor | None = None,
-    ) -> tuple[list[T], int]: ...
+    def __call__(self, span: Span, *, pool: Executor | None = None) -> tuple[list[T], int]: ...
 
 
 class Decoder(Protocol[T]):
-    """What a read decodes a buffer with: :func:`~vault_core.recordformat.decode` (messages) or
-    :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
+    """What a read decodes a buffer with: :func:`~vault_core.recordformat.decode_span` (messages)
+    or :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
 
     def __call__(
-        self,
-        buf: bytes | bytearray | memoryview,
-        base_offset: int,
-        start: int = 0,
-        end: int | None = None,
-        *,
-        stream: str | None = None,
-        complete: bool = False,
-        first: int = 0,
-        max_count: int | None = None,
-        units: list[tuple[int, int]] | None = None,
+        self, span: Span, *, max_count: int | None = None, units: list[tuple[int, int]] | None = None
     ) -> tuple[list[T], int]: ...
 
 
@@ -200,11 +179,10 @@ def scan_parts(
                 drop = min(len(buf), skip_to - base)
                 buf, base = buf[drop:], base + drop
             pos = 0
+            span = Span(buf, base, pos, len(buf), log.stream, last, first)
             decoding: Future[tuple[list[T], int]] | None = None
             if held is not None:
-                decoding = ahead.submit(
-                    decoder, buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
-                )
+                decoding = ahead.submit(decoder, span, pool=units)
                 yield held
                 held = None
             while True:
@@ -212,15 +190,13 @@ def scan_parts(
                     if decoding is not None:
                         records, pos = decoding.result()
                     else:
-                        records, pos = decoder(
-                            buf, base, pos, stream=log.stream, complete=last, first=first, pool=units
-                        )
+                        records, pos = decoder(span._replace(start=pos), pool=units)
                 except CorruptRecord as exc:
                     if not options.skip_corrupt:
                         raise
                     decoding = None
                     bad = max(pos, exc.offset - base if exc.offset is not None else pos)
-                    yield _records_before(decoder, buf, base, pos, bad, log.stream, first)
+                    yield _records_before(decoder, span._replace(start=pos, end=bad))
                     over = _walk_over(buf, base, bad, end, log.read)
                     skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                     if options.on_skip:
@@ -281,13 +257,11 @@ def _next_boundary(resync: Sequence[int], after: int, end: int) -> int:
     return min(resync[i], end) if i < len(resync) else end
 
 
-def _records_before(
-    decoder: ScanDecoder[T], buf: bytes, base: int, pos: int, bad: int, stream: str, first: int
-) -> list[T]:
-    # decoding raised at ``bad``: the whole records between ``pos`` and ``bad`` are good.
-    if bad <= pos:
+def _records_before(decoder: ScanDecoder[T], span: Span) -> list[T]:
+    # decoding raised at ``span.end``: the whole records from ``span.start`` up to it are good.
+    if span.end <= span.start:
         return []
-    records, _ = decoder(buf, base, pos, bad, stream=stream, first=first)
+    records, _ = decoder(span._replace(complete=False))
     return records
 
 
@@ -391,7 +365,7 @@ class StreamReader:
         bytes from before an append with the commit record after it: the new records then look
         like garbage. A second GET tells that apart from real damage, which fails again.
         """
-        page = self._decode_checked(decode, stream, from_offset, data, state, max_bytes, max_count)
+        page = self._decode_checked(decode_span, stream, from_offset, data, state, max_bytes, max_count)
         return ReadResult(*page)
 
     def decode_checked_batches(
@@ -451,7 +425,9 @@ class StreamReader:
         max_count: int = DEFAULT_MAX_COUNT,
     ) -> ReadResult:
         """The records of bytes :meth:`fetch` returned (now or earlier: committed bytes never change)."""
-        return ReadResult(*self._decode_page(decode, stream, from_offset, data, state, max_bytes, max_count))
+        return ReadResult(
+            *self._decode_page(decode_span, stream, from_offset, data, state, max_bytes, max_count)
+        )
 
     def _decode_page(
         self,
@@ -488,17 +464,8 @@ class StreamReader:
             data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
         units: list[tuple[int, int]] = []
-        records, pos = decoder(
-            data,
-            start,
-            0,
-            limit,
-            max_count=max_count,
-            stream=stream,
-            complete=start + limit == committed,
-            first=from_offset,
-            units=units,
-        )
+        span = Span(data, start, 0, limit, stream, start + limit == committed, from_offset)
+        records, pos = decoder(span, max_count=max_count, units=units)
         next_offset = start + pos
         if oversized and records:  # a unit larger than max_bytes: what max_bytes holds of it
             records = _within_bytes(records, max_bytes)

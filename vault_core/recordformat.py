@@ -18,9 +18,12 @@ This module is pure: bytes in, records out. No storage, no clock.
 from __future__ import annotations
 
 import struct
+import sys
 import zlib
+from array import array
 from collections.abc import Iterable, Iterator
 from itertools import chain, repeat
+from operator import add
 from typing import NamedTuple
 
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
@@ -39,6 +42,7 @@ from vault_core.prefix import (
 # re-exported: a format module names every position of its frame, the shared ones too
 from vault_core.prefix import MAGIC_OFFSET as MAGIC_OFFSET
 from vault_core.prefix import VERSION_OFFSET as VERSION_OFFSET
+from vault_core.span import Span
 from vault_core.unitformat import Unit, decode_unit, unit_length_at
 
 FORMAT_VERSION = 1
@@ -198,35 +202,93 @@ def decode(
     message's offset minus ``base_offset``: inside that unit, where a later read starts.
     ``units``, if given, collects the ``(start, end)`` stream offsets of the units decoded.
     """
+    end = len(buf) if end is None else end
+    span = Span(buf, base_offset, start, end, stream, complete, first)
+    return decode_span(span, max_count=max_count, units=units)
+
+
+def decode_span(
+    span: Span, *, max_count: int | None = None, units: list[tuple[int, int]] | None = None
+) -> tuple[list[Message], int]:
+    """:func:`decode` of a :class:`~vault_core.span.Span` (what the reader's decoders take)."""
+    buf, base_offset, pos, end, _, _, first = span
     view = memoryview(buf)
-    data = buf if isinstance(buf, bytes) else view  # slicing bytes copies once, with no view object
-    end = len(view) if end is None else end
+    data = buf if isinstance(buf, bytes) else None  # what keys and values are sliced from
     out: list[Message] = []
-    pos = start
-    unpack = HEADER.unpack_from
-    crc32 = zlib.crc32
-    unknown_flags = ~KNOWN_FLAGS | FLAG_COMPRESSION_MASK  # no codec is supported in version 1
-    while pos < end and (max_count is None or len(out) < max_count):
-        if pos + HEADER_SIZE > end:
-            if complete:
-                raise CorruptRecord(
-                    "a partial record header at the committed end", stream=stream, offset=base_offset + pos
-                )
-            break
-        magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
-        if version == UNIT_VERSION and magic == MAGIC:
-            room = None if max_count is None else max_count - len(out)
-            messages, after = _decode_unit(view, pos, base_offset, end, first, room, stream, complete)
+    room = sys.maxsize if max_count is None else max_count  # messages still wanted
+    while pos < end and room > 0:
+        if is_unit_at(view, pos, end):
+            messages, after = _decode_unit(span, pos, room)
             if after is None:
                 break  # cut off by ``end``: the caller completes it
             if units is not None:
                 units.append((base_offset + pos, base_offset + pos + _unit_length(view, pos)))
             out += messages
+            room -= len(messages)
             if after < 0:  # stopped inside the unit by max_count
                 return out, -after - base_offset
             pos = after
             continue
-        if (  # the common case in one test; _check_header says what exactly is wrong
+        run, after = check_records(view, base_offset, pos, end, first, room)
+        if run.key_starts:
+            data = data or bytes(view[:end])  # a bytearray or a view: copied once, not per record
+            out += record_messages(data, base_offset, run)
+            room -= len(run.key_starts)
+        if after == pos:  # not a record that checks: why, or that it is cut off by ``end``
+            raise_record_error(span, pos)
+            break
+        pos = after
+    return out, pos
+
+
+def is_unit_at(view: memoryview, pos: int, end: int) -> bool:
+    """Whether a version 2 unit starts at ``view[pos]`` (by its prefix; its header may be cut off)."""
+    return (
+        pos + HEADER_SIZE <= end
+        and view[pos + VERSION_OFFSET] == UNIT_VERSION
+        and view[pos : pos + 4] == MAGIC
+    )
+
+
+class RecordRun(NamedTuple):
+    """Consecutive version 1 records that passed every check of :func:`decode`: record ``i``'s key
+    is ``buf[key_starts[i]:key_ends[i]]``, its value ``buf[key_ends[i]:value_ends[i]]`` and its
+    header the 32 bytes before the key (positions in the buffer checked, ``'q'`` arrays)."""
+
+    timestamps: array[int]
+    flags: array[int]
+    """``'B'``: each record's flags."""
+    key_starts: array[int]
+    key_ends: array[int]
+    value_ends: array[int]
+
+
+def check_records(
+    view: memoryview,
+    base_offset: int,
+    start: int,
+    end: int,
+    first: int = 0,
+    room: int = sys.maxsize,
+) -> tuple[RecordRun, int]:
+    """The version 1 records from ``view[start]`` that pass every check of :func:`decode`, up to the
+    first unit or record that fails or is cut off by ``end``, and where they end; records before
+    offset ``first`` are checked, not kept, and at most ``room`` records are kept.
+
+    One loop over a whole read, for every decoder of records: the checks are written once, and
+    the loop binds them to locals once per read, not per record.
+    """
+    timestamps, flag_list = array("q"), array("B")
+    key_starts, key_ends, value_ends = array("q"), array("q"), array("q")
+    add_timestamp, add_flags = timestamps.append, flag_list.append
+    add_key_start, add_key_end, add_value_end = key_starts.append, key_ends.append, value_ends.append
+    unpack = HEADER.unpack_from
+    crc32 = zlib.crc32
+    unknown_flags = ~KNOWN_FLAGS | FLAG_COMPRESSION_MASK  # no codec is supported in version 1
+    pos = start
+    while pos + HEADER_SIZE <= end and room > 0:
+        magic, crc, version, flags, klen, vlen, offset, ts = unpack(view, pos)
+        if (
             magic != MAGIC
             or version != FORMAT_VERSION
             or flags & unknown_flags
@@ -234,32 +296,56 @@ def decode(
             or vlen > MAX_VALUE_BYTES
             or offset != base_offset + pos
         ):
-            _check_header(magic, version, flags, klen, vlen, offset, base_offset + pos, stream)
+            break  # a unit, or a record that does not verify
         rec_end = pos + HEADER_SIZE + klen + vlen
-        if rec_end > end:
-            if complete:
-                raise CorruptRecord(
-                    f"record of {rec_end - pos} bytes runs past the committed end",
-                    stream=stream,
-                    offset=offset,
-                )
+        if rec_end > end or crc32(view[pos + CRC_COVERAGE_START : rec_end]) != crc:
             break
-        computed = crc32(view[pos + CRC_COVERAGE_START : rec_end])
-        if computed != crc:
-            raise CorruptRecord(
-                "record checksum mismatch",
-                stream=stream,
-                offset=offset,
-                stored_crc=crc,
-                computed_crc=computed,
-            )
-        key_start = pos + HEADER_SIZE
-        value_start = key_start + klen
         if offset >= first:
-            key, value = bytes(data[key_start:value_start]), bytes(data[value_start:rec_end])
-            out.append(Message(offset, ts, key, value, flags))
+            add_timestamp(ts)
+            add_flags(flags)
+            add_key_start(pos + HEADER_SIZE)
+            add_key_end(pos + HEADER_SIZE + klen)
+            add_value_end(rec_end)
+            room -= 1
         pos = rec_end
-    return out, pos
+    return RecordRun(timestamps, flag_list, key_starts, key_ends, value_ends), pos
+
+
+def record_messages(buf: bytes, base_offset: int, run: RecordRun) -> Iterator[Message]:
+    """The records of ``run`` (checked in ``buf``, whose ``buf[0]`` is stream offset ``base_offset``)
+    as :class:`Message`, each built as it is taken: ``map`` and ``zip`` slice and build in C."""
+    keys = map(buf.__getitem__, map(slice, run.key_starts, run.key_ends))
+    values = map(buf.__getitem__, map(slice, run.key_ends, run.value_ends))
+    offsets = map(add, run.key_starts, repeat(base_offset - HEADER_SIZE))
+    fields = zip(offsets, run.timestamps, keys, values, run.flags, repeat(0))
+    # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
+    return map(tuple.__new__, repeat(Message), fields)  # type: ignore[arg-type]
+
+
+def raise_record_error(span: Span, pos: int) -> None:
+    """Raise what is wrong with the version 1 record at ``span.buf[pos]``, which
+    :func:`check_records` did not take; return if it is whole and good but cut off by ``span.end``."""
+    buf, base_offset, _, end, stream, complete, _ = span
+    at = base_offset + pos
+    if pos + HEADER_SIZE > end:
+        if complete:
+            raise CorruptRecord("a partial record header at the committed end", stream=stream, offset=at)
+        return
+    magic, crc, version, flags, klen, vlen, offset, _ = HEADER.unpack_from(buf, pos)
+    _check_header(magic, version, flags, klen, vlen, offset, at, stream)
+    rec_end = pos + HEADER_SIZE + klen + vlen
+    if rec_end > end:
+        if complete:
+            raise CorruptRecord(
+                f"record of {rec_end - pos} bytes runs past the committed end", stream=stream, offset=offset
+            )
+        return
+    computed = zlib.crc32(memoryview(buf)[pos + CRC_COVERAGE_START : rec_end])
+    if computed != crc:
+        raise CorruptRecord(
+            "record checksum mismatch", stream=stream, offset=offset, stored_crc=crc, computed_crc=computed
+        )
+    raise AssertionError(f"the record at offset {at} checks, but check_records did not take it")
 
 
 def unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> list[Message]:
@@ -298,24 +384,15 @@ def _unit_length(view: memoryview, pos: int) -> int:
     return frame.length
 
 
-def _decode_unit(
-    view: memoryview,
-    pos: int,
-    base_offset: int,
-    end: int,
-    first: int,
-    room: int | None,
-    stream: str | None,
-    complete: bool,
-) -> tuple[list[Message], int | None]:
-    """The messages of the version 2 unit at ``pos`` from offset ``first`` on, at most ``room``,
-    and the buffer position after the unit; None if ``end`` cuts it off; minus the next message's
-    stream offset if ``room`` stopped inside it."""
-    unit = decode_unit(view, pos, base_offset, end, stream=stream, complete=complete)
+def _decode_unit(span: Span, pos: int, room: int) -> tuple[list[Message], int | None]:
+    """The messages of the version 2 unit at ``pos`` from offset ``span.first`` on, at most ``room``,
+    and the buffer position after the unit; None if ``span.end`` cuts it off; minus the next
+    message's stream offset if ``room`` stopped inside it."""
+    unit = decode_unit(span, pos)
     if unit is None:
         return [], None
-    lo = min(max(0, first - unit.offset), unit.size)
-    hi = unit.size if room is None else min(unit.size, lo + room)
+    lo = min(max(0, span.first - unit.offset), unit.size)
+    hi = min(unit.size, lo + room)
     messages = unit_messages(unit, lo, hi)
     if hi < unit.size:
         return messages, -(unit.offset + hi)

@@ -43,6 +43,7 @@ from vault_core.prefix import (
 from vault_core.prefix import CRC_OFFSET as CRC_OFFSET
 from vault_core.prefix import MAGIC_OFFSET as MAGIC_OFFSET
 from vault_core.prefix import VERSION_OFFSET as VERSION_OFFSET
+from vault_core.span import Span
 
 UNIT_HEADER = struct.Struct("<4sIBBIIIQq")
 UNIT_HEADER_SIZE = UNIT_HEADER.size  # 38
@@ -184,21 +185,14 @@ def unit_length_at(buf: bytes | bytearray | memoryview, pos: int) -> tuple[int, 
     return UNIT_HEADER_SIZE + stored, count, offset
 
 
-def decode_unit(
-    buf: bytes | bytearray | memoryview,
-    pos: int,
-    base_offset: int,
-    end: int | None = None,
-    *,
-    stream: str | None = None,
-    complete: bool = False,
-) -> Unit | None:
-    """The unit at ``buf[pos]`` (stream offset ``base_offset + pos``), checked as §11.5 says.
+def decode_unit(span: Span, pos: int) -> Unit | None:
+    """The unit at ``span.buf[pos]`` (stream offset ``span.base + pos``), checked as §11.5 says.
 
-    None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt).
+    None if ``span.end`` cuts it off, unless ``span.complete`` says it is the committed end (corrupt).
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
     """
-    stored_unit = unit_payload(buf, pos, base_offset, end, stream=stream, complete=complete)
+    buf, base, _, end, stream, complete, _ = span
+    stored_unit = unit_payload(buf, pos, base, end, stream=stream, complete=complete)
     if stored_unit is None:
         return None
     offset, ts, flags, count, length, payload = stored_unit
@@ -231,7 +225,8 @@ def unit_payload(
     """The unit at ``buf[pos]`` with its payload decompressed: §11.5's checks up to and including
     decompression (header, lengths, offset, checksum, codec), not those of the payload's boundaries.
 
-    None and errors as :func:`decode_unit`'s.
+    None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt);
+    errors as :func:`decode_unit`'s.
     """
     end = len(buf) if end is None else end
     at = base_offset + pos
