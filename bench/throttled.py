@@ -587,11 +587,18 @@ class Config:
         by_queue: dict[str, float] = {}
         for f in found:
             by_queue[f["queue"]] = by_queue.get(f["queue"], 0.0) + f["seconds"]
+        rounds = [
+            json.loads(line[line.index('{"event":"rounds"') :])
+            for line in self.host.lines[first:last]
+            if '{"event":"rounds"' in line
+        ]
         return {
             "count": len(found),
             "seconds": sum(f["seconds"] for f in found),
             "backed_off_seconds": sum(f["backed_off"] for f in found),
             "seconds_by_queue": dict(sorted(by_queue.items())),
+            "rounds": sum(r["rounds"] for r in rounds),
+            "ended": dict(sorted(Counter(r["ended"] for r in rounds).items())),
         }
 
     def appends(self, first: int, last: int) -> dict[str, float]:
@@ -1161,6 +1168,11 @@ def closed_only(
         figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
+        ended = inv.get("ended", {})
+        if ended:  # recorded since the writer logs its rounds (docs/CAPACITY.md §7.4)
+            figures[f"{name}: drain rounds per invocation"] = inv["rounds"] / sum(ended.values())
+            for why, count in ended.items():
+                figures[f"{name}: invocations ended by {why}"] = count
         figures.update(where_the_time_went(name, r))
     figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
     figures["lost"] = sum(c["lost"] for c in readback)

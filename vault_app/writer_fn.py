@@ -211,6 +211,7 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
         rounds.drain(plan)
         runtime.fault("after-drain")
         appended = rounds.append(plan)
+        count = 1
         while appended and plan.drained and time.monotonic() < ends:  # more came: another round
             # Its deletes first: on a queue at its target they and the producers' next sends take
             # the same requests, and the next receive then finds those sends, not a few of them.
@@ -218,7 +219,12 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
             plan = _Plan()
             rounds.drain(plan)
             appended = rounds.append(plan)
+            count += 1
         rounds.wait_for_cleanup()
+    # Why the invocation ends: what each costs its queue (the host's delete of the trigger and
+    # its next poll) is counted against the rounds it ran (docs/CAPACITY.md §7.4).
+    ended = "handed back" if not appended else "none drained" if not plan.drained else "rounds' time"
+    event(log, "rounds", queue=queue.name, rounds=count, ended=ended)
 
 
 @dataclass
