@@ -223,7 +223,7 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
         rounds.wait_for_cleanup()
     # Why the invocation ends: what each costs its queue (the host's delete of the trigger and
     # its next poll) is counted against the rounds it ran (docs/CAPACITY.md §7.4).
-    ended = "handed back" if not appended else "none drained" if not plan.drained else "rounds' time"
+    ended = "an append failed" if not appended else "none drained" if not plan.drained else "rounds' time"
     event(log, "rounds", queue=queue.name, rounds=count, ended=ended)
 
 
@@ -235,9 +235,11 @@ class _Appended:
     """Its committed batches' deletes (messages, claim-check blobs), in flight on the writer's pool."""
     backed_off: float
     """Seconds its thread waited on storage that refused it."""
-    handed_back: bool = False
-    """Its batches could not be appended now and went back to the queue: the invocation drains
-    no further round."""
+    failed: bool = False
+    """Its batches could not be appended now for a reason other streams share (storage refusing
+    or unreachable, an error not understood) and went back to the queue: the invocation drains
+    no further round. Not when another writer holds the stream's lease (steered batches meet
+    that often, on a tier of several queues): the other streams flow on, and so do the rounds."""
 
 
 @dataclass
@@ -293,10 +295,10 @@ class _Rounds:
                 return
 
     def append(self, plan: _Plan) -> bool:
-        """Append a round's batches, their streams side by side; False if any stream's could
-        not be (they went back to the queue, or to poison), so the invocation drains no further
-        round. A round takes as long as its slowest stream, and waits on storage as long as the
-        stream that waited longest (counted as its back-off)."""
+        """Append a round's batches, their streams side by side; False if any stream's failed
+        (``_Appended.failed``), so the invocation drains no further round. A round takes as long
+        as its slowest stream, and waits on storage as long as the stream that waited longest
+        (counted as its back-off)."""
         try:
             appending = [
                 self.streams.submit(contextvars.copy_context().run, self._append_stream, stream, work)
@@ -312,7 +314,7 @@ class _Rounds:
         note_backoff(max((d.backed_off for d in done), default=0.0))
         for failed in appending:
             failed.result()  # the trigger's error, if its stream raised one: the host retries it
-        return not any(d.handed_back for d in done)
+        return not any(d.failed for d in done)
 
     def wait_for_cleanup(self) -> None:
         """Wait for the cleanup of the batches committed so far (their deletes, in flight while
@@ -347,7 +349,7 @@ class _Rounds:
                 _hand_back(services, queue, drained, exc, stream, io=self.runtime.writer_io)
                 if has_trigger:
                     _hand_back_trigger(services, queue, self.trigger, exc, stream)
-                return _Appended([], backed_off() - waited, handed_back=True)
+                return _Appended([], backed_off() - waited, failed=not isinstance(exc, WriterConflict))
             # A bug or an answer we do not understand: give the drained batches back and
             # let the host retry the trigger (and poison it after maxDequeueCount).
             _release(queue, drained)
@@ -356,7 +358,7 @@ class _Rounds:
             if has_trigger:
                 raise
             log.exception("append to %s failed; its drained batches return to the queue", stream)
-            return _Appended([], backed_off() - waited, handed_back=True)
+            return _Appended([], backed_off() - waited, failed=True)
 
 
 def _append(
