@@ -258,6 +258,8 @@ class Config:
         self.container = ContainerClient.from_connection_string(azurite.connection_string, "streams")
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
+        self.windows: list[tuple[IdleBudget, int]] = []
+        """Each closed-loop window's sampled unused tokens, and the host's output line it began at."""
         self._next = 0
         self._lock = threading.Lock()
 
@@ -482,6 +484,7 @@ class Config:
         def open_window() -> None:
             mark("from")
             idle.start()
+            self.windows.append((idle, lines["from"]))
 
         sampler = threading.Timer(warm_up, open_window)
         sampler.start()
@@ -574,6 +577,18 @@ class Config:
             "fronts": sum(cpu_seconds(f.proc.pid) for f in (self.front, self.vault_front) if f.proc),
             "producers": cpu_seconds(os.getpid()),
         }
+
+    def unused_by_writer(self, window: int = 0) -> dict[str, float]:
+        """A closed-loop window's sampled unused tokens by whether its queue's writer was in an
+        invocation (``IdleBudget.by_writer``), once the invocations running at its end have
+        ended and been logged (after the ceiling phase, say)."""
+        idle, first = self.windows[window]
+        found = [
+            json.loads(line[line.index('{"event":"invocation"') :])
+            for line in self.host.lines[first:]
+            if '{"event":"invocation"' in line
+        ]
+        return idle.by_writer([f for f in found if "started_ms" in f])
 
     def invocations(self, first: int, last: int) -> dict[str, Any]:
         """The writer invocations the host logged between two of its output lines: how many,
@@ -813,6 +828,8 @@ class IdleBudget:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.by_state: dict[str, float] = {"batches waiting": 0.0, "none waiting": 0.0}
+        self.samples: list[tuple[float, str, float]] = []
+        """Each queue's unused tokens of each second (Unix time at its middle, queue, tokens)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         services = {
@@ -841,7 +858,24 @@ class IdleBudget:
                 if lost > 0:
                     waiting = bool(client.peek_messages(max_messages=1))
                     self.by_state["batches waiting" if waiting else "none waiting"] += lost
+                    self.samples.append((time.time() - self.INTERVAL / 2, partition, lost))
             last = now
+
+    def by_writer(self, invocations: list[dict[str, Any]]) -> dict[str, float]:
+        """The sampled unused tokens split by whether the queue's writer was in an invocation
+        then (``invocations``: the host's ``invocation`` events, with when each started): time
+        between invocations is the host's (its delete of the trigger, its poll and their
+        back-offs on a refusing queue), time in one the writer's rounds (docs/CAPACITY.md §7.4)."""
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for i in invocations:
+            key = f"{STAGING_ACCOUNTS[i['account']]}/{i['queue']}"
+            start = i["started_ms"] / 1000
+            spans.setdefault(key, []).append((start, start + i["seconds"]))
+        out = {"in an invocation": 0.0, "between invocations": 0.0}
+        for at, partition, lost in self.samples:
+            inside = any(a <= at <= b for a, b in spans.get(partition, []))
+            out["in an invocation" if inside else "between invocations"] += lost
+        return out
 
 
 def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
@@ -1126,6 +1160,7 @@ def closed_only(
                 runs.append(config.closed_loop(sustain, warm_up, in_flight, wait=wait))
                 if ceiling:
                     runs[-1]["ceiling"] = config.ceiling(ceiling, in_flight, wait=wait)
+                runs[-1]["unused_queue_tokens_by_writer"] = config.unused_by_writer()
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -1231,6 +1266,8 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
     }
     for state, tokens in run.get("unused_queue_tokens_by_queue_state", {}).items():
         figures[f"{name}: queues' budget unused with {state} in them ÷ target"] = tokens / budget
+    for state, tokens in run.get("unused_queue_tokens_by_writer", {}).items():
+        figures[f"{name}: queues' budget unused with their writer {state} ÷ target"] = tokens / budget
     for kind, seconds in run["producer_seconds"].items():
         figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
     figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")

@@ -133,7 +133,7 @@ class _Plan:
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
-    started, waited = time.monotonic(), backed_off()
+    started, waited, started_ms = time.monotonic(), backed_off(), time.time_ns() // 1_000_000
     with telemetry.current().writing(queue.name, queue.account):
         try:
             _write(runtime, queue, trigger)
@@ -144,6 +144,8 @@ def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
                 log,
                 "invocation",
                 queue=queue.name,
+                account=queue.account,
+                started_ms=started_ms,  # when, so that a queue's time without one can be told too
                 seconds=round(time.monotonic() - started, 3),
                 backed_off=round(backed_off() - waited, 3),
             )
