@@ -578,17 +578,22 @@ class Config:
             "producers": cpu_seconds(os.getpid()),
         }
 
-    def unused_by_writer(self, window: int = 0) -> dict[str, float]:
+    def unused_by_writer(self, window: int = 0) -> dict[str, Any]:
         """A closed-loop window's sampled unused tokens by whether its queue's writer was in an
-        invocation (``IdleBudget.by_writer``), once the invocations running at its end have
-        ended and been logged (after the ceiling phase, say)."""
+        invocation (``IdleBudget.by_writer``), and the queues' seconds with none running, once
+        the invocations running at its end have ended and been logged (after the ceiling
+        phase, say)."""
         idle, first = self.windows[window]
         found = [
             json.loads(line[line.index('{"event":"invocation"') :])
             for line in self.host.lines[first:]
             if '{"event":"invocation"' in line
         ]
-        return idle.by_writer([f for f in found if "started_ms" in f])
+        timed = [f for f in found if "started_ms" in f]
+        return {
+            "unused_queue_tokens_by_writer": idle.by_writer(timed),
+            "queue_seconds_between_invocations": idle.between_invocations(timed),
+        }
 
     def invocations(self, first: int, last: int) -> dict[str, Any]:
         """The writer invocations the host logged between two of its output lines: how many,
@@ -830,6 +835,8 @@ class IdleBudget:
         self.by_state: dict[str, float] = {"batches waiting": 0.0, "none waiting": 0.0}
         self.samples: list[tuple[float, str, float]] = []
         """Each queue's unused tokens of each second (Unix time at its middle, queue, tokens)."""
+        self.began = self.ended = 0.0
+        """The sampled window (Unix time)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         services = {
@@ -843,11 +850,13 @@ class IdleBudget:
         }
 
     def start(self) -> None:
+        self.began = time.time()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        self.ended = time.time()
 
     def _run(self) -> None:
         last = self.config.front.unused().get("queue_messages", {})
@@ -876,6 +885,17 @@ class IdleBudget:
             inside = any(a <= at <= b for a, b in spans.get(partition, []))
             out["in an invocation" if inside else "between invocations"] += lost
         return out
+
+    def between_invocations(self, invocations: list[dict[str, Any]]) -> float:
+        """Seconds of the window the configuration's queues spent with no writer invocation
+        running, summed over the queues (the host's delete of a trigger, its poll and their
+        back-offs, its idle waits)."""
+        running = 0.0
+        for i in invocations:
+            if f"{STAGING_ACCOUNTS[i['account']]}/{i['queue']}" in self.queues:
+                start = i["started_ms"] / 1000
+                running += max(0.0, min(start + i["seconds"], self.ended) - max(start, self.began))
+        return len(self.queues) * (self.ended - self.began) - running
 
 
 def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
@@ -1160,7 +1180,7 @@ def closed_only(
                 runs.append(config.closed_loop(sustain, warm_up, in_flight, wait=wait))
                 if ceiling:
                     runs[-1]["ceiling"] = config.ceiling(ceiling, in_flight, wait=wait)
-                runs[-1]["unused_queue_tokens_by_writer"] = config.unused_by_writer()
+                runs[-1].update(config.unused_by_writer())
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -1268,6 +1288,10 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
         figures[f"{name}: queues' budget unused with {state} in them ÷ target"] = tokens / budget
     for state, tokens in run.get("unused_queue_tokens_by_writer", {}).items():
         figures[f"{name}: queues' budget unused with their writer {state} ÷ target"] = tokens / budget
+    if "queue_seconds_between_invocations" in run:
+        figures[f"{name}: queues' time with no writer invocation running"] = run[
+            "queue_seconds_between_invocations"
+        ] / (run["queues"] * window)
     for kind, seconds in run["producer_seconds"].items():
         figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
     figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")
