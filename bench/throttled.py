@@ -54,7 +54,13 @@ answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean PO
 same host and producers for ``--ceiling`` seconds more with the front at Azure's own targets
 (``PUT /_throttle/factor``), so that nothing throttles: ``factor``, ``statuses``,
 ``steady_seconds``, ``committed_msgs_per_s`` (this machine's ceiling for the configuration),
-``queue_ops_per_committed_batch``, ``cpu_seconds``.
+``queue_ops_per_committed_batch``, ``cpu_seconds``. Since the writer appends a round's streams side
+by side (docs/CAPACITY.md §7.4): ``writer_invocations.rounds`` and ``.ended`` (the writer's
+``rounds`` events: drain rounds run, and how many invocations ended because a round drained
+none, the rounds' time ran out, or an append failed), ``unused_queue_tokens_by_writer`` (the
+sampled unused tokens by whether the queue's writer was ``"in an invocation"`` or ``"between
+invocations"`` then) and ``queue_seconds_between_invocations`` (the window's seconds with no
+writer invocation running, summed over the queues).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
