@@ -40,9 +40,8 @@ from vault_app.staging import Stager
 from vault_app.writer_fn import StagingMessage, write_staged
 from vault_client.results import offset_in_pieces
 from vault_core.clock import ManualClock
-from vault_core.errors import StorageUnavailable, StreamLeased, StreamNotFound
+from vault_core.errors import StreamLeased, StreamNotFound
 from vault_core.memory import MemoryAccount
-from vault_core.queueing import QueuedMessage
 from vault_core.recordformat import HEADER_SIZE, NewMessage
 from vault_core.writer import Batch, WriterSettings
 
@@ -152,30 +151,6 @@ def test_a_rounds_streams_are_appended_side_by_side(
     assert run_trigger(runtime, queue)
     assert [values(services, s) for s in streams] == [[s] for s in streams]
     assert queue.staging.approximate_count() == 0
-
-
-def test_on_a_queue_at_its_target_an_empty_round_is_drained_once_more_before_the_invocation_ends(
-    runtime: Runtime, services: Services, queue: StagingQueue, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ending there, the host's delete of the trigger and its next poll would meet the queue's
-    refusals and their back-offs: a batch staged just after a round that drained nothing is
-    appended by the same invocation, a pause later."""
-    monkeypatch.setattr(writer_fn, "EMPTY_ROUND_PAUSE_SECONDS", 0.0)
-    stage(services, "o0", ["o0"])
-    (trigger,) = queue.staging.receive(1, 60)
-    receive, calls = queue.staging.receive, []
-
-    def at_its_target(count: int, visibility: int, *, retry: bool = True) -> list[QueuedMessage]:
-        calls.append(count)
-        if len(calls) == 1:
-            raise StorageUnavailable("503 ServerBusy")  # the first drain's receive is refused
-        if len(calls) == 3:  # the round after the empty one
-            stage(services, "o1", ["o1"])
-        return receive(count, visibility, retry=retry)
-
-    monkeypatch.setattr(queue.staging, "receive", at_its_target)
-    write_staged(runtime, queue, StagingMessage(trigger.id, trigger.body, 1, trigger.receipt))
-    assert values(services) == ["o0", "o1"]
 
 
 @pytest.mark.parametrize("rounds_seconds", [writer_fn.DRAIN_ROUNDS_SECONDS, 0.0])

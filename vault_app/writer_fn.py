@@ -102,12 +102,6 @@ STREAMS_AT_ONCE = 8
 a stream, as ever): a round then takes as long as its slowest stream, not all of them in turn.
 One after the other, a round of 8 single-batch streams held its queue's writer for 8 appends
 while the queue's one-second bucket overflowed (docs/CAPACITY.md §7.4)."""
-EMPTY_ROUND_PAUSE_SECONDS = 0.5
-"""After a round whose drain found nothing, on a queue that refused this invocation's requests (at
-its target), the invocation drains once more this much later rather than ending: ending, the
-host's delete of the trigger and its next poll meet the same refusals and its storage client's
-back-offs (0.5 s, then 2.5 s), seconds of the queue's requests unused while batches wait
-(docs/CAPACITY.md §7.4). The receive costs one request."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -220,7 +214,7 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
         runtime.fault("after-drain")
         appended = rounds.append(plan)
         count = 1
-        while appended and time.monotonic() < ends and rounds.another(plan):
+        while appended and plan.drained and time.monotonic() < ends:  # more came: another round
             # Its deletes first: on a queue at its target they and the producers' next sends take
             # the same requests, and the next receive then finds those sends, not a few of them.
             rounds.wait_for_cleanup()
@@ -264,23 +258,6 @@ class _Rounds:
     ends: float
     """When the invocation drains no further round (DRAIN_ROUNDS_SECONDS after it began)."""
     cleanup: list[Future[None]] = field(default_factory=list)
-    refused: threading.Event = field(default_factory=threading.Event)
-    """Set once the queue refused a receive or a delete of this invocation: it is at its target."""
-    paused: bool = False
-    """The last round's drain found nothing, and the invocation paused for one more."""
-
-    def another(self, plan: _Plan) -> bool:
-        """Whether to drain another round after ``plan``'s: yes if its drain found batches (more
-        may have come while it appended); after one that found none, once, EMPTY_ROUND_PAUSE_SECONDS
-        later, if the queue refused requests of this invocation."""
-        if plan.drained:
-            self.paused = False
-            return True
-        if self.paused or not self.refused.is_set():
-            return False
-        self.paused = True
-        time.sleep(EMPTY_ROUND_PAUSE_SECONDS)
-        return True
 
     def drain(self, plan: _Plan) -> None:
         """A round's drain: receive what waits in the queue, up to DRAIN_BYTES, for up to
@@ -290,7 +267,7 @@ class _Rounds:
         stop = time.monotonic() + DRAIN_ROUND_SECONDS
         while plan.bytes < DRAIN_BYTES and time.monotonic() < stop:
             try:
-                asked, held = _receive_patiently(queue, self.ends, self.refused)
+                asked, held = _receive_patiently(queue, self.ends)
             except VaultError as exc:
                 log.info("draining %s stopped: %s", queue.name, exc)
                 return  # append what we have
@@ -358,7 +335,7 @@ class _Rounds:
         drained = [w.drained for w in work if w.drained]
         has_trigger = any(w.drained is None for w in work)
         try:
-            return _Appended(self._append(stream, work), backed_off() - waited)
+            return _Appended(_append(self.runtime, queue, stream, work, self.renewer), backed_off() - waited)
         except StreamFull as exc:
             self.renewer.forget(drained)
             for w in work:
@@ -385,45 +362,46 @@ class _Rounds:
             log.exception("append to %s failed; its drained batches return to the queue", stream)
             return _Appended([], backed_off() - waited, failed=True)
 
-    def _append(self, stream: str, work: list[_Work]) -> list[Future[None]]:
-        """Append and commit one stream's batches; their cleanup, started."""
-        runtime, queue, renewer = self.runtime, self.queue, self.renewer
-        tel = telemetry.current()
-        started = time.monotonic()
-        with tel.appending(stream, [w.envelope.trace for w in work]):
-            started_ns = time.time_ns()
-            # A dead owner's lease on a stream of the queue just taken from it is broken (§3.7).
-            home = runtime.services.queue_for(stream)
-            at_home = (home.account, home.name) == (queue.account, queue.name)
-            dead = at_home and runtime.writers.inherited(queue)
-            results = runtime.writers.append(
-                runtime.services, stream, [_batch(w.envelope) for w in work], break_dead_lease=dead
-            )
-            tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
-        runtime.fault("after-commit")
-        now_ms = time.time_ns() // 1_000_000
-        # Cleanup after the commit, side by side and while the other streams append (the invocation
-        # waits for it before its next round's drain); anything left behind is harmless (a redelivery
-        # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
-        drained = [w.drained for w in work if w.drained]
-        renewer.forget(drained)
-        io = runtime.writer_io
-        claims = [w.envelope.claim for w in work if w.envelope.claim]
-        cleanup = [io.submit(runtime.services.claims.delete, claims)]
-        cleanup += [io.submit(_delete_patiently, queue, m, self.refused) for m in drained]
-        fresh = [r for r in results if not r.duplicate]
-        event(
-            log,
-            "appended",
-            stream=stream,
-            batch_ids=[r.batch_id for r in results],
-            duplicates=len(results) - len(fresh),
-            messages=sum(r.count for r in fresh),
-            bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
-            duration_ms=round((time.monotonic() - started) * 1000, 1),
-            lag_ms=now_ms - min(w.envelope.received_ms for w in work),
+
+def _append(
+    runtime: Runtime, queue: StagingQueue, stream: str, work: list[_Work], renewer: DrainRenewer
+) -> list[Future[None]]:
+    """Append and commit one stream's batches; their cleanup, started."""
+    tel = telemetry.current()
+    started = time.monotonic()
+    with tel.appending(stream, [w.envelope.trace for w in work]):
+        started_ns = time.time_ns()
+        # A dead owner's lease on a stream of the queue just taken from it is broken (§3.7).
+        home = runtime.services.queue_for(stream)
+        dead = runtime.writers.inherited(queue) and (home.account, home.name) == (queue.account, queue.name)
+        results = runtime.writers.append(
+            runtime.services, stream, [_batch(w.envelope) for w in work], break_dead_lease=dead
         )
-        return cleanup
+        tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
+    runtime.fault("after-commit")
+    now_ms = time.time_ns() // 1_000_000
+    # Cleanup after the commit, side by side and while the other streams append (the invocation
+    # waits for it before its next round's drain); anything left behind is harmless (a redelivery
+    # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
+    drained = [w.drained for w in work if w.drained]
+    renewer.forget(drained)
+    io = runtime.writer_io
+    claims = [w.envelope.claim for w in work if w.envelope.claim]
+    cleanup = [io.submit(runtime.services.claims.delete, claims)]
+    cleanup += [io.submit(_delete_patiently, queue, m) for m in drained]
+    fresh = [r for r in results if not r.duplicate]
+    event(
+        log,
+        "appended",
+        stream=stream,
+        batch_ids=[r.batch_id for r in results],
+        duplicates=len(results) - len(fresh),
+        messages=sum(r.count for r in fresh),
+        bytes=(fresh[-1].next_offset - fresh[0].first_offset) if fresh else 0,
+        duration_ms=round((time.monotonic() - started) * 1000, 1),
+        lag_ms=now_ms - min(w.envelope.received_ms for w in work),
+    )
+    return cleanup
 
 
 def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.Commit]:
@@ -448,9 +426,7 @@ def _batch(env: Envelope) -> Batch:
     return Batch(env.messages or [], env.batch_id)
 
 
-def _receive_patiently(
-    queue: StagingQueue, until: float, refused: threading.Event | None = None
-) -> tuple[float, list[QueuedMessage]]:
+def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[QueuedMessage]]:
     """One receive of up to DRAIN_MESSAGES (one request), and when its attempt was made: one
     attempt every DELETE_PACE_SECONDS while its queue refuses (at its request target), until
     ``until``. The SDK's back-off (0.5 s, then 2.5 s) would hold the invocation longer than the
@@ -462,8 +438,6 @@ def _receive_patiently(
         except VaultError as exc:
             if not exc.retriable or asked + DELETE_PACE_SECONDS > until:
                 raise
-            if refused is not None:
-                refused.set()
         time.sleep(DELETE_PACE_SECONDS)
 
 
@@ -620,7 +594,7 @@ def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
         pass  # redelivered later, recognised as a duplicate by its batch id
 
 
-def _delete_patiently(queue: StagingQueue, m: QueuedMessage, refused: threading.Event | None = None) -> None:
+def _delete_patiently(queue: StagingQueue, m: QueuedMessage) -> None:
     """Delete a committed batch's message, one attempt every DELETE_PACE_SECONDS while its queue
     refuses (at its request target), for up to DELETE_PATIENCE_SECONDS.
 
@@ -635,8 +609,6 @@ def _delete_patiently(queue: StagingQueue, m: QueuedMessage, refused: threading.
             queue.staging.delete(m, retry=False)
             return
         except VaultError as exc:
-            if refused is not None and exc.retriable:
-                refused.set()
             if not exc.retriable or time.monotonic() + DELETE_PACE_SECONDS > deadline:
                 return  # redelivered later, recognised as a duplicate by its batch id
         time.sleep(DELETE_PACE_SECONDS)
