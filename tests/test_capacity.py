@@ -467,6 +467,7 @@ def test_the_closed_loop_reruns_are_the_model_with_their_measured_operations_and
         "throttled_closed_quiet",
         "throttled_closed_side_by_side",
         "throttled_closed_side_by_side_loaded",
+        "throttled_closed_empty_round_pause",
     ],
 )
 def test_the_forecast_is_the_least_of_the_queues_target_over_the_runs_operations_and_the_machines_ceiling(
