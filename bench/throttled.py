@@ -54,7 +54,13 @@ answer, ``"Retry-After"``: asleep after a 503) and ``post_seconds``, the mean PO
 same host and producers for ``--ceiling`` seconds more with the front at Azure's own targets
 (``PUT /_throttle/factor``), so that nothing throttles: ``factor``, ``statuses``,
 ``steady_seconds``, ``committed_msgs_per_s`` (this machine's ceiling for the configuration),
-``queue_ops_per_committed_batch``, ``cpu_seconds``.
+``queue_ops_per_committed_batch``, ``cpu_seconds``. Since the writer appends a round's streams side
+by side (docs/CAPACITY.md §7.4): ``writer_invocations.rounds`` and ``.ended`` (the writer's
+``rounds`` events: drain rounds run, and how many invocations ended because a round drained
+none, the rounds' time ran out, or an append failed), ``unused_queue_tokens_by_writer`` (the
+sampled unused tokens by whether the queue's writer was ``"in an invocation"`` or ``"between
+invocations"`` then) and ``queue_seconds_between_invocations`` (the window's seconds with no
+writer invocation running, summed over the queues).
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -258,6 +264,8 @@ class Config:
         self.container = ContainerClient.from_connection_string(azurite.connection_string, "streams")
         self.accepted: dict[int, str] = {}  # post -> stream
         self.refused: set[int] = set()
+        self.windows: list[tuple[IdleBudget, int]] = []
+        """Each closed-loop window's sampled unused tokens, and the host's output line it began at."""
         self._next = 0
         self._lock = threading.Lock()
 
@@ -482,6 +490,7 @@ class Config:
         def open_window() -> None:
             mark("from")
             idle.start()
+            self.windows.append((idle, lines["from"]))
 
         sampler = threading.Timer(warm_up, open_window)
         sampler.start()
@@ -575,6 +584,23 @@ class Config:
             "producers": cpu_seconds(os.getpid()),
         }
 
+    def unused_by_writer(self, window: int = 0) -> dict[str, Any]:
+        """A closed-loop window's sampled unused tokens by whether its queue's writer was in an
+        invocation (``IdleBudget.by_writer``), and the queues' seconds with none running, once
+        the invocations running at its end have ended and been logged (after the ceiling
+        phase, say)."""
+        idle, first = self.windows[window]
+        found = [
+            json.loads(line[line.index('{"event":"invocation"') :])
+            for line in self.host.lines[first:]
+            if '{"event":"invocation"' in line
+        ]
+        timed = [f for f in found if "started_ms" in f]
+        return {
+            "unused_queue_tokens_by_writer": idle.by_writer(timed),
+            "queue_seconds_between_invocations": idle.between_invocations(timed),
+        }
+
     def invocations(self, first: int, last: int) -> dict[str, Any]:
         """The writer invocations the host logged between two of its output lines: how many,
         their seconds in all, and the seconds of it they waited on storage that refused them
@@ -587,11 +613,18 @@ class Config:
         by_queue: dict[str, float] = {}
         for f in found:
             by_queue[f["queue"]] = by_queue.get(f["queue"], 0.0) + f["seconds"]
+        rounds = [
+            json.loads(line[line.index('{"event":"rounds"') :])
+            for line in self.host.lines[first:last]
+            if '{"event":"rounds"' in line
+        ]
         return {
             "count": len(found),
             "seconds": sum(f["seconds"] for f in found),
             "backed_off_seconds": sum(f["backed_off"] for f in found),
             "seconds_by_queue": dict(sorted(by_queue.items())),
+            "rounds": sum(r["rounds"] for r in rounds),
+            "ended": dict(sorted(Counter(r["ended"] for r in rounds).items())),
         }
 
     def appends(self, first: int, last: int) -> dict[str, float]:
@@ -806,6 +839,10 @@ class IdleBudget:
     def __init__(self, config: Config) -> None:
         self.config = config
         self.by_state: dict[str, float] = {"batches waiting": 0.0, "none waiting": 0.0}
+        self.samples: list[tuple[float, str, float]] = []
+        """Each queue's unused tokens of each second (Unix time at its middle, queue, tokens)."""
+        self.began = self.ended = 0.0
+        """The sampled window (Unix time)."""
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         services = {
@@ -819,11 +856,13 @@ class IdleBudget:
         }
 
     def start(self) -> None:
+        self.began = time.time()
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        self.ended = time.time()
 
     def _run(self) -> None:
         last = self.config.front.unused().get("queue_messages", {})
@@ -834,7 +873,35 @@ class IdleBudget:
                 if lost > 0:
                     waiting = bool(client.peek_messages(max_messages=1))
                     self.by_state["batches waiting" if waiting else "none waiting"] += lost
+                    self.samples.append((time.time() - self.INTERVAL / 2, partition, lost))
             last = now
+
+    def by_writer(self, invocations: list[dict[str, Any]]) -> dict[str, float]:
+        """The sampled unused tokens split by whether the queue's writer was in an invocation
+        then (``invocations``: the host's ``invocation`` events, with when each started): time
+        between invocations is the host's (its delete of the trigger, its poll and their
+        back-offs on a refusing queue), time in one the writer's rounds (docs/CAPACITY.md §7.4)."""
+        spans: dict[str, list[tuple[float, float]]] = {}
+        for i in invocations:
+            key = f"{STAGING_ACCOUNTS[i['account']]}/{i['queue']}"
+            start = i["started_ms"] / 1000
+            spans.setdefault(key, []).append((start, start + i["seconds"]))
+        out = {"in an invocation": 0.0, "between invocations": 0.0}
+        for at, partition, lost in self.samples:
+            inside = any(a <= at <= b for a, b in spans.get(partition, []))
+            out["in an invocation" if inside else "between invocations"] += lost
+        return out
+
+    def between_invocations(self, invocations: list[dict[str, Any]]) -> float:
+        """Seconds of the window the configuration's queues spent with no writer invocation
+        running, summed over the queues (the host's delete of a trigger, its poll and their
+        back-offs, its idle waits)."""
+        running = 0.0
+        for i in invocations:
+            if f"{STAGING_ACCOUNTS[i['account']]}/{i['queue']}" in self.queues:
+                start = i["started_ms"] / 1000
+                running += max(0.0, min(start + i["seconds"], self.ended) - max(start, self.began))
+        return len(self.queues) * (self.ended - self.began) - running
 
 
 def _clipped(spans: list[tuple[float, float, str]], start: float, end: float) -> dict[str, float]:
@@ -1119,6 +1186,7 @@ def closed_only(
                 runs.append(config.closed_loop(sustain, warm_up, in_flight, wait=wait))
                 if ceiling:
                     runs[-1]["ceiling"] = config.ceiling(ceiling, in_flight, wait=wait)
+                runs[-1].update(config.unused_by_writer())
                 print(json.dumps(runs[-1]), flush=True)
                 cpu.update(diff(processes_cpu(config, azurite, front, vault_front), before))
                 checked = {"queues": queues, "accounts": accounts, **config.read_back(vault, azurite)}
@@ -1161,6 +1229,11 @@ def closed_only(
         figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
+        ended = inv.get("ended", {})
+        if ended:  # recorded since the writer logs its rounds (docs/CAPACITY.md §7.4)
+            figures[f"{name}: drain rounds per invocation"] = inv["rounds"] / sum(ended.values())
+            for why, count in ended.items():
+                figures[f"{name}: invocations ended by {why}"] = count
         figures.update(where_the_time_went(name, r))
     figures["accepted POSTs read back"] = sum(c["accepted"] for c in readback)
     figures["lost"] = sum(c["lost"] for c in readback)
@@ -1219,6 +1292,12 @@ def where_the_time_went(name: str, run: dict[str, Any]) -> dict[str, Any]:
     }
     for state, tokens in run.get("unused_queue_tokens_by_queue_state", {}).items():
         figures[f"{name}: queues' budget unused with {state} in them ÷ target"] = tokens / budget
+    for state, tokens in run.get("unused_queue_tokens_by_writer", {}).items():
+        figures[f"{name}: queues' budget unused with their writer {state} ÷ target"] = tokens / budget
+    if "queue_seconds_between_invocations" in run:
+        figures[f"{name}: queues' time with no writer invocation running"] = run[
+            "queue_seconds_between_invocations"
+        ] / (run["queues"] * window)
     for kind, seconds in run["producer_seconds"].items():
         figures[f"{name}: producers' time in {kind}"] = seconds / producer_seconds
     figures[f"{name}: POST answered 200, mean seconds from send to commit"] = run["post_seconds"].get("200")

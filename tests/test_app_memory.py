@@ -132,6 +132,27 @@ def test_one_invocation_drains_the_queue_and_appends_every_stream_in_batch_order
     assert values(services, "payments") == [f"p{i}" for i in range(5)]
 
 
+def test_a_rounds_streams_are_appended_side_by_side(
+    runtime: Runtime, services: Services, queue: StagingQueue
+) -> None:
+    """A round takes as long as its slowest stream, not all of them in turn: here each stream's
+    append waits, once committed, until every stream of the round has committed, which streams
+    appended one after the other never would."""
+    streams = ["orders", "payments", "refunds"]
+    for s in streams:
+        stage(services, s, [s], stream=s)
+    every_stream_committed = threading.Barrier(len(streams), timeout=10)
+
+    def meet(point: str) -> None:
+        if point == "after-commit":
+            every_stream_committed.wait()
+
+    runtime.fault_hook = meet
+    assert run_trigger(runtime, queue)
+    assert [values(services, s) for s in streams] == [[s] for s in streams]
+    assert queue.staging.approximate_count() == 0
+
+
 @pytest.mark.parametrize("rounds_seconds", [writer_fn.DRAIN_ROUNDS_SECONDS, 0.0])
 def test_batches_staged_while_the_writer_appends_are_drained_in_its_next_round(
     runtime: Runtime,

@@ -459,7 +459,16 @@ def test_the_closed_loop_reruns_are_the_model_with_their_measured_operations_and
 
 
 @pytest.mark.parametrize(
-    "name", ["throttled_closed_ceiling", "throttled_closed_ceiling_1600", "throttled_closed_ceiling_inflight"]
+    "name",
+    [
+        "throttled_closed_ceiling",
+        "throttled_closed_ceiling_1600",
+        "throttled_closed_ceiling_inflight",
+        "throttled_closed_quiet",
+        "throttled_closed_side_by_side",
+        "throttled_closed_side_by_side_loaded",
+        "throttled_closed_empty_round_pause",
+    ],
 )
 def test_the_forecast_is_the_least_of_the_queues_target_over_the_runs_operations_and_the_machines_ceiling(
     name: str,

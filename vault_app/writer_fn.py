@@ -29,10 +29,12 @@ What happens to a batch that cannot be appended now (docs/ARCHITECTURE.md "Failu
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import threading
 import time
-from concurrent.futures import Executor, Future
+from concurrent import futures
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from vault_app import envelope, telemetry
@@ -95,6 +97,11 @@ DRAIN_ROUND_SECONDS = 1.0
 a queue taken over after its owner's death holds the backlog of a whole lease time (15 s), and
 draining all of it, claim-check downloads included, held the first commit back 5 to 10 s
 (docs/ARCHITECTURE.md §3.7). The rest waits for the next round, moments later."""
+STREAMS_AT_ONCE = 8
+"""Streams of one round appended side by side, each under its own writer and lease (one writer
+a stream, as ever): a round then takes as long as its slowest stream, not all of them in turn.
+One after the other, a round of 8 single-batch streams held its queue's writer for 8 appends
+while the queue's one-second bucket overflowed (docs/CAPACITY.md §7.4)."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -126,7 +133,7 @@ class _Plan:
 
 
 def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage) -> None:
-    started, waited = time.monotonic(), backed_off()
+    started, waited, started_ms = time.monotonic(), backed_off(), time.time_ns() // 1_000_000
     with telemetry.current().writing(queue.name, queue.account):
         try:
             _write(runtime, queue, trigger)
@@ -137,6 +144,8 @@ def write_staged(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
                 log,
                 "invocation",
                 queue=queue.name,
+                account=queue.account,
+                started_ms=started_ms,  # when, so that a queue's time without one can be told too
                 seconds=round(time.monotonic() - started, 3),
                 backed_off=round(backed_off() - waited, 3),
             )
@@ -192,92 +201,157 @@ def _write_owned(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage)
 
 
 def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessage, first: Envelope) -> None:
-    """Drain the queue and append the trigger's batch and the drained ones, stream by stream."""
-    services = runtime.services
-    claims = services.claims
+    """Drain the queue and append the trigger's batch and the drained ones, in rounds."""
     plan = _Plan()
     _add(plan, _Work(first))
-    cleanup: list[Future[None]] = []
     ends = time.monotonic() + DRAIN_ROUNDS_SECONDS
-    with DrainRenewer(queue, runtime.writers.drained(services, queue)) as renewer:
-        _drain(claims, runtime, queue, plan, renewer, ends)
+    with (
+        DrainRenewer(queue, runtime.writers.drained(runtime.services, queue)) as renewer,
+        ThreadPoolExecutor(STREAMS_AT_ONCE, thread_name_prefix="mv-append") as streams,
+    ):
+        rounds = _Rounds(runtime, queue, trigger, renewer, streams, ends)
+        rounds.drain(plan)
         runtime.fault("after-drain")
-        appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup, trigger, first.stream)
+        appended = rounds.append(plan)
+        count = 1
         while appended and plan.drained and time.monotonic() < ends:  # more came: another round
             # Its deletes first: on a queue at its target they and the producers' next sends take
             # the same requests, and the next receive then finds those sends, not a few of them.
-            _wait_for(cleanup)
+            rounds.wait_for_cleanup()
             plan = _Plan()
-            _drain(claims, runtime, queue, plan, renewer, ends)
-            appended = _append_plan(runtime, claims, queue, plan, renewer, cleanup)
-        _wait_for(cleanup)
+            rounds.drain(plan)
+            appended = rounds.append(plan)
+            count += 1
+        rounds.wait_for_cleanup()
+    # Why the invocation ends: what each costs its queue (the host's delete of the trigger and
+    # its next poll) is counted against the rounds it ran (docs/CAPACITY.md §7.4).
+    ended = "an append failed" if not appended else "none drained" if not plan.drained else "rounds' time"
+    event(log, "rounds", queue=queue.name, rounds=count, ended=ended)
 
 
-def _wait_for(cleanup: list[Future[None]]) -> None:
-    """Wait for the cleanup of the batches committed so far (their deletes, in flight while the
-    next stream appended): time spent waiting on the queue, counted as a back-off."""
-    waiting = time.monotonic()
-    for done in cleanup:
-        done.result()
-    cleanup.clear()
-    note_backoff(time.monotonic() - waiting)
+@dataclass
+class _Appended:
+    """What appending one stream's batches of a round left behind."""
+
+    cleanup: list[Future[None]]
+    """Its committed batches' deletes (messages, claim-check blobs), in flight on the writer's pool."""
+    backed_off: float
+    """Seconds its thread waited on storage that refused it."""
+    failed: bool = False
+    """Its batches could not be appended now for a reason other streams share (storage refusing
+    or unreachable, an error not understood) and went back to the queue: the invocation drains
+    no further round. Not when another writer holds the stream's lease (steered batches meet
+    that often, on a tier of several queues): the other streams flow on, and so do the rounds."""
 
 
-def _append_plan(
-    runtime: Runtime,
-    claims: ClaimChecks,
-    queue: StagingQueue,
-    plan: _Plan,
-    renewer: DrainRenewer,
-    cleanup: list[Future[None]],
-    trigger: StagingMessage | None = None,
-    trigger_stream: str | None = None,
-) -> bool:
-    """Append a round's batches stream by stream; False if any stream's could not be (they went
-    back to the queue, or to poison), so the invocation drains no further round. The trigger
-    is in the first round only, in ``trigger_stream``'s batches."""
-    try:
-        return _append_streams(runtime, claims, queue, plan, renewer, cleanup, trigger, trigger_stream)
-    finally:
-        for stream in plan.by_stream:  # opened ahead by the drain but not appended: kept, or let go
-            runtime.writers.keep_opened(stream)
+@dataclass
+class _Rounds:
+    """What every round of one writer invocation shares: a round's streams are appended side by
+    side on ``streams`` (STREAMS_AT_ONCE), each under its own writer and lease."""
 
+    runtime: Runtime
+    queue: StagingQueue
+    trigger: StagingMessage
+    """The trigger's batch is the one work item not drained, in the first round only."""
+    renewer: DrainRenewer
+    streams: Executor
+    ends: float
+    """When the invocation drains no further round (DRAIN_ROUNDS_SECONDS after it began)."""
+    cleanup: list[Future[None]] = field(default_factory=list)
 
-def _append_streams(
-    runtime: Runtime,
-    claims: ClaimChecks,
-    queue: StagingQueue,
-    plan: _Plan,
-    renewer: DrainRenewer,
-    cleanup: list[Future[None]],
-    trigger: StagingMessage | None,
-    trigger_stream: str | None,
-) -> bool:
-    services = runtime.services
-    appended = True
-    for stream, work in plan.by_stream.items():
-        drained = [w.drained for w in work if w.drained]
-        has_trigger = trigger is not None and stream == trigger_stream
+    def drain(self, plan: _Plan) -> None:
+        """A round's drain: receive what waits in the queue, up to DRAIN_BYTES, for up to
+        DRAIN_ROUND_SECONDS, into ``plan``."""
+        runtime, queue, renewer = self.runtime, self.queue, self.renewer
+        services = runtime.services
+        stop = time.monotonic() + DRAIN_ROUND_SECONDS
+        while plan.bytes < DRAIN_BYTES and time.monotonic() < stop:
+            try:
+                asked, held = _receive_patiently(queue, self.ends)
+            except VaultError as exc:
+                log.info("draining %s stopped: %s", queue.name, exc)
+                return  # append what we have
+            plan.drained += len(held)
+            # A dead writer's batches all went around before: their re-sends side by side.
+            held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
+            renewer.hold(held, since=asked, visibility=DRAIN_RECEIVE_VISIBILITY)
+            # Claim-check downloads are independent: fetch them side by side, keep queue order.
+            loaded = runtime.writer_io.map(lambda m: _try_load(services.claims, m.body), held)
+            for m, result in zip(held, loaded, strict=True):
+                if isinstance(result, Envelope):
+                    _add(plan, _Work(result, m))
+                    # Its lease and recovery side by side with the rest of the drain and the
+                    # other streams' appends: a backlog taken over holds batches of every stream
+                    # of the queue, and opening each at its append, one after the other, took seconds.
+                    runtime.writers.open_ahead(services, result.stream)
+                    continue
+                renewer.forget([m])
+                if isinstance(result, AlreadyCommitted):
+                    _delete(queue, m)
+                elif isinstance(result, EnvelopeError):
+                    _poison(services, queue, m.body, str(result))
+                    _delete(queue, m)
+                else:
+                    _hand_back(services, queue, [m], result)
+            if len(held) < DRAIN_MESSAGES:
+                return
+
+    def append(self, plan: _Plan) -> bool:
+        """Append a round's batches, their streams side by side; False if any stream's failed
+        (``_Appended.failed``), so the invocation drains no further round. A round takes as long
+        as its slowest stream, and waits on storage as long as the stream that waited longest
+        (counted as its back-off)."""
         try:
-            _append(runtime, claims, queue, stream, work, renewer, cleanup)
+            appending = [
+                self.streams.submit(contextvars.copy_context().run, self._append_stream, stream, work)
+                for stream, work in plan.by_stream.items()
+            ]
+            futures.wait(appending)
+        finally:
+            for stream in plan.by_stream:  # opened ahead by the drain but not appended: kept, or let go
+                self.runtime.writers.keep_opened(stream)
+        done = [a.result() for a in appending if a.exception() is None]
+        for d in done:
+            self.cleanup += d.cleanup
+        note_backoff(max((d.backed_off for d in done), default=0.0))
+        for failed in appending:
+            failed.result()  # the trigger's error, if its stream raised one: the host retries it
+        return not any(d.failed for d in done)
+
+    def wait_for_cleanup(self) -> None:
+        """Wait for the cleanup of the batches committed so far (their deletes, in flight while
+        other streams appended): time spent waiting on the queue, counted as a back-off."""
+        waiting = time.monotonic()
+        for done in self.cleanup:
+            done.result()
+        self.cleanup.clear()
+        note_backoff(time.monotonic() - waiting)
+
+    def _append_stream(self, stream: str, work: list[_Work]) -> _Appended:
+        """Append one stream's batches of a round (in a thread of ``streams``), and decide what
+        becomes of them if they cannot be. Raises only what the host must retry the trigger for."""
+        services, queue = self.runtime.services, self.queue
+        waited = backed_off()
+        drained = [w.drained for w in work if w.drained]
+        has_trigger = any(w.drained is None for w in work)
+        try:
+            return _Appended(_append(self.runtime, queue, stream, work, self.renewer), backed_off() - waited)
         except StreamFull as exc:
-            renewer.forget(drained)
+            self.renewer.forget(drained)
             for w in work:
                 if w.drained is None:  # the trigger's batch: the host deletes its message
-                    assert trigger is not None
-                    _poison(services, queue, trigger.body, str(exc))
+                    _poison(services, queue, self.trigger.body, str(exc))
                 else:
                     _poison(services, queue, w.drained.body, str(exc))
                     _delete(queue, w.drained)
+            return _Appended([], backed_off() - waited)
         except BaseException as exc:
-            appended = False
-            renewer.forget(drained)
+            self.renewer.forget(drained)
             if retriable(exc):  # trying again later can cure it: never a reason to poison
-                _hand_back(services, queue, drained, exc, stream, io=runtime.writer_io)
+                _hand_back(services, queue, drained, exc, stream, io=self.runtime.writer_io)
                 if has_trigger:
-                    assert trigger is not None
-                    _hand_back_trigger(services, queue, trigger, exc, stream)
-                continue
+                    _hand_back_trigger(services, queue, self.trigger, exc, stream)
+                return _Appended([], backed_off() - waited, failed=not isinstance(exc, WriterConflict))
             # A bug or an answer we do not understand: give the drained batches back and
             # let the host retry the trigger (and poison it after maxDequeueCount).
             _release(queue, drained)
@@ -286,18 +360,13 @@ def _append_streams(
             if has_trigger:
                 raise
             log.exception("append to %s failed; its drained batches return to the queue", stream)
-    return appended
+            return _Appended([], backed_off() - waited, failed=True)
 
 
 def _append(
-    runtime: Runtime,
-    claims: ClaimChecks,
-    queue: StagingQueue,
-    stream: str,
-    work: list[_Work],
-    renewer: DrainRenewer,
-    cleanup: list[Future[None]],
-) -> None:
+    runtime: Runtime, queue: StagingQueue, stream: str, work: list[_Work], renewer: DrainRenewer
+) -> list[Future[None]]:
+    """Append and commit one stream's batches; their cleanup, started."""
     tel = telemetry.current()
     started = time.monotonic()
     with tel.appending(stream, [w.envelope.trace for w in work]):
@@ -311,13 +380,14 @@ def _append(
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     runtime.fault("after-commit")
     now_ms = time.time_ns() // 1_000_000
-    # Cleanup after the commit, side by side and while the next stream appends (the invocation
-    # waits for it at its end); anything left behind is harmless (a redelivery is a duplicate, a
-    # forgotten claim-check blob is removed by the container's lifecycle rule).
+    # Cleanup after the commit, side by side and while the other streams append (the invocation
+    # waits for it before its next round's drain); anything left behind is harmless (a redelivery
+    # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
     drained = [w.drained for w in work if w.drained]
     renewer.forget(drained)
     io = runtime.writer_io
-    cleanup.append(io.submit(claims.delete, [w.envelope.claim for w in work if w.envelope.claim]))
+    claims = [w.envelope.claim for w in work if w.envelope.claim]
+    cleanup = [io.submit(runtime.services.claims.delete, claims)]
     cleanup += [io.submit(_delete_patiently, queue, m) for m in drained]
     fresh = [r for r in results if not r.duplicate]
     event(
@@ -331,6 +401,7 @@ def _append(
         duration_ms=round((time.monotonic() - started) * 1000, 1),
         lag_ms=now_ms - min(w.envelope.received_ms for w in work),
     )
+    return cleanup
 
 
 def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.Commit]:
@@ -353,48 +424,6 @@ def _batch(env: Envelope) -> Batch:
     if env.records is not None:
         return Batch.of_records(env.records, env.batch_id)
     return Batch(env.messages or [], env.batch_id)
-
-
-def _drain(
-    claims: ClaimChecks,
-    runtime: Runtime,
-    queue: StagingQueue,
-    plan: _Plan,
-    renewer: DrainRenewer,
-    until: float,
-) -> None:
-    services = runtime.services
-    stop = time.monotonic() + DRAIN_ROUND_SECONDS
-    while plan.bytes < DRAIN_BYTES and time.monotonic() < stop:
-        try:
-            asked, held = _receive_patiently(queue, until)
-        except VaultError as exc:
-            log.info("draining %s stopped: %s", queue.name, exc)
-            return  # append what we have
-        plan.drained += len(held)
-        # A dead writer's batches all went around before: their re-sends side by side.
-        held = list(runtime.writer_io.map(lambda m: _fresh(queue, m) if m.dequeue_count > 1 else m, held))
-        renewer.hold(held, since=asked, visibility=DRAIN_RECEIVE_VISIBILITY)
-        # Claim-check downloads are independent: fetch them side by side, keep queue order.
-        loaded = runtime.writer_io.map(lambda m: _try_load(claims, m.body), held)
-        for m, result in zip(held, loaded, strict=True):
-            if isinstance(result, Envelope):
-                _add(plan, _Work(result, m))
-                # Its lease and recovery side by side with the rest of the drain and the other
-                # streams' appends: a backlog taken over holds batches of every stream of the
-                # queue, and opening each at its append, one after the other, took seconds.
-                runtime.writers.open_ahead(services, result.stream)
-                continue
-            renewer.forget([m])
-            if isinstance(result, AlreadyCommitted):
-                _delete(queue, m)
-            elif isinstance(result, EnvelopeError):
-                _poison(services, queue, m.body, str(result))
-                _delete(queue, m)
-            else:
-                _hand_back(services, queue, [m], result)
-        if len(held) < DRAIN_MESSAGES:
-            return
 
 
 def _receive_patiently(queue: StagingQueue, until: float) -> tuple[float, list[QueuedMessage]]:
