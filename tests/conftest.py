@@ -179,7 +179,13 @@ backs off to 200 ms instead of the product's 2 s, so a message that did not come
 host's own write requests (which wake its pollers) is taken at once: one a killed host left
 invisible, another instance's hand-back, one a test put on the queue. Not lower: an idle host
 polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite), every 200 ms
-about 8 %. The session's host, idle most of the run, polls as the product does."""
+about 8 %. So these hosts poll :data:`OWN_HOST_QUEUES` queue unless a test needs more. The
+session's host, idle most of the run, polls as the product does."""
+
+OWN_HOST_QUEUES = 1
+"""The staging queues of a host a test starts itself (the product's default is 4): each is
+polled every 200 ms while idle. Tests whose behaviour depends on several queues (queue owners,
+steering, two hosts sharing the work) ask for them."""
 
 
 def fast_host_json(**queues: Any) -> dict[str, Any]:
@@ -208,10 +214,13 @@ def fast_host(
     *,
     settings: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
+    queues: int = OWN_HOST_QUEUES,
 ) -> HostProcess:
     """A host on the app's own queues (no prefix) with the tests' fast polling (not started)."""
     return HostProcess(
-        connection_string, settings=settings, args=("--host-json", str(write_host_json(directory)), *args)
+        connection_string,
+        settings={"VAULT_STAGING_QUEUES": str(queues), **(settings or {})},
+        args=("--host-json", str(write_host_json(directory)), *args),
     )
 
 
@@ -303,13 +312,16 @@ def isolated_host(
     *args: str,
     prefix: str | None = None,
     settings: dict[str, str] | None = None,
+    queues: int = OWN_HOST_QUEUES,
 ) -> HostProcess:
-    """A host of its own, on queues of its own, so killing it disturbs no other test.
+    """A host of its own, on ``queues`` staging queues of its own, so killing it disturbs no
+    other test.
 
     Authentication is on: ``.key`` has admin on every stream (see :class:`HostProcess`)."""
     host_json = write_host_json(tmp_path, **FAST_RETRY_QUEUES)
+    own = {"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", "VAULT_STAGING_QUEUES": str(queues)}
     return HostProcess(
         azurite.connection_string,
-        settings={"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", **(settings or {})},
+        settings={**own, **(settings or {})},
         args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
     )

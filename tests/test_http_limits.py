@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import commit_directly, fast_host_json, isolated_host, key_header
+from conftest import OWN_HOST_QUEUES, commit_directly, fast_host_json, isolated_host, key_header
 
 from vault_core.vault import Vault
 from vault_local import http_limits
@@ -150,7 +150,7 @@ def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
     (tmp_path / "host.json").write_text(json.dumps(host_json))
     host = HostProcess(
         azurite.connection_string,
-        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}"},
+        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}", "VAULT_STAGING_QUEUES": str(OWN_HOST_QUEUES)},
         args=("--host-json", str(tmp_path / "host.json")),
     ).start()
     yield host

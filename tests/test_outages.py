@@ -29,6 +29,8 @@ from vault_local.azurite import Azurite
 pytestmark = pytest.mark.slow
 
 FAIL_FAST_SECONDS = 5.0
+QUEUES = 4
+"""The product's staging queues, for the outage of any length: a writer on each meets it."""
 BUDGET = 2.0
 """The request storage budget of the hosts that only need one shorter than their faults."""
 
@@ -215,6 +217,7 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
                 "VaultStaging0": staging.connection_string,
                 "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
             },
+            queues=QUEUES,
         ).start()
         try:
             client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
@@ -237,7 +240,7 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
                 assert post(streams[i % 3], f"after-{i}") == 202
             assert_read_back_once(client, acked, timeout=90)
             queues = StorageAccount(connection_string=staging.connection_string).queue_service()
-            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(4)]
+            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(QUEUES)]
             assert sum(q.get_queue_properties().approximate_message_count or 0 for q in poisoned) == 0
             for stream in streams:
                 r = client.get(f"/streams/{stream}")

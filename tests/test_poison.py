@@ -228,7 +228,11 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     assert http.get(f"/streams/{other}").status_code == 404  # nothing of the other stream moved
     assert poison.get_queue_properties().approximate_message_count == before + 34  # all still parked
     # Leave no full page behind: a listing in a later test only sees the 32 oldest messages.
-    assert replayed(http, host, stream=other)["replayed"] == 34
+    # A call on a loaded machine may stop before the end of the queue, and says so: call again.
+    calls = [replayed(http, host, stream=other)]
+    while not calls[-1]["complete"]:
+        calls.append(replayed(http, host, stream=other))
+    assert sum(c["replayed"] for c in calls) == 34
 
 
 def test_streams_and_health_show_the_poison_counts(
@@ -254,7 +258,7 @@ def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -
         doc = r.json()
         assert r.status_code == 200 and r.elapsed.total_seconds() < 5
         assert doc["status"] == "degraded" and doc["poison_messages"] is None
-        assert [q["poison_messages"] for q in doc["queues"]] == [None] * 4
+        assert [q["poison_messages"] for q in doc["queues"]] == [None]
     finally:
         # Killed, not stopped: a graceful stop waits for its queue pollers' storage retries
         # (seconds, storage down or just back), and how the host stops is not what this tests.
