@@ -33,8 +33,9 @@ from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
-QUEUES = 4
-"""The product's staging queues: the two hosts share them, and take over a killed one's."""
+QUEUES = 2
+"""Staging queues the two hosts share: one owned by each, so a killed host's queue (and what its
+writer had drained) is taken over by the other. More queues only add idle polling."""
 
 
 @dataclass(frozen=True)
