@@ -71,7 +71,7 @@ BODY_GRACE = 1.0
 
 
 def test_a_body_that_trickles_in_is_408(azurite: Azurite, tmp_path: Path) -> None:
-    host = isolated_host(azurite, tmp_path, "--body-grace", str(BODY_GRACE)).start()
+    host = isolated_host(azurite, tmp_path, "--body-grace", str(BODY_GRACE), woken_on_write=True).start()
     try:
         head = (
             f"POST /api/streams/s/messages?code={host.key} HTTP/1.1\r\nHost: x\r\n"

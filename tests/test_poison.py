@@ -33,8 +33,9 @@ PREFIX = f"qp{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture(scope="module")
 def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    # What its tests stage goes through its own requests (a replay is a POST): they wake its pollers.
     process = isolated_host(
-        azurite, tmp_path_factory.mktemp("poison"), prefix=PREFIX, settings={"VAULT_STAGING_QUEUES": "1"}
+        azurite, tmp_path_factory.mktemp("poison"), prefix=PREFIX, woken_on_write=True
     ).start()
     yield process
     process.stop()
@@ -251,7 +252,7 @@ def test_streams_and_health_show_the_poison_counts(
 def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -> None:
     """Degraded, with the counts it cannot read as null: a storage outage must not fail a probe."""
     storage = Azurite(location=tmp_path).start()
-    host = fast_host(storage.connection_string, tmp_path / "host").start()
+    host = fast_host(storage.connection_string, tmp_path / "host", woken_on_write=True).start()
     try:
         storage.stop()
         r = httpx.get(f"{host.url}/health", headers=key_header(host), timeout=30)  # admin: with counts
