@@ -68,11 +68,12 @@ WHOLE_MODULES = frozenset(
         "tests/test_poison.py",
         "tests/test_explorer.py",
         "tests/test_long_polls.py",
+        "tests/test_outages.py",
     }
 )
 """Modules whose tests all run on one xdist worker, because each worker running some of them
-would start its own copy of what they share: a Spark session (a JVM), a host of their own, a
-Chromium with Playwright's driver.
+would start its own copy of what they share: a Spark session (a JVM), a host of their own (an
+Azurite too, for the outage tests), a Chromium with Playwright's driver.
 Every other test is a unit of its own."""
 
 
@@ -179,7 +180,13 @@ backs off to 200 ms instead of the product's 2 s, so a message that did not come
 host's own write requests (which wake its pollers) is taken at once: one a killed host left
 invisible, another instance's hand-back, one a test put on the queue. Not lower: an idle host
 polling its 4 queues every 100 ms costs about 16 % of a core (host and Azurite), every 200 ms
-about 8 %. The session's host, idle most of the run, polls as the product does."""
+about 8 %. So these hosts poll :data:`OWN_HOST_QUEUES` queue unless a test needs more. The
+session's host, idle most of the run, polls as the product does."""
+
+OWN_HOST_QUEUES = 1
+"""The staging queues of a host a test starts itself (the product's default is 4): each is
+polled every 200 ms while idle. Tests whose behaviour depends on several queues (queue owners,
+steering, two hosts sharing the work) ask for them."""
 
 
 def fast_host_json(**queues: Any) -> dict[str, Any]:
@@ -194,11 +201,19 @@ def fast_host_json(**queues: Any) -> dict[str, Any]:
 FAST_RETRY_QUEUES = {"maxDequeueCount": 3, "visibilityTimeout": "00:00:00"}
 """For hosts that tests kill or starve: quick retries, quick poison."""
 
+WAKE_ON_WRITE = "--wake-pollers-on-write"
 
-def write_host_json(directory: Path, **queues: Any) -> Path:
+
+def write_host_json(directory: Path, *, woken_on_write: bool = False, **queues: Any) -> Path:
+    """The tests' host.json; ``woken_on_write``: the product's idle polling, for a host whose own
+    write requests wake its pollers (``--wake-pollers-on-write``, as the session host's)."""
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "host.json"
-    path.write_text(json.dumps(fast_host_json(**queues)))
+    doc = fast_host_json(**queues)
+    if woken_on_write:
+        product = json.loads((ROOT / "host.json").read_text())["extensions"]["queues"]
+        doc["extensions"]["queues"]["maxPollingInterval"] = product["maxPollingInterval"]
+    path.write_text(json.dumps(doc))
     return path
 
 
@@ -208,10 +223,17 @@ def fast_host(
     *,
     settings: dict[str, str] | None = None,
     args: tuple[str, ...] = (),
+    queues: int = OWN_HOST_QUEUES,
+    woken_on_write: bool = False,
 ) -> HostProcess:
-    """A host on the app's own queues (no prefix) with the tests' fast polling (not started)."""
+    """A host on the app's own queues (no prefix) with the tests' fast polling (not started);
+    ``woken_on_write``: see :func:`isolated_host`."""
+    host_json = write_host_json(directory, woken_on_write=woken_on_write)
+    wake = (WAKE_ON_WRITE,) if woken_on_write else ()
     return HostProcess(
-        connection_string, settings=settings, args=("--host-json", str(write_host_json(directory)), *args)
+        connection_string,
+        settings={"VAULT_STAGING_QUEUES": str(queues), **(settings or {})},
+        args=("--host-json", str(host_json), *wake, *args),
     )
 
 
@@ -226,7 +248,7 @@ def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
     """The session's host (not started): see :func:`vault_host`. The product's host.json: its
     idle poller asks every 2 s, and the host's write requests wake it (a test seam)."""
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    return HostProcess(azurite.connection_string, settings=settings, args=("--wake-pollers-on-write",))
+    return HostProcess(azurite.connection_string, settings=settings, args=(WAKE_ON_WRITE,))
 
 
 @pytest.fixture(scope="session")
@@ -303,13 +325,20 @@ def isolated_host(
     *args: str,
     prefix: str | None = None,
     settings: dict[str, str] | None = None,
+    queues: int = OWN_HOST_QUEUES,
+    woken_on_write: bool = False,
 ) -> HostProcess:
-    """A host of its own, on queues of its own, so killing it disturbs no other test.
+    """A host of its own, on ``queues`` staging queues of its own, so killing it disturbs no
+    other test. ``woken_on_write``: its idle pollers ask every 2 s, as the product's, and its own
+    write requests wake them (as the session host's): for a test whose messages all come through
+    its own requests (no kill, hand-back or other instance whose messages it must take at once).
 
     Authentication is on: ``.key`` has admin on every stream (see :class:`HostProcess`)."""
-    host_json = write_host_json(tmp_path, **FAST_RETRY_QUEUES)
+    host_json = write_host_json(tmp_path, woken_on_write=woken_on_write, **FAST_RETRY_QUEUES)
+    own = {"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", "VAULT_STAGING_QUEUES": str(queues)}
+    wake = (WAKE_ON_WRITE,) if woken_on_write else ()
     return HostProcess(
         azurite.connection_string,
-        settings={"VAULT_QUEUE_PREFIX": prefix or f"q{uuid.uuid4().hex[:8]}", **(settings or {})},
-        args=("--host-json", str(host_json), "--inflight-visibility", "3", *args),
+        settings={**own, **(settings or {})},
+        args=("--host-json", str(host_json), "--inflight-visibility", "3", *wake, *args),
     )

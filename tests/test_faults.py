@@ -33,6 +33,10 @@ from vault_core.vault import Vault
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
+QUEUES = 2
+"""Staging queues the two hosts share: one owned by each, so a killed host's queue (and what its
+writer had drained) is taken over by the other. More queues only add idle polling."""
+
 
 @dataclass(frozen=True)
 class Acked:
@@ -62,7 +66,9 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
     # A batch the writer hands back because storage is down is hidden for 1 s, not 5: after the
     # outage, such batches are in before the killed writers' leases have run out.
     retry_soon = {"VAULT_UNAVAILABLE_RETRY_SECONDS": "1"}
-    hosts = [isolated_host(storage, tmp_path, prefix=prefix, settings=retry_soon) for _ in range(2)]
+    hosts = [
+        isolated_host(storage, tmp_path, prefix=prefix, settings=retry_soon, queues=QUEUES) for _ in range(2)
+    ]
     acked: list[Acked] = []
     statuses: dict[int | str, int] = {}
     lock = threading.Lock()
@@ -161,7 +167,7 @@ def test_kills_and_outages_lose_nothing_duplicate_nothing_and_poison_nothing(tmp
         poisoned = sum(
             queues.get_queue_client(f"{prefix}-{i}-poison").get_queue_properties().approximate_message_count
             or 0
-            for i in range(4)
+            for i in range(QUEUES)
         )
         print(
             f"\nfaults: {faults}\nanswers: {statuses}\nacknowledged batches: {len(acked)} "

@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import uvicorn
-from conftest import commit_directly, fast_host_json, isolated_host, key_header
+from conftest import OWN_HOST_QUEUES, commit_directly, fast_host_json, isolated_host, key_header
 
 from vault_core.vault import Vault
 from vault_local import http_limits
@@ -71,7 +71,7 @@ BODY_GRACE = 1.0
 
 
 def test_a_body_that_trickles_in_is_408(azurite: Azurite, tmp_path: Path) -> None:
-    host = isolated_host(azurite, tmp_path, "--body-grace", str(BODY_GRACE)).start()
+    host = isolated_host(azurite, tmp_path, "--body-grace", str(BODY_GRACE), woken_on_write=True).start()
     try:
         head = (
             f"POST /api/streams/s/messages?code={host.key} HTTP/1.1\r\nHost: x\r\n"
@@ -150,7 +150,7 @@ def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
     (tmp_path / "host.json").write_text(json.dumps(host_json))
     host = HostProcess(
         azurite.connection_string,
-        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}"},
+        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}", "VAULT_STAGING_QUEUES": str(OWN_HOST_QUEUES)},
         args=("--host-json", str(tmp_path / "host.json")),
     ).start()
     yield host

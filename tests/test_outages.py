@@ -24,11 +24,16 @@ from test_app import read_all
 
 from vault_core.azure import StorageAccount
 from vault_local.azurite import Azurite
+from vault_local.process import HostProcess
 
-# Each test runs its own Azurite and host, and holds an outage or a stall for seconds.
+# Each test runs its own Azurite and host (the two faults of the 503 test share theirs: the module
+# runs on one worker), and holds an outage or a stall for seconds.
 pytestmark = pytest.mark.slow
 
 FAIL_FAST_SECONDS = 5.0
+QUEUES = 2
+"""Staging queues of the host of the outage of any length: writers on two queues meet it at once
+(each queue polled every 200 ms: more would only add idle polling)."""
 BUDGET = 2.0
 """The request storage budget of the hosts that only need one shorter than their faults."""
 
@@ -64,51 +69,58 @@ def assert_read_back_once(client: httpx.Client, acked: dict[str, list[str]], tim
         assert sorted(got) == sorted(expected)
 
 
-@pytest.mark.parametrize("fault", ["stopped", "stalled"])
-def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
-    tmp_path: Path, stream: str, fault: str
-) -> None:
-    with own_storage(tmp_path, "s") as storage:
-        host = fast_host(storage.connection_string, tmp_path).start()
+@pytest.fixture(scope="module")
+def faulted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Azurite, HostProcess]]:
+    """An Azurite and a host of their own for the 503 tests, which each leave the storage as they
+    found it (restarted, or resumed): one start of each for both faults."""
+    directory = tmp_path_factory.mktemp("faulted")
+    with own_storage(directory, "s") as storage:
+        host = fast_host(storage.connection_string, directory, woken_on_write=True).start()
         try:
-            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
-            up = client.post(
-                f"/streams/{stream}/messages", json={"messages": [{"value": "up"}]}, params={"wait": 20}
-            )
-            assert up.status_code == 200
-            batch = up.json()["batch_id"]
-            if fault == "stopped":
-                storage.stop()
-            else:
-                assert storage.process is not None
-                storage.process.send_signal(signal.SIGSTOP)
-            calls = {
-                "POST": lambda: client.post(
-                    f"/streams/{stream}/messages", json={"messages": [{"value": "x"}]}
-                ),
-                "GET messages": lambda: client.get(f"/streams/{stream}/messages", params={"from": 0}),
-                "GET stream": lambda: client.get(f"/streams/{stream}"),
-                "GET batch": lambda: client.get(f"/streams/{stream}/batches/{batch}"),
-            }
-            # All at once: each must fail fast on its own, so none waits for another's 5 s.
-            with ThreadPoolExecutor(len(calls)) as pool:
-                answers = dict(zip(calls, pool.map(timed, calls.values()), strict=True))
-            for what, (r, took) in answers.items():
-                assert r.status_code == 503, f"{what}: {r.status_code} {r.text}"
-                assert r.json()["error"] == "unavailable" and int(r.headers["retry-after"]) > 0
-                assert took < FAIL_FAST_SECONDS, f"{what} took {took:.1f}s"
-            if fault == "stopped":
-                storage.start()
-            else:
-                assert storage.process is not None
-                storage.process.send_signal(signal.SIGCONT)
-            back = client.post(
-                f"/streams/{stream}/messages", json={"messages": [{"value": "back"}]}, params={"wait": 30}
-            )
-            assert back.status_code == 200
-            assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
+            yield storage, host
         finally:
             host.stop()
+
+
+@pytest.mark.parametrize("fault", ["stopped", "stalled"])
+def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
+    faulted: tuple[Azurite, HostProcess], stream: str, fault: str
+) -> None:
+    storage, host = faulted
+    client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+    up = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "up"}]}, params={"wait": 20})
+    assert up.status_code == 200
+    batch = up.json()["batch_id"]
+    if fault == "stopped":
+        storage.stop()
+    else:
+        assert storage.process is not None
+        storage.process.send_signal(signal.SIGSTOP)
+    calls = {
+        "POST": lambda: client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "x"}]}),
+        "GET messages": lambda: client.get(f"/streams/{stream}/messages", params={"from": 0}),
+        "GET stream": lambda: client.get(f"/streams/{stream}"),
+        "GET batch": lambda: client.get(f"/streams/{stream}/batches/{batch}"),
+    }
+    try:
+        # All at once: each must fail fast on its own, so none waits for another's 5 s.
+        with ThreadPoolExecutor(len(calls)) as pool:
+            answers = dict(zip(calls, pool.map(timed, calls.values()), strict=True))
+    finally:  # the storage as it was found, for the other fault
+        if fault == "stopped":
+            storage.start()
+        else:
+            assert storage.process is not None
+            storage.process.send_signal(signal.SIGCONT)
+    for what, (r, took) in answers.items():
+        assert r.status_code == 503, f"{what}: {r.status_code} {r.text}"
+        assert r.json()["error"] == "unavailable" and int(r.headers["retry-after"]) > 0
+        assert took < FAIL_FAST_SECONDS, f"{what} took {took:.1f}s"
+    back = client.post(
+        f"/streams/{stream}/messages", json={"messages": [{"value": "back"}]}, params={"wait": 30}
+    )
+    assert back.status_code == 200
+    assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
 
 
 def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_path: Path) -> None:
@@ -148,6 +160,7 @@ def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_
                         break
                     time.sleep(0.2)
                 n += 1
+                time.sleep(0.1)  # a steady load, not a flood: the stall is the point
 
         def consumer() -> None:
             client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
@@ -215,6 +228,7 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
                 "VaultStaging0": staging.connection_string,
                 "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
             },
+            queues=QUEUES,
         ).start()
         try:
             client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
@@ -237,7 +251,7 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
                 assert post(streams[i % 3], f"after-{i}") == 202
             assert_read_back_once(client, acked, timeout=90)
             queues = StorageAccount(connection_string=staging.connection_string).queue_service()
-            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(4)]
+            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(QUEUES)]
             assert sum(q.get_queue_properties().approximate_message_count or 0 for q in poisoned) == 0
             for stream in streams:
                 r = client.get(f"/streams/{stream}")

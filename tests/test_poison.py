@@ -33,8 +33,9 @@ PREFIX = f"qp{uuid.uuid4().hex[:8]}"
 
 @pytest.fixture(scope="module")
 def host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    # What its tests stage goes through its own requests (a replay is a POST): they wake its pollers.
     process = isolated_host(
-        azurite, tmp_path_factory.mktemp("poison"), prefix=PREFIX, settings={"VAULT_STAGING_QUEUES": "1"}
+        azurite, tmp_path_factory.mktemp("poison"), prefix=PREFIX, woken_on_write=True
     ).start()
     yield process
     process.stop()
@@ -228,7 +229,11 @@ def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     assert http.get(f"/streams/{other}").status_code == 404  # nothing of the other stream moved
     assert poison.get_queue_properties().approximate_message_count == before + 34  # all still parked
     # Leave no full page behind: a listing in a later test only sees the 32 oldest messages.
-    assert replayed(http, host, stream=other)["replayed"] == 34
+    # A call on a loaded machine may stop before the end of the queue, and says so: call again.
+    calls = [replayed(http, host, stream=other)]
+    while not calls[-1]["complete"]:
+        calls.append(replayed(http, host, stream=other))
+    assert sum(c["replayed"] for c in calls) == 34
 
 
 def test_streams_and_health_show_the_poison_counts(
@@ -247,14 +252,14 @@ def test_streams_and_health_show_the_poison_counts(
 def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -> None:
     """Degraded, with the counts it cannot read as null: a storage outage must not fail a probe."""
     storage = Azurite(location=tmp_path).start()
-    host = fast_host(storage.connection_string, tmp_path / "host").start()
+    host = fast_host(storage.connection_string, tmp_path / "host", woken_on_write=True).start()
     try:
         storage.stop()
         r = httpx.get(f"{host.url}/health", headers=key_header(host), timeout=30)  # admin: with counts
         doc = r.json()
         assert r.status_code == 200 and r.elapsed.total_seconds() < 5
         assert doc["status"] == "degraded" and doc["poison_messages"] is None
-        assert [q["poison_messages"] for q in doc["queues"]] == [None] * 4
+        assert [q["poison_messages"] for q in doc["queues"]] == [None]
     finally:
         # Killed, not stopped: a graceful stop waits for its queue pollers' storage retries
         # (seconds, storage down or just back), and how the host stops is not what this tests.

@@ -234,7 +234,9 @@ def test_an_invocation_that_outlives_the_grace_period_does_not_hold_the_exit(
     azurite: Azurite, tmp_path: Path, stream: str
 ) -> None:
     # --fault after-commit: the writer stops dead inside its invocation, as a hung function would.
-    host = isolated_host(azurite, tmp_path, "--fault", "after-commit", "--drain-grace", str(GRACE)).start()
+    host = isolated_host(
+        azurite, tmp_path, "--fault", "after-commit", "--drain-grace", str(GRACE), woken_on_write=True
+    ).start()
     assert host.proc is not None
     tree = [psutil.Process(host.proc.pid), *psutil.Process(host.proc.pid).children(recursive=True)]
     try:

@@ -283,7 +283,7 @@ def test_the_local_host_exports_with_the_distro_when_the_setting_is_present(
         "OTEL_METRIC_EXPORT_INTERVAL": "1000",
         "TMPDIR": str(tmp_path),  # the exporter's retry files, if any
     }
-    host = isolated_host(azurite, tmp_path, settings=settings).start()
+    host = isolated_host(azurite, tmp_path, settings=settings, woken_on_write=True).start()
     try:
         stream = f"tel-{uuid.uuid4().hex[:8]}"
         deadline = time.monotonic() + 60

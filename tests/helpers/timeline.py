@@ -30,6 +30,9 @@ import pytest
 
 SETTING = "MV_TEST_TIMELINE"
 SAMPLE_SECONDS = 1.0
+UNNAMED = "other ()"
+"""The kind of a process seen with no command line (in the middle of an exec, or a zombie):
+named again at its next sample, since an exec of python by python keeps the process's name."""
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:
@@ -43,10 +46,23 @@ def _cpu() -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
-def kind_of(proc: psutil.Process) -> str:
-    """The role of one process of the run, from its command line (and its parent, for a host's
-    language workers, which are forked from it and keep its command line)."""
+def kind_of(proc: psutil.Process, controller: int | None = None) -> str:
+    """The role of one process of the run. The controller's own Azurite and host (and that
+    host's workers), which serve every worker's tests, are told apart from those tests start."""
+    kind = _role(proc)
+    if controller is not None and kind in ("azurite", "hosts", "host workers"):
+        up = proc.parent() if kind == "host workers" else proc
+        if up is not None and up.ppid() == controller:
+            return f"{kind} (the run's)"
+    return kind
+
+
+def _role(proc: psutil.Process) -> str:
+    """From the command line (and the parent, for a host's language workers, which are forked
+    from it and keep its command line)."""
     cmd = " ".join(proc.cmdline())
+    if not cmd:
+        return UNNAMED
     if "azurite" in cmd:
         return "azurite"
     if proc.name() == "java" or "/java " in cmd:
@@ -89,7 +105,8 @@ class Sampler:
                     # another program (spark-submit's shell becomes the JVM); a pid used again
                     # by a later process is another key.
                     key = (proc.pid, proc.create_time(), proc.name())
-                    kind = self.used[key][0] if key in self.used else kind_of(proc)
+                    known = self.used.get(key)
+                    kind = known[0] if known and known[0] != UNNAMED else kind_of(proc, me.pid)
                     t = proc.cpu_times()
                     self.used[key] = (kind, t.user + t.system)
             except psutil.Error:
