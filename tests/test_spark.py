@@ -276,29 +276,41 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
         assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
 
 
-def test_a_unit_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type() -> None:
-    """decode_pieces: one piece per format 2 unit and one per run of format 1 records, which
-    Pieces.joined joins; and no Python value left for pyarrow to type (it looks for the optional
-    dateutil on every such call: ~0.7 ms each, more than a unit's columns cost)."""
+def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """decode_pieces: one piece per run of format 2 units (up to BATCH_PAYLOAD_BYTES of payload:
+    Spark pays per batch) and one per run of format 1 records, which Pieces.joined joins; and no
+    Python value left for pyarrow to type (it looks for the optional dateutil on every such call:
+    ~0.7 ms each, more than a unit's columns cost)."""
     import builtins
 
     from vault_core.recordformat import encode
+    from vault_core.spark import columnar
     from vault_core.spark.columnar import decode_pieces
     from vault_core.unitformat import encode_unit
 
     base = 4096
     buf = encode([NewMessage(b"v1-%d" % i, "k") for i in range(30)], base, T0)
     sizes: tuple[int, ...] = (30,)
-    for n, codec in ((500, 1), (7, 0)):
+    starts = []
+    for n, codec, text in ((500, 1, True), (7, 0, False), (3, 2, True)):
         values = [b'{"n":%d}' % i for i in range(n)]
-        buf += encode_unit([b"k"] * n, values, base + len(buf), T0 + n, codec=codec, key_is_text=True)
+        starts.append(base + len(buf))
+        buf += encode_unit([b"k"] * n, values, base + len(buf), T0 + n, codec=codec, key_is_text=text)
         sizes += (n,)
     pieces = decode_pieces(buf, base, last=True, stream="s")
+    assert [p.rows for p in pieces.parts] == [30, 510] and pieces.end == len(buf) and pieces.error is None
+    whole = pieces.joined()
+    monkeypatch.setattr(columnar, "BATCH_PAYLOAD_BYTES", 1)  # a piece per unit
+    pieces = decode_pieces(buf, base, last=True, stream="s")
     assert tuple(p.rows for p in pieces.parts) == sizes and pieces.end == len(buf) and pieces.error is None
-    whole = decode_pieces(buf, base, last=True, stream="s").joined()
     joined = [[v for p in pieces.parts for v in p.arrays[i].to_pylist()] for i in range(5)]
     assert joined == [a.to_pylist() for a in whole.arrays] and whole.rows == sum(sizes)
-    assert joined[3][30:32] == [b'{"n":0}', b'{"n":1}'] and joined[4][-1] == "k"
+    assert joined[3][30:32] == [b'{"n":0}', b'{"n":1}'] and joined[4][529:531] == ["k", None]
+    assert joined[4][536:538] == [None, "k"]  # text keys in one unit, bytes in the next: per unit
+    assert joined[0][529:532] == [starts[0] + 499, starts[1], starts[1] + 1] and joined[0][537] == starts[2]
+    assert joined[1][530] == datetime.fromtimestamp((T0 + 7) / 1000, timezone.utc)
 
     attempted: list[str] = []
     real_import = builtins.__import__

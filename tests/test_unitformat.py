@@ -343,19 +343,63 @@ def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mi
     assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
 
 
-@pytest.mark.parametrize("key_ends", [(0, 1100, 1200, 1210), (0, 1205, 1200, 1210), (1, 600, 1200, 1210)])
-def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
-    key_ends: tuple[int, ...],
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    units=st.lists(
+        st.tuples(
+            st.lists(st.tuples(keys, values), min_size=1, max_size=20), st.sampled_from(CODECS), st.booleans()
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    budget=st.sampled_from([1, 600, 1 << 22]),
+)
+def test_the_columnar_decoder_reads_runs_of_units_as_the_reference_decoder_does(
+    units: list[tuple[list[tuple[bytes, bytes]], int, bool]], budget: int
 ) -> None:
+    """Units of random messages (empty values, binary and text keys, the key limit, every codec)
+    decode to the reference decoder's rows, one unit a piece or several joined."""
+    pytest.importorskip("pyarrow")
+    from vault_core.spark import columnar
+
+    log = b""
+    for pairs, codec, text in units:
+        ks = [bytes(b & 0x7F for b in k) if text else k for k, _ in pairs]  # text keys are UTF-8
+        log += encode_unit(ks, [v for _, v in pairs], 4096 + len(log), TS, codec=codec, key_is_text=text)
+    messages, _ = decode(log, 4096, complete=True)
+    saved, columnar.BATCH_PAYLOAD_BYTES = columnar.BATCH_PAYLOAD_BYTES, budget
+    try:
+        pieces = columnar.decode_pieces(log, 4096, last=True, stream="s")
+    finally:
+        columnar.BATCH_PAYLOAD_BYTES = saved
+    assert pieces.error is None and pieces.end == len(log) and len(pieces.parts) <= len(units)
+    got = pieces.joined().arrays
+    assert [a.to_pylist() for a in got] == [a.to_pylist() for a in columnar.messages_to_columns(messages)]
+
+
+@pytest.mark.parametrize(
+    "key_ends", [(0, 1100, 1200, 1210), (0, 1205, 1200, 1210), (1, 600, 1200, 1210), (0, 2**31, 1200, 1210)]
+)
+@pytest.mark.parametrize("good", [0, 2], ids=["alone", "after two good units"])
+def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
+    key_ends: tuple[int, ...], good: int
+) -> None:
+    """Where a run of units holds one whose boundaries lie, the units before it are read and the
+    error is the reference one, whichever of the run's checks found it."""
     pytest.importorskip("pyarrow")
     from vault_core.spark.columnar import decode_pieces
 
-    unit = bytearray(encode_unit(KEYS_1210, [b"v"] * 3, 0, TS, codec=codecs.CODEC_NONE, key_is_text=False))
+    log = b""
+    for _ in range(good):
+        log += encode_unit([b"k"] * 5, [b"v"] * 5, len(log), TS, codec=codecs.CODEC_ZSTD, key_is_text=True)
+    unit = bytearray(
+        encode_unit(KEYS_1210, [b"v"] * 3, len(log), TS, codec=codecs.CODEC_NONE, key_is_text=False)
+    )
     struct.pack_into("<4I", unit, STORED_OFFSET, *key_ends)
     with pytest.raises(CorruptRecord) as reference:
-        decode(reseal(unit), 0, complete=True)
-    cols = decode_pieces(bytes(reseal(unit)), 0, last=True, stream=None).joined()
-    assert cols.rows == 0 and cols.end == 0 and str(cols.error) == str(reference.value)
+        decode(bytes(reseal(unit)), len(log), complete=True)
+    cols = decode_pieces(log + bytes(reseal(unit)), 0, last=True, stream=None).joined()
+    assert cols.rows == 5 * good and cols.end == len(log) and str(cols.error) == str(reference.value)
 
 
 def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:

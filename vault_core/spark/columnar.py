@@ -20,9 +20,15 @@ it, so the error raised is the reference one, word for word.
 3. **Units.** A version 2 unit (docs/FORMAT.md §11) is checked and decompressed by
    :func:`vault_core.unitformat.unit_payload`; its payload already has Arrow's binary layout
    (offsets buffer, data buffer), so its key and value columns are Arrow arrays over the
-   decompressed bytes, built without a copy and without a loop per message, once
-   :func:`~vault_core.unitformat.payload_ends` has checked their boundaries (the checks of
-   :func:`~vault_core.unitformat.decode_unit`, without its copies of the keys and values).
+   decompressed bytes, built without a loop per message once their boundaries pass the checks
+   of :func:`~vault_core.unitformat.payload_ends` (done here by Arrow's own validation and one
+   kernel per run of units; that function itself runs only on a unit that fails them, for the
+   reference error). Consecutive units become one piece, their columns joined (one copy), up to
+   :data:`BATCH_PAYLOAD_BYTES`: Spark and PySpark pay for every batch as well as every row, and
+   a unit of 100-byte events is only ~2,000 rows.
+
+Pieces are decoded as a :class:`Decoder` is iterated, so a Spark task hands a batch to the JVM
+and decodes the next while the JVM turns the first into rows.
 """
 
 from __future__ import annotations
@@ -31,14 +37,14 @@ import struct
 import sys
 import zlib
 from array import array
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vault_core.errors import FormatError
+from vault_core.errors import CorruptRecord, FormatError
 from vault_core.recordformat import (
     FLAG_KEY_IS_TEXT,
     FORMAT_VERSION,
@@ -53,6 +59,10 @@ from vault_core.recordformat import (
     decode,
 )
 from vault_core.unitformat import StoredUnit, payload_ends, unit_payload
+
+BATCH_PAYLOAD_BYTES = 4 * 1024 * 1024
+"""Consecutive units become one piece (one Arrow batch) until their payloads reach this: about 16
+units, as many bytes as the format 1 records of one 4 MiB range, which are one batch too."""
 
 # A record body is the record without its 4-byte magic; its 28-byte header reads as seven
 # little-endian uint32 words: crc | version, flags, key_len | value_len | offset lo, hi | ts lo, hi.
@@ -69,6 +79,7 @@ _CRC_LENGTHS = struct.Struct("<4xI2xHI").unpack_from  # crc, key_len, value_len
 _CRC_START = 8  # the CRC covers everything from the version byte on
 _AFTER_CRC = itemgetter(slice(4, None))  # body → the bytes its CRC covers
 _BINARY = pa.binary()
+_U32_AT = struct.Struct("<I").unpack_from
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
 
 
@@ -96,7 +107,7 @@ class Columns:
 
 @dataclass(frozen=True)
 class Pieces:
-    """What :func:`decode_pieces` found: columns per unit or run of records, in log order."""
+    """What :func:`decode_pieces` found: columns per run of units or of records, in log order."""
 
     parts: list[Columns]
     end: int
@@ -123,39 +134,55 @@ def decode_pieces(
     last: bool = False,
     stream: str | None = None,
 ) -> Pieces:
-    """Decode whole records and units in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``.
+    """Decode whole records and units in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``:
+    every piece of a :class:`Decoder`, in a list (:meth:`Pieces.joined` makes them one)."""
+    decoder = Decoder(buf, base, start, end, last=last, stream=stream)
+    parts = list(decoder)
+    return Pieces(parts, decoder.end, decoder.error)
 
-    One piece per version 2 unit (arrays over its decompressed payload, never copied) and one per
-    run of version 1 records, none empty (:meth:`Pieces.joined` makes them one). A frame cut off by
-    ``end`` is left for the caller (``Pieces.end`` points at it) unless ``last`` says ``end`` is
-    where the range ends, where it is an error, as in ``decode``.
+
+class Decoder:
+    """The pieces of ``buf[start:end]`` (``buf[0]`` at stream offset ``base``), each decoded when
+    asked for, so that a Spark task hands one batch on while it decodes the next.
+
+    One piece per run of version 2 units (their key and value columns joined, up to about
+    :data:`BATCH_PAYLOAD_BYTES`) and one per run of version 1 records, none empty. Once iterated,
+    ``end`` is the buffer position after the last verified record or unit and ``error`` why it
+    stopped there, if a frame did not verify. A frame cut off by ``end`` is left for the caller
+    (``end`` points at it) unless ``last`` says ``end`` is where the range ends, where it is an
+    error, as in ``decode``.
     """
-    end = len(buf) if end is None else end
-    if end - start >= 1 << 31:
-        raise ValueError("decode_pieces takes at most 2 GiB at a time (Arrow binary offsets are 32-bit)")
-    parts: list[Columns] = []
-    pos = start
-    error: FormatError | None = None
-    while pos < end and error is None:  # alternate runs of records and of units (a mixed log)
-        if _at_unit(buf, pos, end):
-            try:
-                unit = unit_payload(buf, pos, base, end, stream=stream, complete=last)
-                if unit is None:
-                    break  # cut off: the caller carries it
-                arrays = _unit_columns(unit, stream)
-            except FormatError as exc:
-                error = exc
-                break
-            parts.append(Columns(arrays, unit.size, pos + unit.length))
-            pos += unit.length
-            continue
-        records = _records(buf, base, pos, end, last, stream)
-        if records.rows:
-            parts.append(records)
-        pos, error = records.end, records.error
-        if not _at_unit(buf, pos, end):
-            break  # cut off (or an error): nothing more here
-    return Pieces(parts, pos, error)
+
+    def __init__(
+        self,
+        buf: bytes,
+        base: int,
+        start: int = 0,
+        end: int | None = None,
+        *,
+        last: bool = False,
+        stream: str | None = None,
+    ) -> None:
+        self.buf, self.base, self.last, self.stream = buf, base, last, stream
+        self.stop = len(buf) if end is None else end
+        if self.stop - start >= 1 << 31:
+            raise ValueError("a Decoder takes at most 2 GiB at a time (Arrow binary offsets are 32-bit)")
+        self.end = start
+        self.error: FormatError | None = None
+
+    def __iter__(self) -> Iterator[Columns]:
+        buf, base, stop, last, stream = self.buf, self.base, self.stop, self.last, self.stream
+        while self.end < stop and self.error is None:  # alternate runs of records and of units
+            if _at_unit(buf, self.end, stop):
+                piece, cut_off = _units(buf, base, self.end, stop, last, stream)
+            else:
+                piece = _records(buf, base, self.end, stop, last, stream)
+                cut_off = not _at_unit(buf, piece.end, stop)  # (or an error): nothing more here
+            self.end, self.error = piece.end, piece.error
+            if piece.rows:
+                yield piece
+            if cut_off:
+                break  # the caller carries it
 
 
 def _at_unit(buf: bytes, pos: int, end: int) -> bool:
@@ -163,25 +190,138 @@ def _at_unit(buf: bytes, pos: int, end: int) -> bool:
     return pos + 9 <= end and buf[pos + 8] == UNIT_VERSION and buf[pos : pos + 4] == MAGIC
 
 
-def _unit_columns(unit: StoredUnit, stream: str | None) -> tuple[pa.Array, ...]:
-    """The columns of a unit whose payload decompressed: once its boundaries pass their checks,
-    its offset arrays and data handed to Arrow as they are."""
-    key_ends, _ = payload_ends(unit, stream=stream)
-    n = unit.size
+def _units(
+    buf: bytes, base: int, start: int, end: int, last: bool, stream: str | None
+) -> tuple[Columns, bool]:
+    """Consecutive version 2 units from ``start`` as one piece of at most about
+    :data:`BATCH_PAYLOAD_BYTES`, up to a frame that is not a unit, one cut off by ``end`` (the
+    bool says so) or one that does not verify (``Columns.error``)."""
+    units: list[StoredUnit] = []
+    keys: list[pa.Array] = []
+    values: list[pa.Array] = []
+    pos, size, cut_off = start, 0, False
+    error: FormatError | None = None
+    while size < BATCH_PAYLOAD_BYTES and _at_unit(buf, pos, end):
+        try:
+            unit = unit_payload(buf, pos, base, end, stream=stream, complete=last)
+            if unit is None:
+                cut_off = True
+                break
+            unit_keys, unit_values = _unit_arrays(unit, stream)
+        except FormatError as exc:
+            error = exc
+            break
+        units.append(unit)
+        keys.append(unit_keys)
+        values.append(unit_values)
+        pos += unit.length
+        size += len(unit.payload)
+    piece = _joined(units, keys, values, base, pos, error, stream)
+    return piece, cut_off and piece.error is None
+
+
+def _joined(
+    units: list[StoredUnit],
+    keys: list[pa.Array],
+    values: list[pa.Array],
+    base: int,
+    end: int,
+    error: FormatError | None,
+    stream: str | None,
+) -> Columns:
+    """The piece of a run of units that passed :func:`_unit_arrays`, which ends at ``end`` (a buffer
+    position) with ``error``: their keys and values joined (one copy, where a batch per unit costs
+    Spark more), and the limits on a key's and a value's length checked over the whole run."""
+    if not units:
+        return Columns((), 0, end, error)
+    joined_keys = keys[0] if len(keys) == 1 else pa.concat_arrays(keys)
+    joined_values = values[0] if len(values) == 1 else pa.concat_arrays(values)
+    if _longest(joined_keys) > MAX_KEY_BYTES or _longest(joined_values) > MAX_VALUE_BYTES:
+        # A unit of the run holds a key or value over the limit: the units before it are good,
+        # and the reference check finds it and says why, as it would for the unit alone.
+        for i, unit in enumerate(units):
+            try:
+                payload_ends(unit, stream=stream)
+            except CorruptRecord as exc:
+                return _joined(units[:i], keys[:i], values[:i], base, unit.offset - base, exc, stream)
+        raise AssertionError(f"columnar decoder and payload_ends disagree at offset {units[0].offset}")
+    columns = _units_columns(units, keys, joined_keys, joined_values)
+    return Columns(columns, len(joined_keys), end, error)
+
+
+def _unit_arrays(unit: StoredUnit, stream: str | None) -> tuple[pa.Array, pa.Array]:
+    """The key and value arrays of a unit whose payload decompressed, its offset arrays and data
+    handed to Arrow as they are (no copy), once §11.5's checks of its boundaries pass (all but
+    the limits on a key's and a value's length, which :func:`_joined` checks for a run of units
+    at once): each array starts at 0, the two end where the payload does, and neither decreases
+    (Arrow's own full validation, in C++, where a check in Python is a loop per boundary)."""
+    n, data = unit.size, unit.payload
     width = 4 * (n + 1)
-    keys_start = 2 * width
-    values_start = keys_start + key_ends[-1]
-    payload = pa.py_buffer(unit.payload)
-    keys = pa.Array.from_buffers(
-        _BINARY, n, [None, payload.slice(0, width), payload.slice(keys_start, values_start - keys_start)]
+    keys_start, key_bytes, value_bytes = (
+        2 * width,
+        _U32_AT(data, width - 4)[0],
+        _U32_AT(data, 2 * width - 4)[0],
     )
-    values = pa.Array.from_buffers(
-        _BINARY, n, [None, payload.slice(width, width), payload.slice(values_start)]
-    )
-    offset = pc.add(_counting(n), _i64(unit.offset))
-    timestamp = pa.repeat(pa.scalar(unit.timestamp * 1000, _TIMESTAMP), n)
-    key_text = keys.cast(pa.string()) if unit.flags & FLAG_KEY_IS_TEXT else pa.nulls(n, pa.string())
-    return offset, timestamp, keys, values, key_text
+    try:
+        if not (
+            _U32_AT(data, 0)[0] == 0
+            and _U32_AT(data, width)[0] == 0
+            and keys_start + key_bytes + value_bytes == len(data)
+        ):
+            raise pa.ArrowInvalid("boundaries that start or end elsewhere")
+        payload = pa.py_buffer(data)
+        keys = pa.Array.from_buffers(
+            _BINARY, n, [None, payload.slice(0, width), payload.slice(keys_start, key_bytes)]
+        )
+        values = pa.Array.from_buffers(
+            _BINARY, n, [None, payload.slice(width, width), payload.slice(keys_start + key_bytes)]
+        )
+        keys.validate(full=True)  # offsets that never decrease and stay inside the data
+        values.validate(full=True)
+    except pa.ArrowInvalid:
+        payload_ends(unit, stream=stream)  # raises the reference error
+        raise AssertionError(f"columnar decoder and payload_ends disagree at offset {unit.offset}") from None
+    return keys, values
+
+
+def _longest(array: pa.Array) -> int:
+    """The length of the longest element of a binary array."""
+    return int(pc.max(pc.binary_length(array)).as_py())
+
+
+def _units_columns(
+    units: list[StoredUnit], keys: list[pa.Array], joined_keys: pa.Array, joined_values: pa.Array
+) -> tuple[pa.Array, ...]:
+    """The columns of a run of verified units, given their keys (each unit's and joined) and
+    values: offsets and timestamps built per row without a loop, the keys as text where they are."""
+    rows = len(joined_keys)
+    # Message i of a unit at P has offset P + i: the row number plus, per unit, P minus its first row.
+    shift, stamps, first = [], [], 0
+    for u in units:
+        shift.append(array("q", [u.offset - first]) * u.size)
+        stamps.append(array("q", [u.timestamp * 1000]) * u.size)
+        first += u.size
+    offset = pc.add(_counting(rows), _int64s(pa.int64(), rows, shift))
+    timestamp = _int64s(_TIMESTAMP, rows, stamps)
+    text = [bool(u.flags & FLAG_KEY_IS_TEXT) for u in units]
+    if all(text):
+        key_text = joined_keys.cast(pa.string())
+    elif not any(text):
+        key_text = pa.nulls(rows, pa.string())
+    else:  # text keys and others in one run: unit by unit
+        key_text = pa.concat_arrays(
+            [
+                k.cast(pa.string()) if t else pa.nulls(len(k), pa.string())
+                for k, t in zip(keys, text, strict=True)
+            ]
+        )
+    return offset, timestamp, joined_keys, joined_values, key_text
+
+
+def _int64s(kind: pa.DataType, rows: int, parts: list[array[int]]) -> pa.Array:
+    """``parts`` laid end to end as an Arrow array of ``kind`` (64-bit): one join, no kernel."""
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return pa.Array.from_buffers(kind, rows, [None, pa.py_buffer(data)])
 
 
 def _counting(n: int) -> pa.Array:

@@ -3,8 +3,9 @@
 The I/O is :func:`vault_core.reader.scan_log`'s (:func:`vault_core.prefetch.prefetched_chunks`:
 ``chunk``-sized ranged GETs with ``prefetch`` in flight), with a carry of the record cut by each
 chunk edge, every CRC verified. Decoding is columnar (:mod:`vault_core.spark.columnar`): one Arrow
-batch per version 2 unit, its key and value columns straight over the unit's decompressed
-payload (no copy before Spark's own serialisation), and one per run of version 1 records.
+batch per run of version 2 units (up to 4 MiB of payload, their key and value columns built over
+the decompressed payloads and joined) and one per run of version 1 records, each decoded when
+Spark asks for it, so that decoding the next overlaps the JVM's work on the last.
 
 Without ``skip_corrupt`` the first record that does not verify raises the reference
 :class:`CorruptRecord`, which Spark shows with the stream and offset. With it, the rest of the
@@ -30,7 +31,7 @@ from vault_core.pagelog import ReadableLog
 from vault_core.prefetch import prefetched_chunks
 from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import Message
-from vault_core.spark.columnar import decode_pieces, messages_to_columns, record_batch
+from vault_core.spark.columnar import Decoder, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
 from vault_core.spark.schema import ARROW_SCHEMA
@@ -52,8 +53,8 @@ def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterato
     try:
         for data, last in chunks:
             buf = carry + data if carry else data
-            pieces = decode_pieces(buf, base, last=last, stream=part.stream)
-            for cols in pieces.parts:
+            pieces = Decoder(buf, base, last=last, stream=part.stream)
+            for cols in pieces:
                 yield _within(record_batch(part.stream, cols.arrays, cols.rows, schema), part)
             if pieces.error is not None:
                 if not (settings.skip_corrupt and isinstance(pieces.error, CorruptRecord)):
