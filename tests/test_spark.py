@@ -538,7 +538,7 @@ def test_read_streams_without_the_data_source_api(
 ) -> None:
     stream = big
     want = expected(vault, stream)
-    first = len(want) - 100  # ~800 KB: several partitions of 128 KiB
+    first = len(want) - 100  # ~900 KB: seven partitions of 128 KiB
     lo = want[first][1]
     df = read_streams(
         spark,
