@@ -2,7 +2,7 @@
 Playwright, against the local host on the session's Azurite, asserting on what a person sees.
 
 A limited reader (a token with ``Vault.Read.ui-ok-*``) sees its streams and a 403 page for the
-others; the admin key sees the staging queues. Each test saves a screenshot in its tmp_path.
+others; the admin key sees the staging queues. A test that fails saves a screenshot in its tmp_path.
 """
 
 from __future__ import annotations
@@ -59,19 +59,22 @@ def chromium_pids() -> list[psutil.Process]:
 
 @pytest.fixture
 def page(browser: Any, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Any]:
-    """A fresh browser context (its own sessionStorage); a screenshot of the end state is kept
-    in tmp_path, and a script error on the page fails the test."""
+    """A fresh browser context (its own sessionStorage); a script error on the page fails the
+    test, and a failed test keeps a screenshot of the end state in tmp_path (only then: a full
+    page's rendering and PNG cost Chromium more CPU than most of these tests' pages)."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
     context.set_default_timeout(TIMEOUT_MS)
     tab = context.new_page()
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
+    failed_before = request.session.testsfailed  # the test's own report is counted before teardown
     try:
         yield tab
         assert not errors, errors
     finally:
         try:
-            tab.screenshot(path=str(tmp_path / f"{request.node.name[:60]}.png"), full_page=True)
+            if errors or request.session.testsfailed > failed_before:
+                tab.screenshot(path=str(tmp_path / f"{request.node.name[:60]}.png"), full_page=True)
         finally:
             context.close()
 

@@ -41,10 +41,6 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import schemathesis
-from schemathesis.engine import Status, events
-from schemathesis.engine import from_schema as engine_for
-
 from vault_app.openapi import SPEC
 from vault_local.process import HostProcess
 
@@ -108,6 +104,11 @@ def _has_negative_part(case: Any) -> bool:
 
 def run(host: HostProcess, config: dict[str, Any]) -> list[str]:
     """Every failed check of a run against ``host``, one line each."""
+    # Imported here, not at collection: every xdist worker collects this module, one runs it.
+    import schemathesis
+    from schemathesis.engine import events
+    from schemathesis.engine import from_schema as engine_for
+
     schema = schemathesis.openapi.from_dict(
         SPEC,
         config=schemathesis.Config.from_dict(
@@ -130,6 +131,8 @@ def run(host: HostProcess, config: dict[str, Any]) -> list[str]:
 
 
 def _failed(recorder: Any) -> list[str]:
+    from schemathesis.engine import Status
+
     found = []
     for case_id, checks in recorder.checks.items():
         for check in checks:

@@ -100,7 +100,7 @@ def test_any_json_document_as_a_body_parses_or_gets_a_4xx(doc: Any, content_type
     parses_or_4xx(json.dumps(doc).encode(), content_type)
 
 
-@FAST
+@settings(FAST, max_examples=100)  # up to five documents each: what a line holds is the test above's
 @given(st.lists(message | json_value, max_size=5))
 def test_any_ndjson_lines_parse_or_get_a_4xx(lines: list[Any]) -> None:
     parses_or_4xx("\n".join(json.dumps(x) for x in lines).encode(), "application/x-ndjson")

@@ -148,14 +148,33 @@ class Timeline:
         self.path = path
         self.worker = worker
         self.sampler = Sampler(path) if controller else None
+        self.final_teardown = (0.0, 0.0)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: pytest.Item) -> Generator[None, None, None]:
         start, (own, children) = time.time(), _cpu()
         yield
         stop, (own2, children2) = time.time(), _cpu()
-        cpu = {"cpu": round(own2 - own, 3), "children": round(children2 - children, 3)}
+        # The worker's last test also tears down the session's fixtures (the Spark session's JVM
+        # is reaped there): their CPU is the run's, not that test's, and is reported apart.
+        end_own, end_children = self.final_teardown
+        cpu: dict[str, Any] = {
+            "cpu": round(own2 - own - end_own, 3),
+            "children": round(children2 - children - end_children, 3),
+        }
+        if self.final_teardown != (0.0, 0.0):
+            cpu["final_teardown"] = [round(end_own, 3), round(end_children, 3)]
         _append(self.path, {"worker": self.worker, "test": item.nodeid, "start": start, "stop": stop, **cpu})
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_teardown(
+        self, item: pytest.Item, nextitem: pytest.Item | None
+    ) -> Generator[None, None, None]:
+        own, children = _cpu()
+        yield
+        if nextitem is None:  # every fixture left, of every scope, ends here
+            own2, children2 = _cpu()
+            self.final_teardown = (own2 - own, children2 - children)
 
     def pytest_unconfigure(self) -> None:
         if self.sampler:
@@ -200,7 +219,7 @@ def report(path: Path, top: int = 12) -> str:
         rs.sort(key=lambda r: r["start"])
         busy = sum(r["stop"] - r["start"] for r in rs)
         first, last = rs[0]["start"] - begin, rs[-1]["stop"] - begin
-        cpu = sum(r["cpu"] + r["children"] for r in rs)
+        cpu = sum(r["cpu"] + r["children"] + sum(r.get("final_teardown", ())) for r in rs)
         out.append(
             f"{worker:8} {first:5.1f} {last:6.1f} {busy:6.1f} {last - first - busy:13.1f}"
             f" {last_stop - begin - last:12.1f} {len(rs):6} {cpu:9.1f}"
@@ -217,6 +236,10 @@ def report(path: Path, top: int = 12) -> str:
     out.append("\nthe most CPU in a worker's own process (and its reaped children):")
     for r in sorted(tests, key=lambda r: -(r["cpu"] + r["children"]))[:top]:
         out.append(f"  {r['cpu']:6.1f} + {r['children']:5.1f}  {r['worker']}  {r['test']}")
+    for r in tests:
+        if "final_teardown" in r:
+            own, children = r["final_teardown"]
+            out.append(f"  {own:6.1f} + {children:5.1f}  {r['worker']}  (its end: the session's fixtures)")
     if end_record:
         out.append("\nCPU by kind of process (sampled each second, CPU-s):")
         out += [f"  {seconds:7.1f}  {kind}" for kind, seconds in end_record["cpu"].items()]
