@@ -44,7 +44,7 @@ from bench.common import MIB, median_of, report, timed
 from bench.events import event_batches
 from vault_core.azure import StorageAccount
 from vault_core.recordformat import NewMessage
-from vault_core.spark.columnar import decode_pieces, record_batch
+from vault_core.spark.columnar import Decoder, record_batch
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.plan import Partition, plan_read
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
@@ -217,7 +217,7 @@ def save_partitions(log: bytes, plan: list[Partition], directory: str) -> list[s
     paths = []
     for i, part in enumerate(plan):
         data = log[part.start : part.end]
-        pieces = decode_pieces(data, part.start, last=True, stream=CACHED_STREAM)
+        pieces = Decoder(data, part.start, last=True, stream=CACHED_STREAM).pieces()
         assert pieces.error is None and pieces.end == len(data)
         path = os.path.join(directory, f"partition-{i}.arrow")
         with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, ARROW_SCHEMA) as out:

@@ -243,7 +243,7 @@ def test_each_read_streams_keyword_is_an_option_by_its_snake_case_name() -> None
 def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() -> None:
     from vault_core.errors import FormatError
     from vault_core.recordformat import MAGIC, decode, encode
-    from vault_core.spark.columnar import decode_pieces
+    from vault_core.spark.columnar import Decoder
 
     rng = random.Random(11)
     # some values carry the sync marker, which the split path must hand over to the chain path
@@ -260,18 +260,18 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
     def ref_rows(ms: Sequence[Message]) -> list[tuple[Any, ...]]:
         return [_row("", m)[1:] for m in ms]
 
-    whole = decode_pieces(buf, 4096, last=True).joined()
+    whole = Decoder(buf, 4096, last=True).pieces().joined()
     assert as_rows(whole) == ref_rows(ref) and whole.end == len(buf) and whole.error is None
     for cut in (0, 31, 33, len(buf) // 3 + 7, len(buf) - 1):
-        part, (records, pos) = decode_pieces(buf[:cut], 4096).joined(), decode(buf[:cut], 4096)
+        part, (records, pos) = Decoder(buf[:cut], 4096).pieces().joined(), decode(buf[:cut], 4096)
         assert as_rows(part) == ref_rows(records) and part.end == pos and part.error is None
-        assert (decode_pieces(buf[:cut], 4096, last=True).joined().error is not None) == (pos < cut)
+        assert (Decoder(buf[:cut], 4096, last=True).pieces().joined().error is not None) == (pos < cut)
     mid = ref[700].offset - 4096
-    assert as_rows(decode_pieces(buf, 4096, mid, last=True).joined()) == ref_rows(ref[700:])
+    assert as_rows(Decoder(buf, 4096, mid, last=True).pieces().joined()) == ref_rows(ref[700:])
     for victim, delta in ((100, 40), (300, 0), (500, 9), (600, 12), (800, 16), (1499, 33)):
         bad = bytearray(buf)
         bad[ref[victim].offset - 4096 + delta] ^= 1
-        got = decode_pieces(bytes(bad), 4096, last=True, stream="s").joined()
+        got = Decoder(bytes(bad), 4096, last=True, stream="s").pieces().joined()
         with pytest.raises(FormatError) as raised:
             decode(bytes(bad), 4096, stream="s", complete=True)
         assert as_rows(got) == ref_rows(ref[:victim]) and str(got.error) == str(raised.value)
@@ -280,7 +280,7 @@ def test_columnar_decoder_accepts_and_refuses_exactly_what_format_decode_does() 
 def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow_to_type(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """decode_pieces: one piece per run of format 2 units (up to BATCH_PAYLOAD_BYTES of payload:
+    """Decoder.pieces: one piece per run of format 2 units (up to BATCH_PAYLOAD_BYTES of payload:
     Spark pays per batch) and one per run of format 1 records, which Pieces.joined joins; and no
     Python value left for pyarrow to type (it looks for the optional dateutil on every such call:
     ~0.7 ms each, more than a unit's columns cost)."""
@@ -288,7 +288,7 @@ def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow
 
     from vault_core.recordformat import encode
     from vault_core.spark import columnar
-    from vault_core.spark.columnar import decode_pieces
+    from vault_core.spark.columnar import Decoder
     from vault_core.unitformat import encode_unit
 
     base = 4096
@@ -300,11 +300,11 @@ def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow
         starts.append(base + len(buf))
         buf += encode_unit([b"k"] * n, values, base + len(buf), T0 + n, codec=codec, key_is_text=text)
         sizes += (n,)
-    pieces = decode_pieces(buf, base, last=True, stream="s")
+    pieces = Decoder(buf, base, last=True, stream="s").pieces()
     assert [p.rows for p in pieces.parts] == [30, 510] and pieces.end == len(buf) and pieces.error is None
     whole = pieces.joined()
     monkeypatch.setattr(columnar, "BATCH_PAYLOAD_BYTES", 1)  # a piece per unit
-    pieces = decode_pieces(buf, base, last=True, stream="s")
+    pieces = Decoder(buf, base, last=True, stream="s").pieces()
     assert tuple(p.rows for p in pieces.parts) == sizes and pieces.end == len(buf) and pieces.error is None
     joined = [[v for p in pieces.parts for v in p.arrays[i].to_pylist()] for i in range(5)]
     assert joined == [a.to_pylist() for a in whole.arrays] and whole.rows == sum(sizes)
@@ -323,7 +323,7 @@ def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow
 
     builtins.__import__ = watching
     try:
-        decode_pieces(buf, base, last=True, stream="s")
+        Decoder(buf, base, last=True, stream="s").pieces()
     finally:
         builtins.__import__ = real_import
     assert attempted == []

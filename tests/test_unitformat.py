@@ -314,14 +314,14 @@ def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(
     mixed: Vault, chunk: int
 ) -> None:
     pa = pytest.importorskip("pyarrow")
-    from vault_core.spark.columnar import decode_pieces, messages_to_columns
+    from vault_core.spark.columnar import Decoder, messages_to_columns
 
     committed = mixed.reader.state(STREAM).committed
     log = mixed.blob(STREAM).read(0, committed)
     columns, base, carry = [], 0, b""
     for at in range(0, committed, chunk):  # as read_partition feeds it: ranged reads, the tail carried
         buf = carry + log[at : at + chunk]
-        cols = decode_pieces(buf, base, last=at + chunk >= committed, stream=STREAM).joined()
+        cols = Decoder(buf, base, last=at + chunk >= committed, stream=STREAM).pieces().joined()
         assert cols.error is None
         columns.append(cols.arrays) if cols.rows else None
         carry, base = buf[cols.end :], base + cols.end
@@ -333,12 +333,12 @@ def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(
 
 def test_the_columnar_decoder_reports_a_damaged_unit_with_the_reference_error(mixed: Vault) -> None:
     pytest.importorskip("pyarrow")
-    from vault_core.spark.columnar import decode_pieces
+    from vault_core.spark.columnar import Decoder
 
     b1 = mixed.index.committed_batches(STREAM, ["b1"])["b1"]
     log = bytearray(mixed.blob(STREAM).read(0, mixed.reader.state(STREAM).committed))
     log[b1.first_offset + 60] ^= 0x01
-    cols = decode_pieces(bytes(log), 0, last=True, stream=STREAM).joined()
+    cols = Decoder(bytes(log), 0, last=True, stream=STREAM).pieces().joined()
     assert isinstance(cols.error, CorruptRecord) and "unit checksum mismatch" in str(cols.error)
     assert cols.end == b1.first_offset and cols.rows == 4 * 40 + 301
 
@@ -369,7 +369,7 @@ def test_the_columnar_decoder_reads_runs_of_units_as_the_reference_decoder_does(
     messages, _ = decode(log, 4096, complete=True)
     saved, columnar.BATCH_PAYLOAD_BYTES = columnar.BATCH_PAYLOAD_BYTES, budget
     try:
-        pieces = columnar.decode_pieces(log, 4096, last=True, stream="s")
+        pieces = columnar.Decoder(log, 4096, last=True, stream="s").pieces()
     finally:
         columnar.BATCH_PAYLOAD_BYTES = saved
     assert pieces.error is None and pieces.end == len(log) and len(pieces.parts) <= len(units)
@@ -387,7 +387,7 @@ def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
     """Where a run of units holds one whose boundaries lie, the units before it are read and the
     error is the reference one, whichever of the run's checks found it."""
     pytest.importorskip("pyarrow")
-    from vault_core.spark.columnar import decode_pieces
+    from vault_core.spark.columnar import Decoder
 
     log = b""
     for _ in range(good):
@@ -398,7 +398,7 @@ def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
     struct.pack_into("<4I", unit, STORED_OFFSET, *key_ends)
     with pytest.raises(CorruptRecord) as reference:
         decode(bytes(reseal(unit)), len(log), complete=True)
-    cols = decode_pieces(log + bytes(reseal(unit)), 0, last=True, stream=None).joined()
+    cols = Decoder(log + bytes(reseal(unit)), 0, last=True, stream=None).pieces().joined()
     assert cols.rows == 5 * good and cols.end == len(log) and str(cols.error) == str(reference.value)
 
 

@@ -107,7 +107,7 @@ class Columns:
 
 @dataclass(frozen=True)
 class Pieces:
-    """What :func:`decode_pieces` found: columns per run of units or of records, in log order."""
+    """What :meth:`Decoder.pieces` found: columns per run of units or of records, in log order."""
 
     parts: list[Columns]
     end: int
@@ -123,22 +123,6 @@ class Pieces:
         columns = zip(*(p.arrays for p in self.parts), strict=True)
         arrays = tuple(pa.concat_arrays(list(column)) for column in columns)
         return Columns(arrays, sum(p.rows for p in self.parts), self.end, self.error)
-
-
-def decode_pieces(
-    buf: bytes,
-    base: int,
-    start: int = 0,
-    end: int | None = None,
-    *,
-    last: bool = False,
-    stream: str | None = None,
-) -> Pieces:
-    """Decode whole records and units in ``buf[start:end]``, where ``buf[0]`` is stream offset ``base``:
-    every piece of a :class:`Decoder`, in a list (:meth:`Pieces.joined` makes them one)."""
-    decoder = Decoder(buf, base, start, end, last=last, stream=stream)
-    parts = list(decoder)
-    return Pieces(parts, decoder.end, decoder.error)
 
 
 class Decoder:
@@ -183,6 +167,11 @@ class Decoder:
                 yield piece
             if cut_off:
                 break  # the caller carries it
+
+    def pieces(self) -> Pieces:
+        """Every piece at once, in a list (:meth:`Pieces.joined` makes them one)."""
+        parts = list(self)
+        return Pieces(parts, self.end, self.error)
 
 
 def _at_unit(buf: bytes, pos: int, end: int) -> bool:
@@ -377,7 +366,7 @@ def _chain_path(buf: bytes, base: int, start: int, end: int, last: bool, stream:
     pos = start
     while pos + HEADER_SIZE <= end:
         if view[pos + 8] == UNIT_VERSION:
-            break  # a unit: decode_pieces takes it from here
+            break  # a unit: the Decoder takes it from here
         crc, klen, vlen = _CRC_LENGTHS(view, pos)
         rec_end = pos + HEADER_SIZE + klen + vlen
         if rec_end > end or klen > MAX_KEY_BYTES or vlen > MAX_VALUE_BYTES:
