@@ -49,12 +49,29 @@ STREAM = "orders"
 NOW_MS = 1_750_000_000_000
 
 
-@pytest.fixture
-def runtime() -> Iterator[Runtime]:
+def memory_runtime(account: MemoryAccount) -> Runtime:
     """A runtime of its own on one memory account (vault and staging alike), one staging queue."""
-    account = MemoryAccount()
     runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
     runtime.services.ensure()
+    return runtime
+
+
+@pytest.fixture
+def runtime() -> Iterator[Runtime]:
+    runtime = memory_runtime(MemoryAccount())
+    yield runtime
+    runtime.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def clocked_runtime(clock: ManualClock) -> Iterator[Runtime]:
+    """:func:`runtime` on a memory account whose time is ``clock``'s."""
+    runtime = memory_runtime(MemoryAccount(clock))
     yield runtime
     runtime.close()
 
@@ -237,64 +254,52 @@ class WriterDied(BaseException):
     """The writer's process killed in the middle of an invocation."""
 
 
-def test_batches_drained_by_writers_that_die_are_resent_fresh_and_never_counted_towards_poison() -> None:
+def die_after_drain(point: str) -> None:
+    """A runtime's fault hook: the writer dies once its drain is in."""
+    if point == "after-drain":
+        raise WriterDied
+
+
+def test_batches_drained_by_writers_that_die_are_resent_fresh_and_never_counted_towards_poison(
+    clock: ManualClock, clocked_runtime: Runtime
+) -> None:
     """A drain's receive counts towards maxDequeueCount like the host's own: a batch drained by
     two writers that were killed would reach poison through no fault of its own. From its second
     receive on, a drained batch goes on as a fresh copy (dequeue count 0), up to REFRESH_LIMIT."""
-    clock = ManualClock()
-    account = MemoryAccount(clock)
-    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
-    runtime.services.ensure()
+    runtime = clocked_runtime
     services, queue = runtime.services, runtime.services.queue_for(STREAM)
-
-    def die(point: str) -> None:
-        if point == "after-drain":
-            raise WriterDied
-
-    try:
-        for b in ("b0", "b1", "b2"):
-            stage(services, b, [b])
-        runtime.fault_hook = die
-        for _death in range(2 * REFRESH_LIMIT + 1):  # a fresh copy's next drain is its first receive
-            with pytest.raises(WriterDied):
-                run_trigger(runtime, queue)  # b0 the trigger, b1 and b2 drained
-            clock.advance(61_000)  # every message visible again
-        counts = {json.loads(m.body)["id"]: json.loads(m.body).get("rf", 0) for m in queue.staging.peek(5)}
-        assert counts == {"b0": 0, "b1": REFRESH_LIMIT, "b2": REFRESH_LIMIT}  # the trigger is the host's
-        runtime.fault_hook = None
-        while run_trigger(runtime, queue):
-            pass
-        assert values(services) == ["b0", "b1", "b2"] and queue.staging.approximate_count() == 0
-        assert queue.poison.approximate_count() == 0
-    finally:
-        runtime.close()
+    for b in ("b0", "b1", "b2"):
+        stage(services, b, [b])
+    runtime.fault_hook = die_after_drain
+    for _death in range(2 * REFRESH_LIMIT + 1):  # a fresh copy's next drain is its first receive
+        with pytest.raises(WriterDied):
+            run_trigger(runtime, queue)  # b0 the trigger, b1 and b2 drained
+        clock.advance(61_000)  # every message visible again
+    counts = {json.loads(m.body)["id"]: json.loads(m.body).get("rf", 0) for m in queue.staging.peek(5)}
+    assert counts == {"b0": 0, "b1": REFRESH_LIMIT, "b2": REFRESH_LIMIT}  # the trigger is the host's
+    runtime.fault_hook = None
+    while run_trigger(runtime, queue):
+        pass
+    assert values(services) == ["b0", "b1", "b2"] and queue.staging.approximate_count() == 0
+    assert queue.poison.approximate_count() == 0
 
 
-def test_batches_a_writer_drained_just_before_it_died_are_back_within_the_receives_short_visibility() -> None:
+def test_batches_a_writer_drained_just_before_it_died_are_back_within_the_receives_short_visibility(
+    clock: ManualClock, clocked_runtime: Runtime
+) -> None:
     """Killed before its drain's reply is in, a writer leaves no receipts for its replacement: the
     batches come back when the receive's own visibility ends, 5 s, not DRAIN_VISIBILITY's 15."""
-    clock = ManualClock()
-    account = MemoryAccount(clock)
-    runtime = Runtime(Services(load_settings({"VAULT_STAGING_QUEUES": "1"}), connect=lambda _name: account))
-    runtime.services.ensure()
+    runtime = clocked_runtime
     services, queue = runtime.services, runtime.services.queue_for(STREAM)
-
-    def die(point: str) -> None:
-        if point == "after-drain":
-            raise WriterDied
-
-    try:
-        for b in ("b0", "b1"):
-            stage(services, b, [b])
-        runtime.fault_hook = die
-        with pytest.raises(WriterDied):
-            run_trigger(runtime, queue)  # b0 the trigger (the host's), b1 drained
-        clock.advance(writer_fn.DRAIN_RECEIVE_VISIBILITY * 1000 - 1)
-        assert queue.staging.peek(5) == []
-        clock.advance(2)
-        assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]
-    finally:
-        runtime.close()
+    for b in ("b0", "b1"):
+        stage(services, b, [b])
+    runtime.fault_hook = die_after_drain
+    with pytest.raises(WriterDied):
+        run_trigger(runtime, queue)  # b0 the trigger (the host's), b1 drained
+    clock.advance(writer_fn.DRAIN_RECEIVE_VISIBILITY * 1000 - 1)
+    assert queue.staging.peek(5) == []
+    clock.advance(2)
+    assert [json.loads(m.body)["id"] for m in queue.staging.peek(5)] == ["b1"]
 
 
 def test_a_batch_whose_stream_another_writer_holds_goes_back_as_a_fresh_message_for_later(
