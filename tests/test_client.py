@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -501,6 +502,32 @@ def test_message_offsets_follow_the_pieces_of_a_format_2_batch_without_a_read() 
     assert asked == ["POST"]
 
 
+def test_an_answer_that_is_not_a_batch_status_fails_the_messages_clearly() -> None:
+    odd = httpx.MockTransport(lambda r: httpx.Response(202, json={"stream": "s", "count": 1}))
+    with Producer(api=ApiClient("http://vault.test", transport=odd)) as producer:
+        result = producer.send("s", "a")
+    with pytest.raises(ApiError, match="not a batch status") as caught:
+        result.result()
+    assert caught.value.code == "bad_answer" and result.batch_id is None
+
+
+@pytest.mark.parametrize(
+    "setting, fragment",
+    [
+        ({"linger": -1}, "linger must be 0-60 seconds"),
+        ({"linger": 61}, "linger must be 0-60 seconds"),
+        ({"max_in_flight": 0}, "max_in_flight must be 1-64"),
+        ({"max_in_flight": 65}, "max_in_flight must be 1-64"),
+        ({"wait": 61}, "wait must be 0-60 seconds"),
+    ],
+)
+def test_producer_settings_out_of_range_are_refused_as_the_cli_refuses_them(
+    fake: FakeVault, setting: dict[str, float], fragment: str
+) -> None:
+    with pytest.raises(ValueError, match=fragment):
+        Producer(api=fake.api(), **setting)  # type: ignore[arg-type]
+
+
 def test_full_buffer_raises_when_asked_not_to_block() -> None:
     gate = threading.Event()
 
@@ -631,13 +658,17 @@ COMMANDS = [
     "poison",
     "poison list",
     "poison replay",
+    "capacity",
+    "whoami",
 ]
 
 
 @pytest.mark.parametrize("command", COMMANDS)
-def test_every_command_has_help(runner: CliRunner, command: str) -> None:
+def test_every_command_has_help_naming_what_each_value_is(runner: CliRunner, command: str) -> None:
     code, out, _ = run(runner, *command.split(), "--help")
     assert code == 0 and "Usage: " in out
+    # click's fallbacks ("INTEGER RANGE", "FLOAT") say a value's type, not what it is
+    assert not re.search(r"\b(INTEGER|FLOAT)\b|\bRANGE\b", out), out
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import json
 import re
 import struct
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -491,3 +492,57 @@ def test_the_capacity_examples_are_what_vault_capacity_prints(example: str) -> N
     assert result.stdout.rstrip() == printed, (
         f"CAPACITY.md's {example} example is not what vault capacity prints"
     )
+
+
+# -- docs/CLIENT.md: the defaults it quotes are the code's ------------------------------------------
+CLIENT_MD = (ROOT / "docs" / "CLIENT.md").read_text(encoding="utf-8")
+
+
+def _documented_value(text: str) -> Any:
+    """A default as CLIENT.md writes it: ``1 MiB``, ``0.05 s``, or a Python expression."""
+    from vault_client.retry import RetryPolicy
+
+    text = re.sub(r"^([\d.]+) MiB$", r"\1 * 1024 * 1024", text.strip())
+    return eval(re.sub(r"^([\d.]+) s$", r"\1", text), {"RetryPolicy": RetryPolicy})
+
+
+@pytest.mark.parametrize("call", ["Producer", "Consumer.connect"])
+def test_the_client_guide_quotes_each_signature_default_as_the_code_has_it(call: str) -> None:
+    import inspect
+
+    from vault_client import Consumer, Producer
+
+    block = re.search(rf"^{re.escape(call)}\((.*?)\)$", CLIENT_MD, re.M | re.S)
+    assert block, f"CLIENT.md has no {call}(...) signature"
+    documented = dict(re.findall(r"(\w+)=([^,]+?)(?=,|$)", block.group(1).replace("\n", " ")))
+    functions: list[Callable[..., Any]] = (
+        [Producer.__init__] if call == "Producer" else [Consumer.connect, Consumer.__init__]
+    )
+    defaults = {
+        name: p.default
+        for f in functions
+        for name, p in inspect.signature(f).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
+    assert documented and {k: _documented_value(v) for k, v in documented.items()} == {
+        k: defaults[k] for k in documented
+    }
+
+
+def test_the_client_guide_quotes_the_default_retry_policy() -> None:
+    from vault_client.retry import RetryPolicy
+
+    quoted = re.search(r"`retry=None` is `(RetryPolicy\([^)]*\))`", CLIENT_MD)
+    assert quoted and _documented_value(quoted.group(1)) == RetryPolicy()
+
+
+@pytest.mark.parametrize("command", ["produce", "consume"])
+def test_the_client_guide_quotes_each_cli_default_as_the_cli_has_it(command: str) -> None:
+    from vault_client.cli import cli
+
+    section = CLIENT_MD.split(f"### `vault {command} ")[1].split("\n### ")[0]
+    quoted = re.findall(r"`(--[a-z-]+)`(?: seconds)? \(([\d.]+(?: MiB| s)?)\)", section)
+    options = {o: p for p in cli.commands[command].params for o in getattr(p, "opts", [])}
+    assert quoted and {o: _documented_value(v) for o, v in quoted} == {
+        o: options[o].default for o, _ in quoted
+    }

@@ -36,6 +36,9 @@ from vault_core.recordformat import HEADER_SIZE, MAX_KEY_BYTES, MAX_VALUE_BYTES
 YIELD_EVERY = 64
 """send() offers the GIL to the sender threads this often (see send)."""
 MIN_BATCH_BYTES = 1024
+MAX_LINGER_SECONDS = 60.0
+MAX_IN_FLIGHT = 64
+"""Sender threads at most: past a few, more threads only wait on the same connections."""
 """The smallest ``batch_max_bytes`` a producer takes (1 KiB); the largest is the API's MAX_BATCH_BYTES."""
 
 
@@ -92,6 +95,12 @@ class Producer:
             raise ValueError(f"batch_max_messages must be 1-{limits.MAX_BATCH_MESSAGES}")
         if not MIN_BATCH_BYTES <= batch_max_bytes <= limits.MAX_BATCH_BYTES:
             raise ValueError(f"batch_max_bytes must be 1 KiB-{limits.MAX_BATCH_BYTES} bytes")
+        if not 0 <= linger <= MAX_LINGER_SECONDS:
+            raise ValueError(f"linger must be 0-{MAX_LINGER_SECONDS:g} seconds")
+        if not 1 <= max_in_flight <= MAX_IN_FLIGHT:
+            raise ValueError(f"max_in_flight must be 1-{MAX_IN_FLIGHT}")
+        if not 0 <= wait <= limits.MAX_WAIT_SECONDS:
+            raise ValueError(f"wait must be 0-{limits.MAX_WAIT_SECONDS} seconds")
         if on_full not in ("block", "raise"):
             raise ValueError('on_full must be "block" or "raise"')
         self._owns_api = api is None
@@ -120,7 +129,7 @@ class Producer:
         """The error that failed the most recent failed batch (each result carries its own)."""
         self._threads = [
             threading.Thread(target=self._run, name=f"vault-producer-{i}", daemon=True)
-            for i in range(max(1, max_in_flight))
+            for i in range(max_in_flight)
         ]
         for t in self._threads:
             t.start()

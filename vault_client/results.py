@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from vault_client.errors import ApiError
 from vault_core.retry import poll as poll_until
 
 COMMITTED = "committed"
@@ -34,6 +35,14 @@ class Delivery:
     timestamp: int | None = None
 
 
+def batch_status(answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` if it is a batch's status (a string ``batch_id`` and ``status``), else an
+    :class:`ApiError`: a message's result never shows a missing id as the text "None"."""
+    if isinstance(answer.get("batch_id"), str) and isinstance(answer.get("status"), str):
+        return answer
+    raise ApiError(200, "bad_answer", f"the vault's answer is not a batch status: {str(answer)[:200]}")
+
+
 class BatchOutcome:
     """The server's answer for one batch (or the error that ended it), shared by its messages."""
 
@@ -50,7 +59,10 @@ class BatchOutcome:
         self._callbacks: list[Callable[[], None]] = []
 
     def resolve(self, ack: dict[str, Any]) -> None:
-        self.ack = ack
+        try:
+            self.ack = batch_status(ack)
+        except ApiError as exc:
+            self.error = exc
         self._finish()
 
     def fail(self, error: BaseException) -> None:
@@ -80,8 +92,9 @@ class BatchOutcome:
 
     def update(self, ack: dict[str, Any]) -> None:
         """A later status (``committed`` after polling) replaces the first answer."""
+        checked = batch_status(ack)
         with self._lock:
-            self.ack = ack
+            self.ack = checked
 
 
 class SendResult:
@@ -161,8 +174,8 @@ class SendResult:
             offset = None  # not format 1 records, and the answer does not say where units put it
         return Delivery(
             stream=outcome.stream,
-            batch_id=str(ack.get("batch_id")),
-            status=str(ack.get("status")),
+            batch_id=ack["batch_id"],
+            status=ack["status"],
             offset=offset,
             timestamp=ack.get("timestamp"),
         )

@@ -63,40 +63,67 @@ def _check_share(ctx: click.Context, param: click.Parameter, value: float | None
 
 
 @click.command()
-@click.option("--messages-per-second", type=click.FloatRange(min=0, min_open=True), required=True)
 @click.option(
-    "--message-bytes", type=click.IntRange(min=0), default=1024, show_default=True, help="Bytes of a value."
+    "--messages-per-second", type=click.FloatRange(min=0, min_open=True), metavar="RATE", required=True
 )
 @click.option(
-    "--batch-messages", type=click.IntRange(min=1), default=100, show_default=True, help="Messages per POST."
+    "--message-bytes",
+    type=click.IntRange(min=0),
+    metavar="BYTES",
+    default=1024,
+    show_default=True,
+    help="Bytes of a value.",
 )
-@click.option("--streams", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--batch-messages",
+    type=click.IntRange(min=1),
+    metavar="N",
+    default=100,
+    show_default=True,
+    help="Messages per POST.",
+)
+@click.option("--streams", type=click.IntRange(min=1), metavar="N", default=1, show_default=True)
 @click.option(
     "--hot-stream-share",
     type=float,
+    metavar="SHARE",
     callback=_check_share,
     help="The busiest stream's share of the messages (default: all streams alike).",
 )
-@click.option("--key-bytes", type=click.IntRange(min=0), default=16, show_default=True)
+@click.option("--key-bytes", type=click.IntRange(min=0), metavar="BYTES", default=16, show_default=True)
 @click.option(
-    "--consumers", type=click.IntRange(min=0), default=1, show_default=True, help="Reads of every message."
+    "--consumers",
+    type=click.IntRange(min=0),
+    metavar="N",
+    default=1,
+    show_default=True,
+    help="Reads of every message.",
 )
 @click.option(
-    "--staging-accounts", type=click.IntRange(min=1), help="Evaluate this tier instead of planning one."
+    "--staging-accounts",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Evaluate this tier instead of planning one.",
 )
 @click.option(
-    "--staging-queues", type=click.IntRange(min=1), help="Queues per staging account (with the above)."
+    "--staging-queues",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Queues per staging account (with the above).",
 )
 @click.option(
     "--instance-memory", type=click.Choice(["512", "2048", "4096"]), default="2048", show_default=True
 )
-@click.option("--headroom", type=click.FloatRange(0, 1, min_open=True), default=0.8, show_default=True)
+@click.option(
+    "--headroom", type=click.FloatRange(0, 1, min_open=True), metavar="SHARE", default=0.8, show_default=True
+)
 @click.option(
     "--large-region", is_flag=True, help="The account targets of East US, West Europe and the like."
 )
 @click.option(
     "--target-scale",
     type=click.FloatRange(min=0, min_open=True),
+    metavar="FACTOR",
     default=1.0,
     show_default=True,
     help="Every target times this (0.05 for a throttling proxy at Azure's targets / 20).",

@@ -13,7 +13,7 @@ from vault_client.cli.inputs import Format, read_messages
 from vault_client.cli.options import format_option, library_option, wait_option
 from vault_client.cli.progress import human_bytes, progress_bar, rate
 from vault_client.cli.settings import connection_options, settings
-from vault_client.producer import MIN_BATCH_BYTES, Producer
+from vault_client.producer import MAX_IN_FLIGHT, MAX_LINGER_SECONDS, MIN_BATCH_BYTES, Producer
 from vault_core import limits
 
 PROGRESS_EVERY = 1000
@@ -41,6 +41,7 @@ def _size(file: BinaryIO) -> int | None:
     Producer,
     "batch_max_messages",
     type=click.IntRange(1, limits.MAX_BATCH_MESSAGES),
+    metavar="N",
     help="Most messages per batch.",
 )
 @library_option(
@@ -48,13 +49,14 @@ def _size(file: BinaryIO) -> int | None:
     Producer,
     "batch_max_bytes",
     type=click.IntRange(MIN_BATCH_BYTES, limits.MAX_BATCH_BYTES),
+    metavar="BYTES",
     help="Most bytes per batch request.",
 )
 @library_option(
     "--linger",
     Producer,
     "linger",
-    type=click.FloatRange(0, 60),
+    type=click.FloatRange(0, MAX_LINGER_SECONDS),
     metavar="SECONDS",
     help="How long a batch waits for more messages.",
 )
@@ -62,7 +64,8 @@ def _size(file: BinaryIO) -> int | None:
     "--in-flight",
     Producer,
     "max_in_flight",
-    type=click.IntRange(1, 64),
+    type=click.IntRange(1, MAX_IN_FLIGHT),
+    metavar="N",
     help="Batches sent concurrently (more than 1 may reorder batches).",
 )
 @wait_option(Producer, "Wait up to this long for each batch to be committed (slower; 0: staged is enough).")
