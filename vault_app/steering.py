@@ -43,8 +43,10 @@ LONGEST_COOL_DOWN = 8.0
 """The cool-down doubles while the queue keeps refusing, up to this."""
 ACCOUNT_UNHEALTHY_QUEUES = 2
 """An account with this many queues unhealthy at once is passed over as a whole."""
-STICK_ATTEMPTS = 4
-"""Sends a POST makes to its stream's first healthy queue before it has stayed refused."""
+STICK_ATTEMPTS = 8
+"""Sends a POST makes to its stream's first healthy queue before it has stayed refused: 1.75 s
+of them, within the request's 4 s budget. With 4 (0.75 s), 2 saturated queues still answered
+half their POSTs 503 after trying both (docs/CAPACITY.md §7.4)."""
 STICK_PACE_SECONDS = 0.25
 """Between those sends: the pace of the writer's own attempts on a refusing queue
 (vault_app.writer_fn.DELETE_PACE_SECONDS), so a busy queue's next tokens are met, not missed."""
