@@ -1232,9 +1232,8 @@ def closed_only(
         figures[f"{name}: committed batches per invocation"] = (
             batches / inv["count"] if inv["count"] else None
         )
-        if (
-            "queue_seconds_sampled" in r
-        ):  # every invocation's time inside the window, not only theirs that ended in it
+        if "queue_seconds_sampled" in r:
+            # Every invocation's time inside the window, not only that of those that ended in it.
             running = 1 - r["queue_seconds_between_invocations"] / r["queue_seconds_sampled"]
         else:
             running = inv["seconds"] / (r["steady_seconds"] * r["queues"])
