@@ -60,7 +60,10 @@ by side (docs/CAPACITY.md §7.4): ``writer_invocations.rounds`` and ``.ended`` (
 none, the rounds' time ran out, or an append failed), ``unused_queue_tokens_by_writer`` (the
 sampled unused tokens by whether the queue's writer was ``"in an invocation"`` or ``"between
 invocations"`` then) and ``queue_seconds_between_invocations`` (the window's seconds with no
-writer invocation running, summed over the queues).
+writer invocation running, summed over the queues). Since the host paces its triggers as the
+Functions host does (docs/CAPACITY.md §7.4): ``host_pacing`` (``HOST_PACING``), and
+``queue_seconds_sampled``, the queues' seconds the sampling covered, of which those between
+invocations are a share; the forecast then leaves out the target unused between invocations.
 
 Capacity, in POSTs/s, of Q queues over A accounts: ``min(Q × queue rate, A × account rate)``
 staging requests/s divided by ``REQUESTS_PER_BATCH`` (each batch costs its queue one send and
@@ -137,6 +140,10 @@ OVERLOAD = 3.0
 """The open-loop load whose steady window (its last two thirds) also counts what the tier
 commits while it admits all it can."""
 MESSAGES_PER_POST = 20
+HOST_PACING = "the Functions host's (vault_local.polling)"
+"""How the runs' host paces its queue triggers, recorded in each closed-loop run since it polls
+and retries as Azure's host does: their queues' target unused between invocations is then a
+real cost, which the forecast takes from the run (``forecast``)."""
 DEFAULT_FACTOR = 800.0
 """Azure's targets ÷ this (``--factor``): a queue 2.5 requests/s, an account 25."""
 DEFAULT_SUSTAIN_SECONDS = 45.0
@@ -511,6 +518,7 @@ class Config:
             "factor": self.targets.factor,
             "in_flight": in_flight,
             "producers_confirm": "in the POST (?wait=)" if wait else "by reading back",
+            "host_pacing": HOST_PACING,
             "statuses": dict(sorted(statuses.items())),
             "refused": diff(refusals, before[2]),
             **self._steady(marks["from"], marks["to"], []),
@@ -599,6 +607,7 @@ class Config:
         return {
             "unused_queue_tokens_by_writer": idle.by_writer(timed),
             "queue_seconds_between_invocations": idle.between_invocations(timed),
+            "queue_seconds_sampled": len(idle.queues) * (idle.ended - idle.began),
         }
 
     def invocations(self, first: int, last: int) -> dict[str, Any]:
@@ -1223,9 +1232,12 @@ def closed_only(
         figures[f"{name}: committed batches per invocation"] = (
             batches / inv["count"] if inv["count"] else None
         )
-        figures[f"{name}: writer invocations' share of the window (per queue)"] = inv["seconds"] / (
-            r["steady_seconds"] * r["queues"]
-        )
+        if "queue_seconds_sampled" in r:
+            # Every invocation's time inside the window, not only that of those that ended in it.
+            running = 1 - r["queue_seconds_between_invocations"] / r["queue_seconds_sampled"]
+        else:
+            running = inv["seconds"] / (r["steady_seconds"] * r["queues"])
+        figures[f"{name}: writer invocations' share of the window (per queue)"] = running
         figures[f"{name}: invocations' share of their time waiting on refusals"] = (
             inv["backed_off_seconds"] / inv["seconds"] if inv["seconds"] else None
         )
@@ -1412,15 +1424,28 @@ def model_figures(targets: Targets, runs: list[dict[str, Any]]) -> dict[str, Any
 
 def forecast(targets: Targets, run: dict[str, Any]) -> capacity.Throughput | None:
     """The model's forecast for a closed-loop run with a ceiling phase (docs/CAPACITY.md §7.4):
-    its queues' whole target over the operations a committed batch cost them (every kind, as
-    the front counted them), or this machine's ceiling measured right after, whichever is less.
-    Its queues' unused share is what it forecasts, not an input."""
+    its queues' target over the operations a committed batch cost them (every kind, as the
+    front counted them), or this machine's ceiling measured right after, whichever is less.
+    Runs whose host paces its trigger as the Functions host does (``host_pacing``) leave out of
+    the target what went unused while no writer invocation ran (``host_idle_share``): the
+    host's settle and poll between invocations, a cost Azure's host has too. What went unused
+    while a writer was in an invocation is what it forecasts, not an input."""
     if "ceiling" not in run or not run["queue_ops_per_committed_batch"]:
         return None
     measured = capacity.Measured(
-        run["queue_ops_per_committed_batch"], ceiling=run["ceiling"]["committed_msgs_per_s"]
+        run["queue_ops_per_committed_batch"],
+        host_idle_share(run),
+        ceiling=run["ceiling"]["committed_msgs_per_s"],
     )
     return predicted(targets, run, measured)
+
+
+def host_idle_share(run: dict[str, Any]) -> float:
+    """The share of a run's queues' target left unused while no writer invocation ran on them,
+    in runs whose host paces as the Functions host does; 0 in the runs before."""
+    if run.get("host_pacing") != HOST_PACING or "unused_queue_tokens_by_writer" not in run:
+        return 0.0
+    return float(run["unused_queue_tokens_by_writer"]["between invocations"] / queue_budget(run))
 
 
 def ceiling_figures(targets: Targets, name: str, run: dict[str, Any]) -> dict[str, Any]:
@@ -1438,6 +1463,9 @@ def ceiling_figures(targets: Targets, name: str, run: dict[str, Any]) -> dict[st
         f"{name}, sustained: ceiling ÷ counted model": ceiling["committed_msgs_per_s"] / counted.committed,
         f"{name}, sustained: ceiling, host CPU ms per committed batch": (
             1000 * ceiling["cpu_seconds"]["host"] / batches if batches else None
+        ),
+        f"{name}, sustained: forecast's target unused between invocations (the host's, measured)": (
+            host_idle_share(run)
         ),
         f"{name}, sustained: forecast msgs/s (binds: {found.committed_binding})": found.committed,
         f"{name}, sustained: committed ÷ forecast": run["committed_msgs_per_s"] / found.committed,

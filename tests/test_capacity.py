@@ -491,15 +491,55 @@ def test_the_forecast_is_the_least_of_the_queues_target_over_the_runs_operations
     POST was read back at most once, none lost (a batch still queued when the read-back gave up
     is late, not lost: 53 on 8 queues at ÷ 3,200)."""
     doc = _throttled(THROTTLED_CLOSED.with_name(f"{name}.json"))
+    for config, ratio in _committed_over_forecast(doc).items():
+        assert ratio <= 1 + WITHIN, (config, ratio)
+    assert all(c["lost"] == c["duplicated"] == 0 for c in doc["readback"])
+
+
+@pytest.mark.parametrize(
+    "name", ["throttled_closed_host_paced", "throttled_closed_sticky", "throttled_closed_sticky_repeat"]
+)
+def test_with_the_host_paced_as_azure_s_and_streams_kept_on_their_queue_the_forecast_holds(name: str) -> None:
+    """Since the local host polls and retries as the Functions host does and a stream sticks to
+    its busy queue (docs/CAPACITY.md §7.4), the forecast also leaves out the queues' target unused
+    while no writer invocation ran (the host's pacing between invocations, measured in the run):
+    every configuration but the one named commits within 15 % of it, none above; nothing lost or
+    duplicated."""
+    doc = _throttled(THROTTLED_CLOSED.with_name(f"{name}.json"))
+    ratios = _committed_over_forecast(doc)
+    assert set(ratios) == {"1 q / 1 acct", "2 q / 1 acct", "4 q / 1 acct", "8 q / 1 acct", "2 q / 2 acct"}
+    outside = {c: r for c, r in ratios.items() if r != pytest.approx(1, abs=WITHIN)}
+    assert outside == HOST_PACED_OUTSIDE_15_PERCENT[name], ratios
+    assert all(c["lost"] == c["duplicated"] == 0 for c in doc["readback"])
+
+
+HOST_PACED_OUTSIDE_15_PERCENT: dict[str, dict[str, Any]] = {
+    "throttled_closed_host_paced": {"2 q / 1 acct": pytest.approx(0.818, abs=0.001)},  # sticking 0.75 s
+    "throttled_closed_sticky": {},
+    "throttled_closed_sticky_repeat": {"2 q / 2 acct": pytest.approx(0.836, abs=0.001)},  # load 24 to 29
+}
+"""The configurations of each run that missed 15 %, and by how much (BENCHMARKS.md)."""
+
+
+def _committed_over_forecast(doc: dict[str, Any]) -> dict[str, float]:
+    """Each closed-loop run's committed messages/s over its forecast (bench/throttled.py's
+    ``forecast``): its queues' target over the operations a committed batch cost them, less the
+    share unused between invocations where the host paces as Azure's, or the machine's measured
+    ceiling; BENCHMARKS.md's ratio checked against it."""
     settings = doc["settings"]
+    out = {}
     for r in doc["runs"]:
         assert r["producers_confirm"] == "by reading back"
+        idle = 0.0
+        if "host_pacing" in r:
+            budget = r["queues"] * settings["targets"]["queue_messages"] / r["factor"] * r["front_seconds"]
+            idle = r["unused_queue_tokens_by_writer"]["between invocations"] / budget
         ceiling = r["ceiling"]["committed_msgs_per_s"]
-        measured = model.Measured(r["queue_ops_per_committed_batch"], ceiling=ceiling)
+        measured = model.Measured(r["queue_ops_per_committed_batch"], idle, ceiling=ceiling)
         ratio, config = _committed_over_model(settings, r, measured)
-        assert ratio <= 1 + WITHIN, (config, ratio)
         assert doc["figures"][f"{config}, sustained: committed ÷ forecast"] == pytest.approx(ratio)
-    assert all(c["lost"] == c["duplicated"] == 0 for c in doc["readback"])
+        out[config] = ratio
+    return out
 
 
 def _committed_ratios(doc: dict[str, Any]) -> list[tuple[str, float, float]]:

@@ -27,6 +27,8 @@ from vault_app.staging import Stager
 from vault_app.steering import (
     FIRST_COOL_DOWN,
     LONGEST_COOL_DOWN,
+    STICK_ATTEMPTS,
+    STICK_PACE_SECONDS,
     TRIES_PER_BATCH,
     Steering,
     TierBusy,
@@ -106,20 +108,42 @@ def test_every_queue_cooling_is_a_busy_tier_with_the_time_until_the_first_is_bac
         tried.append(queue)
         raise StorageUnavailable("503 ServerBusy")
 
+    paced: list[float] = []
     with pytest.raises(TierBusy) as busy:
-        send_steered(steering, "s", refuse, retry_alone=refuse)
+        send_steered(steering, "s", refuse, retry_alone=refuse, sleep=paced.append)
     order = preference("s", 4)
-    assert tried == order[:TRIES_PER_BATCH]
+    stuck = [order[0]] * STICK_ATTEMPTS  # the stream's own queue, until it stayed refused
+    assert tried == stuck + order[1:TRIES_PER_BATCH]
+    assert paced == [STICK_PACE_SECONDS] * (STICK_ATTEMPTS - 1)
     assert busy.value.retry_after == 1
+    del tried[:]
     with pytest.raises(TierBusy):
-        send_steered(steering, "s", refuse, retry_alone=refuse)
-    assert tried[3:] == [order[3]]  # the one queue not yet refusing; the rest cool down untouched
+        send_steered(steering, "s", refuse, retry_alone=refuse, sleep=paced.append)
+    assert (
+        tried == [order[3]] * STICK_ATTEMPTS
+    )  # the one queue not yet refusing; the rest cool down untouched
     clock.now += 0.1
+    del tried[:]
     with pytest.raises(TierBusy):  # all cooling: one probe of the queue due back first
-        send_steered(steering, "s", refuse, retry_alone=refuse)
-    assert tried[4:] == [order[0]]
+        send_steered(steering, "s", refuse, retry_alone=refuse, sleep=paced.append)
+    assert tried == [order[0]]
     assert send_steered(steering, "s", lambda q: None, retry_alone=refuse) == order[1]  # it took it
     assert steering.unhealthy() == [q for q in range(4) if q != order[1]]
+
+
+def test_a_stream_sticks_to_its_queue_while_the_queue_is_merely_busy() -> None:
+    steering = Steering([0] * 4, Clock())
+    home = preference("s", 4)[0]
+    tried: list[int] = []
+
+    def busy(queue: int) -> None:  # refuses twice, then its next token comes in
+        tried.append(queue)
+        if len(tried) <= 2:
+            raise StorageUnavailable("503 ServerBusy")
+
+    assert send_steered(steering, "s", busy, retry_alone=busy, sleep=lambda _: None) == home
+    assert tried == [home] * 3  # not steered onto another queue, whose writer would meet this one's
+    assert steering.unhealthy() == []  # nor passed over by the next batches
 
 
 def test_a_tier_of_one_queue_retries_there() -> None:
@@ -165,14 +189,14 @@ def test_the_stager_steers_away_from_a_throttled_queue_and_back_after_it_recover
     services.__dict__["steering"] = Steering([q.account for q in services.queues], steering_clock)
     stream = f"steer-{uuid.uuid4().hex[:8]}"
     home, second = preference(stream, 4)[:2]
-    stager = Stager(services)
+    stager = Stager(services, sleep=lambda _: None)  # the front's clock stands still: no token comes
 
     def stage(n: int) -> None:
         stager.stage(stream, f"b{n}", [NewMessage(b"m%d" % n, "k")])
 
     stage(1)
     stage(2)  # the home queue's 2 tokens of this second are spent
-    stage(3)  # refused there (503 ServerBusy): steered to the stream's next queue
+    stage(3)  # refused there (503 ServerBusy) at every paced attempt (its clock stands still): steered on
     assert services.steering.unhealthy() == [home]
     stage(4)  # home is cooling down: straight to the next queue, no attempt at home
     proxy_clock.now += 1.0  # home's bucket refills
@@ -186,7 +210,7 @@ def test_the_stager_steers_away_from_a_throttled_queue_and_back_after_it_recover
     assert ids(home) == ["b1", "b2", "b5"]
     assert ids(second) == ["b3", "b4"]
     counts = proxy.limiter.stats()["queue_messages"][f"devstoreaccount1/{services.queues[home].name}"]
-    assert counts == {"admitted": 3, "refused": 1}
+    assert counts == {"admitted": 3, "refused": STICK_ATTEMPTS}
     assert all(services.batch_table.status(stream, f"b{n}").status == "staged" for n in range(1, 6))  # type: ignore[union-attr]
 
 

@@ -374,3 +374,25 @@ def test_the_front_runs_as_a_process_of_its_own_and_reports_its_counts(azurite: 
     finally:
         front.stop()
     assert front.proc is None
+
+
+def test_a_client_that_goes_away_mid_answer_is_not_reported_but_a_bug_is(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from http.server import BaseHTTPRequestHandler
+
+    from vault_local.throttle import _QuietServer
+
+    with _QuietServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as server:
+        for error in (
+            BrokenPipeError(32, "Broken pipe"),
+            ConnectionResetError(104, "reset"),
+            KeyError("bug"),
+        ):
+            try:
+                raise error
+            except Exception:
+                server.handle_error(None, ("127.0.0.1", 1))
+    reported = capsys.readouterr().err
+    assert "KeyError" in reported
+    assert "BrokenPipe" not in reported and "ConnectionReset" not in reported

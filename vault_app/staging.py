@@ -26,9 +26,16 @@ log = logging.getLogger("vault_app.staging")
 
 
 class Stager:
-    def __init__(self, services: Services, clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self,
+        services: Services,
+        clock: Callable[[], int] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.services = services
         self.clock = clock or (lambda: time.time_ns() // 1_000_000)
+        self.sleep = sleep
+        """How a send waits between its attempts on a busy queue (vault_app.steering)."""
 
     def stage(self, stream: str, batch_id: str, messages: list[NewMessage]) -> BatchStatus:
         """Durably stage a batch; returns once it is in a queue (never before).
@@ -78,5 +85,6 @@ class Stager:
             stream,
             lambda i: queues[i].staging.send(text, retry=False),
             retry_alone=lambda i: with_retries(lambda: queues[i].staging.send(text)),
+            sleep=self.sleep,
         )
         return queues[index]

@@ -6,9 +6,14 @@ first (``crc32(stream) mod A × Q``, §2.3), then the others in an order of its 
 ``crc32(stream/queue index)`` first, "rendezvous hashing"), so a stream that leaves its home goes
 to the same second queue from every instance, and streams that leave one queue spread over the
 others instead of all landing on the next. A batch goes to the first queue in that order that
-is **healthy**:
+is **healthy**, and **sticks** there while that queue is merely busy:
 
-- a queue that refused a send (throttled, unreachable, stalled) is unhealthy for a cool-down,
+- a healthy first choice that refuses a send is tried again, STICK_ATTEMPTS times in all,
+  STICK_PACE_SECONDS apart (within the request's storage budget): a queue at its target takes
+  one of them as its tokens come in, and the stream's batches stay in one queue, with one writer,
+  rather than spread over two whose writers then meet on the stream's lease (a hand-back each);
+  only a queue that refuses all of them has stayed refused, and the batch moves on;
+- a queue that stayed refused (throttled, unreachable, stalled) is unhealthy for a cool-down,
   0.5 s at first and doubling while it keeps refusing, up to 8 s; the first send that succeeds
   after it makes the queue healthy again and resets the cool-down;
 - an account with two or more of its queues unhealthy at once is unhealthy as a whole (an
@@ -30,6 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vault_core.errors import StorageUnavailable
+from vault_core.retry import remaining
 
 FIRST_COOL_DOWN = 0.5
 """Seconds a queue that refused a send is passed over, the first time."""
@@ -37,6 +43,13 @@ LONGEST_COOL_DOWN = 8.0
 """The cool-down doubles while the queue keeps refusing, up to this."""
 ACCOUNT_UNHEALTHY_QUEUES = 2
 """An account with this many queues unhealthy at once is passed over as a whole."""
+STICK_ATTEMPTS = 8
+"""Sends a POST makes to its stream's first healthy queue before it has stayed refused: 1.75 s
+of them, within the request's 4 s budget. With 4 (0.75 s), 2 saturated queues still answered
+half their POSTs 503 after trying both (docs/CAPACITY.md §7.4)."""
+STICK_PACE_SECONDS = 0.25
+"""Between those sends: the pace of the writer's own attempts on a refusing queue
+(vault_app.writer_fn.DELETE_PACE_SECONDS), so a busy queue's next tokens are met, not missed."""
 TRIES_PER_BATCH = 3
 """Queues one POST tries before it answers 503: enough to step past one throttled queue or
 account, few enough that a tier over capacity answers at once rather than adding load."""
@@ -128,6 +141,11 @@ class Steering:
             soonest = min(h.until for h in self._health)
         return max(1, math.ceil(soonest - now))
 
+    def healthy(self, queue: int) -> bool:
+        """Whether ``queue`` is not being passed over now."""
+        with self._lock:
+            return self._health[queue].until <= self.clock()
+
     def unhealthy(self) -> list[int]:
         """The queues passed over now (for logs and tests)."""
         now = self.clock()
@@ -136,22 +154,29 @@ class Steering:
 
 
 def send_steered(
-    steering: Steering, stream: str, send: Callable[[int], object], *, retry_alone: Callable[[int], object]
+    steering: Steering,
+    stream: str,
+    send: Callable[[int], object],
+    *,
+    retry_alone: Callable[[int], object],
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Send with ``send(queue index)`` to the stream's first healthy queue that takes it; the index.
 
-    Each queue gets one attempt (a refusal moves on to the next at once, rather than waiting
-    out back-offs on a queue that said it is over its target). A tier of one queue has nowhere
-    to steer to: ``retry_alone`` sends there with the usual retries. Raises :class:`TierBusy`
-    when no queue took the batch.
+    The first queue, if healthy, gets up to :data:`STICK_ATTEMPTS` sends (it is merely busy
+    unless it refuses them all); each next one gets one attempt (a refusal moves on to the next
+    at once, rather than waiting out back-offs on a queue that said it is over its target). A
+    tier of one queue has nowhere to steer to: ``retry_alone`` sends there with the usual
+    retries. Raises :class:`TierBusy` when no queue took the batch.
     """
     if len(steering.accounts) == 1:
         retry_alone(0)
         return 0
     last: StorageUnavailable | None = None
-    for queue in steering.candidates(stream):
+    for n, queue in enumerate(steering.candidates(stream)):
+        attempts = STICK_ATTEMPTS if n == 0 and steering.healthy(queue) else 1
         try:
-            send(queue)
+            _send_sticking(queue, send, attempts, sleep)
         except StorageUnavailable as exc:
             steering.refused(queue)
             last = exc
@@ -162,3 +187,19 @@ def send_steered(
     raise TierBusy(
         f"every staging queue is over its target or unavailable ({reason})", steering.retry_after()
     )
+
+
+def _send_sticking(
+    queue: int, send: Callable[[int], object], attempts: int, sleep: Callable[[float], None]
+) -> None:
+    """``send(queue)``, up to ``attempts`` times STICK_PACE_SECONDS apart while it is refused,
+    fewer if the request's storage budget would run out; the last refusal is raised."""
+    for attempt in range(attempts):
+        try:
+            send(queue)
+            return
+        except StorageUnavailable:
+            left = remaining()
+            if attempt == attempts - 1 or (left is not None and left < STICK_PACE_SECONDS + 0.1):
+                raise
+            sleep(STICK_PACE_SECONDS)

@@ -667,7 +667,8 @@ class Measured:
     unused_share: float = 0.0
     """The share of the queues' target no request asked for (their token buckets full): time
     a queue's writer was not receiving while batches waited, or every batch in flight was in a
-    writer's round or on its way back to its producer."""
+    writer's round or on its way back to its producer. A forecast takes only the share unused
+    while no writer invocation ran (the host's pacing between invocations, docs/CAPACITY.md §7.4)."""
     ceiling: float | None = None
     """Messages/s the same host and producers committed on the configuration with no target
     binding (the benchmark's ceiling phase, its front at Azure's own targets): what the CPU the

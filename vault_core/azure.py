@@ -160,10 +160,13 @@ class StorageAccount:
         retry = _BlobRetry(initial_backoff=0.5, increment_base=2, retry_total=3, random_jitter_range=0.5)  # type: ignore[arg-type]
         return self._client(BlobServiceClient, "blob", retry_policy=retry)
 
-    def queue_service(self) -> QueueServiceClient:
+    def queue_service(self, retry_policy: Any | None = None) -> QueueServiceClient:
+        """``retry_policy``: another than this module's (the local Functions host's own, say)."""
         from azure.storage.queue import QueueServiceClient  # the `queue` extra, see _queue_retry
 
-        retry = _queue_retry()(initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5)
+        retry = retry_policy or _queue_retry()(
+            initial_backoff=0.5, increment_base=2, retry_total=2, random_jitter_range=0.5
+        )
         return self._client(QueueServiceClient, "queue", retry_policy=retry)
 
     def table_service(self) -> TableServiceClient:

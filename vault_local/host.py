@@ -9,7 +9,8 @@ It does what ``func start`` does for this app, no more:
   time), as in Azure (this app's routes are all anonymous at this level: the app checks);
 * runs queue triggers against the configured storage with the host's semantics, read from
   ``host.json``: ``batchSize``, ``newBatchThreshold``, ``visibilityTimeout`` after a failure,
-  ``maxPollingInterval`` back-off when idle, and ``maxDequeueCount`` → ``<queue>-poison``.
+  ``maxPollingInterval`` back-off when idle or refused, and ``maxDequeueCount`` → ``<queue>-poison``,
+  with the Functions host's polling waits and storage retries (:mod:`vault_local.polling`).
   While an invocation runs its message stays invisible (renewed), like the real host;
 * runs the functions themselves, as the Functions host does, in ``FUNCTIONS_WORKER_PROCESS_COUNT``
   language worker processes (:mod:`vault_local.worker`) with real ``azure.functions`` request and
@@ -66,6 +67,7 @@ from vault_local.http_limits import (
     check_url,
     read_body,
 )
+from vault_local.polling import PollingDelay, host_retry_policy
 from vault_local.routes import QueueFunction, discover
 from vault_local.workers import (
     FunctionFailed,
@@ -330,7 +332,10 @@ class LocalHost:
 
     # -- queues ----------------------------------------------------------------------------
     def _queue_client(self, q: QueueFunction, name: str) -> QueueClient:
-        return StorageAccount.from_settings(self.env, q.connection).queue_service().get_queue_client(name)
+        """The trigger's own client, retrying a refused call as the Functions host's does
+        (vault_local.polling), not as the app's clients do."""
+        account = StorageAccount.from_settings(self.env, q.connection)
+        return account.queue_service(host_retry_policy()).get_queue_client(name)
 
     def _poll(self, q: QueueFunction, index: int) -> None:
         client = self._queue_client(q, q.queue_name)
@@ -342,7 +347,7 @@ class LocalHost:
         running = 0
         lock = threading.Lock()
         done = threading.Condition(lock)
-        backoff = Backoff(0.1, opts.max_polling_interval)
+        delay = PollingDelay(opts.max_polling_interval)
         idle_end = threading.Event()
         self._idle_ends.append(idle_end)
         with ThreadPoolExecutor(max_workers=opts.batch_size, thread_name_prefix=q.name) as pool:
@@ -361,21 +366,21 @@ class LocalHost:
                             max_messages=want, visibility_timeout=int(self.inflight_visibility)
                         )
                     )
-                except Exception as exc:  # storage down: keep polling, like the host
+                except Exception as exc:  # down or refusing: back off as from an empty poll, like the host
                     log.warning("polling %s failed: %s", q.queue_name, exc)
                     got = []
                 if not got:
                     # Idle back-off, but no later than a failed invocation's message is due back
                     # (a dead worker's, say): its retry is what the queue is waiting for.
-                    idle = backoff.next()
-                    delay = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
-                    if delay < idle:  # waiting for that retry now: done with it
+                    idle = delay.next()
+                    wait = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
+                    if wait < idle:  # waiting for that retry now: done with it
                         self._retry_due.pop(q.queue_name, None)
-                    if idle_end.wait(delay):  # a write request, or stopping
+                    if idle_end.wait(wait):  # a write request, or stopping
                         idle_end.clear()
-                        backoff.reset()
+                        delay.found()
                     continue
-                backoff.reset()
+                delay.found()
                 for m in got:
                     with lock:
                         running += 1
