@@ -51,12 +51,14 @@ from typing import cast
 
 from bench.common import MIB, report, timed
 from bench.events import events
+from bench.threadcpu import ScanCPU
 from vault_core import codecs, unitformat
 from vault_core.azure import StorageAccount
 from vault_core.messagebatch import MessageBatch, batch_messages
 from vault_core.pageblob import PageBlobs
 from vault_core.pagelog import CommitState
-from vault_core.reader import scan_log, scan_log_batches
+from vault_core.prefetch import prefetched_chunks
+from vault_core.reader import SCAN_FIRST_CHUNK, SCAN_PREFETCH, ScanOptions, scan_log, scan_log_batches
 from vault_core.recordformat import NewMessage, iter_unit_messages
 from vault_core.span import Span
 from vault_core.unitformat import UNIT_TARGET_BYTES, Unit, decode_unit, encode_unit
@@ -264,8 +266,9 @@ def format_main(mib: int, long_mib: int) -> None:
     try:
         vault = Vault(StorageAccount(connection_string=azurite.connection_string)).ensure()
         figures: dict[str, float | str] = {"load average at the start": os.getloadavg()[0]}
+        assert azurite.process is not None
         for size in ("small", "large"):
-            figures |= _format_figures(vault, size, mib)
+            figures |= _format_figures(vault, size, mib, azurite.process.pid)
         if long_mib:
             figures |= _long_scan_figures(vault, long_mib)
         figures |= _codec_figures()
@@ -322,7 +325,7 @@ def _memory_figures(conn: str, big_mib: int) -> dict[str, float | str]:
     return out
 
 
-def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]:
+def _format_figures(vault: Vault, size: str, mib: int, azurite_pid: int) -> dict[str, float | str]:
     label = "100 B" if size == "small" else "1 KiB"
     messages = events(mib * MIB // (110 if size == "small" else 1010), size)
     batches = [Batch(messages[i : i + 1000]) for i in range(0, len(messages), 1000)]
@@ -330,10 +333,25 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     out: dict[str, float | str] = {f"{label}: messages per stream": float(n)}
     per_format: dict[str, dict[str, float]] = {}
     seconds: dict[str, dict[str, list[float]]] = {
-        name: {k: [] for k in ("write", "scan", "batch scan", "build", "pages", "raw", "in memory", "decode")}
+        name: {
+            k: []
+            for k in (
+                "write",
+                "scan",
+                "scan, whole-chunk reads",
+                "batch scan",
+                "build",
+                "pages",
+                "raw",
+                "in memory",
+                "decode",
+                "download + decode",
+            )
+        }
         for name in FORMATS
     }
     committed: dict[str, int] = {}
+    cpu = {name: ScanCPU(azurite_pid) for name in FORMATS}
     for r in range(FORMAT_ROUNDS):  # the formats in turn within a round, so drift hits them alike
         for name, (record_format, codec) in FORMATS.items():
             runs = seconds[name]
@@ -342,7 +360,9 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
                 runs["write"].append(timed(functools.partial(_append_all, w, batches)))
             committed[name] = vault.reader.state(stream).committed
             runs["raw"].append(raw_download(vault, stream, committed[name]))
-            runs["scan"].append(timed(functools.partial(_scan_all, vault, stream)))
+            with cpu[name]:
+                runs["scan"].append(timed(functools.partial(_scan_all, vault, stream)))
+            runs["scan, whole-chunk reads"].append(timed(functools.partial(_scan_all, vault, stream, CHUNK)))
             runs["batch scan"].append(timed(functools.partial(_scan_batches_all, vault, stream, n)))
             decoded = list(vault.reader.scan_batches(stream))
             runs["build"].append(timed(functools.partial(_build_messages, decoded, n)))
@@ -351,6 +371,9 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
             runs["in memory"].append(timed(functools.partial(_scan_in_memory, blob, n)))
             if record_format == 2:
                 runs["decode"].append(timed(functools.partial(_decode_ceiling, blob.data, n)))
+                runs["download + decode"].append(
+                    timed(functools.partial(_download_and_decode, vault, stream, committed[name], n))
+                )
             del blob
             runs["pages"].append(timed(functools.partial(_read_pages, vault, stream)))
     for name, runs in seconds.items():
@@ -361,6 +384,12 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
         out[f"{label} {name}: blob bytes/message"] = committed[name] / n
         out[f"{label} {name}: writer messages/s"] = per_format[name]["write"]
         out[f"{label} {name}: full scan rows/s"] = per_format[name]["scan"]
+        whole = per_format[name]["scan, whole-chunk reads"]
+        out[f"{label} {name}: full scan, every read 4 MiB (no smaller first reads), rows/s"] = whole
+        out[f"{label} {name}: full scan / the same with every read 4 MiB"] = _paired(
+            runs["scan, whole-chunk reads"], runs["scan"]
+        )
+        out |= cpu[name].figures(f"{label} {name}: full scan", n * FORMAT_ROUNDS, sum(runs["scan"]))
         out[f"{label} {name}: batch scan rows/s"] = per_format[name]["batch scan"]
         out[f"{label} {name}: paged reads of 1000, messages/s"] = per_format[name]["pages"]
         out[f"{label} {name}: full scan / raw download of the same blob"] = _paired(runs["raw"], runs["scan"])
@@ -379,6 +408,10 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
                 per_format[name]["decode"]
             )
             out[f"{label} {name}: full scan / decode ceiling"] = _paired(runs["decode"], runs["scan"])
+            out[f"{label} {name}: download + decode ceiling, rows/s"] = per_format[name]["download + decode"]
+            out[f"{label} {name}: full scan / download + decode ceiling"] = _paired(
+                runs["download + decode"], runs["scan"]
+            )
     v1, v2 = per_format["v1"], per_format["v2"]
     target = "0.30" if size == "small" else "0.40"
     out[f"{label}: blob bytes/message v2 / v1 (<= {target})"] = v2["bytes"] / v1["bytes"]
@@ -388,6 +421,9 @@ def _format_figures(vault: Vault, size: str, mib: int) -> dict[str, float | str]
     ] = v2["build"] / v1["scan"]
     out[f"{label}: v2's decode ceiling / full scan v1"] = _paired(
         seconds["v1"]["scan"], seconds["v2"]["decode"]
+    )
+    out[f"{label}: v2's download + decode ceiling / full scan v1"] = _paired(
+        seconds["v1"]["scan"], seconds["v2"]["download + decode"]
     )
     out[f"{label}: v2's decode ceiling / v1's scan of its blob held in memory"] = _paired(
         seconds["v1"]["in memory"], seconds["v2"]["decode"]
@@ -528,8 +564,9 @@ def _append_all(writer: StreamWriter, batches: list[Batch]) -> None:
         writer.append(batches[i : i + 4])
 
 
-def _scan_all(vault: Vault, stream: str) -> None:
-    assert sum(1 for _ in vault.reader.scan(stream)) > 0
+def _scan_all(vault: Vault, stream: str, first_chunk: int = SCAN_FIRST_CHUNK) -> None:
+    options = ScanOptions(first_chunk=first_chunk)
+    assert sum(1 for _ in vault.reader.scan(stream, options=options)) > 0
 
 
 def _scan_batches_all(vault: Vault, stream: str, n: int) -> None:
@@ -553,13 +590,40 @@ def _decode_ceiling(blob: bytes, n: int) -> None:
     decompressed, its payload split into the key and value boundaries and buffers, and its messages
     built as the scan builds them. No I/O, no checksum, none of the header's or the boundaries'
     checks, no threads (the scan may use a second core; this uses one)."""
+    built, pos = _decode_units(blob)
+    assert built == n and pos == len(blob)
+
+
+def _download_and_decode(vault: Vault, stream: str, committed: int, n: int) -> None:
+    """The decode ceiling fed by the storage, for when the scan shares the cores with it: the scan's
+    own downloads (plain ranged Get Blobs, ``StreamBlob.read``, as big and as many in flight as the
+    scan's: :func:`~vault_core.prefetch.prefetched_chunks`) and, on this thread as each range comes
+    in, :func:`_decode_ceiling`'s work on the whole units it holds (a unit cut by a range's end
+    waits for the next). No checksum, none of the header's or boundaries' checks, one decoding
+    thread (the scan checks and decompresses on two)."""
+    chunks = prefetched_chunks(
+        vault.blob(stream), 0, committed, chunk=CHUNK, prefetch=SCAN_PREFETCH, first=SCAN_FIRST_CHUNK
+    )
+    built, carry = 0, b""
+    for data, _ in chunks:
+        buf = carry + data if carry else data
+        count, pos = _decode_units(buf)
+        built, carry = built + count, buf[pos:]
+    assert built == n and not carry
+
+
+def _decode_units(blob: bytes) -> tuple[int, int]:
+    """Messages built from the whole units at the start of ``blob`` (decompressed, split, built as
+    the scan builds them; nothing checked), and where the first unit not whole in it starts."""
     view = memoryview(blob)
     built = pos = 0
-    while pos < len(blob):
+    while pos + unitformat.UNIT_HEADER_SIZE <= len(blob):
         _, _, _, flags, count, payload_length, stored, offset, ts = unitformat.UNIT_HEADER.unpack_from(
             blob, pos
         )
         length = unitformat.UNIT_HEADER_SIZE + stored
+        if pos + length > len(blob):
+            break
         at = pos + unitformat.STORED_OFFSET
         payload = codecs.decompress(flags & 7, view[at : pos + length], payload_length)
         arrays = 4 * (count + 1)
@@ -571,7 +635,7 @@ def _decode_ceiling(blob: bytes, n: int) -> None:
         unit = Unit(offset, ts, flags, count, length, key_ends, value_ends, keys, values, b"")
         built += sum(1 for _ in iter_unit_messages(unit))
         pos += length
-    assert built == n
+    return built, pos
 
 
 def _read_pages(vault: Vault, stream: str) -> None:
@@ -615,6 +679,43 @@ def _codec_figures() -> dict[str, float | str]:
             out[f"codec {name}, {label}: stored / payload"] = stored / payload
             out[f"codec {name}, {label}: encode CPU ms/MiB"] = encode_cpu * 1000 / (payload / MIB)
             out[f"codec {name}, {label}: decode CPU ms/MiB"] = decode_cpu * 1000 / (payload / MIB)
+        out |= _zstd_level_figures(label, [_payload_of(k, v) for k, v in units])
+    return out
+
+
+ZSTD_LEVELS = (1, 2, 3, 4, 6)
+"""zstd levels in the codec table (codecs.ZSTD_LEVEL is the writer's)."""
+
+
+def _payload_of(keys: list[bytes], values: list[bytes]) -> bytes:
+    """The payload of a unit of ``keys`` and ``values``, as the writer lays it out before its codec."""
+    encoded = encode_unit(keys, values, 0, 0, codec=codecs.CODEC_NONE, key_is_text=True)
+    unit = decode_unit(Span(encoded, 0, 0, len(encoded)), 0)
+    assert unit is not None
+    return unit.payload
+
+
+def _zstd_level_figures(label: str, payloads: list[bytes]) -> dict[str, float | str]:
+    """Per zstd level, on the same unit payloads: stored / payload bytes, and the CPU per MiB of
+    payload to compress and to decompress (codecs.compress / decompress alone: no unit framing,
+    no checksum), each the least of three passes (the machine is shared)."""
+    out: dict[str, float | str] = {}
+    mib = sum(map(len, payloads)) / MIB
+    for level in ZSTD_LEVELS:
+        stored: list[bytes] = []
+        compress_cpu = decompress_cpu = float("inf")
+        for _ in range(3):
+            start = time.process_time()
+            stored = [codecs.compress(codecs.CODEC_ZSTD, p, level=level) for p in payloads]
+            compress_cpu = min(compress_cpu, time.process_time() - start)
+            start = time.process_time()
+            for p, s in zip(payloads, stored, strict=True):
+                codecs.decompress(codecs.CODEC_ZSTD, s, len(p))
+            decompress_cpu = min(decompress_cpu, time.process_time() - start)
+        head = f"zstd level {level}{' (the default)' if level == codecs.ZSTD_LEVEL else ''}, {label}"
+        out[f"{head}: stored / payload"] = sum(map(len, stored)) / (mib * MIB)
+        out[f"{head}: compress CPU ms/MiB"] = compress_cpu * 1000 / mib
+        out[f"{head}: decompress CPU ms/MiB"] = decompress_cpu * 1000 / mib
     return out
 
 

@@ -46,6 +46,20 @@ def test_the_range_comes_back_in_order_in_chunks_the_last_one_marked(
     assert sorted(log.reads) == [(p, min(chunk, end - p)) for p in range(start, end, chunk)]
 
 
+@pytest.mark.parametrize(
+    ("start", "end", "first", "sizes"),
+    [(0, 10_240, 1000, [1000, 2000, 4000, 3240]), (7, 9_000, 300, [300, 600, 1200, 2400, 4096, 397])],
+)
+def test_reads_from_a_first_size_double_up_to_the_chunk(
+    start: int, end: int, first: int, sizes: list[int]
+) -> None:
+    log = CountingLog(DATA)
+    got = list(prefetched_chunks(log, start, end, chunk=4096, prefetch=2, first=first))
+    assert b"".join(data for data, _ in got) == DATA[start:end]
+    assert [len(data) for data, _ in got] == sizes
+    assert [last for _, last in got] == [False] * (len(got) - 1) + [True]
+
+
 def test_an_empty_range_reads_nothing() -> None:
     log = CountingLog(DATA)
     assert list(prefetched_chunks(log, 100, 100, chunk=10, prefetch=2)) == [] and log.reads == []

@@ -36,11 +36,12 @@ def codec_id(name: str) -> int:
         raise ValueError(f"unknown codec {name!r}; choose one of {', '.join(CODECS)}") from None
 
 
-def compress(codec: int, data: bytes) -> bytes:
-    """``data`` compressed by ``codec`` (one zstd frame that names its size, or one LZ4 block)."""
+def compress(codec: int, data: bytes, *, level: int = ZSTD_LEVEL) -> bytes:
+    """``data`` compressed by ``codec`` (one zstd frame that names its size, at ``level``, or one
+    LZ4 block)."""
     if codec == CODEC_ZSTD:
         # A compressor is not thread-safe and costs ~20 µs to make: one per unit is cheap enough.
-        return zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_content_size=True).compress(data)
+        return zstandard.ZstdCompressor(level=level, write_content_size=True).compress(data)
     if codec == CODEC_LZ4:
         return bytes(lz4.block.compress(data, store_size=False))
     if codec == CODEC_NONE:

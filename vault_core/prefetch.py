@@ -10,7 +10,7 @@ however long the range, and decoding overlaps the network.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
@@ -29,10 +29,13 @@ class RangeReads(Protocol):
 
 
 def prefetched_chunks(
-    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int
+    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int, first: int | None = None
 ) -> Generator[tuple[bytes, bool], None, None]:
     """``[start, end)`` of ``log`` in order, as ``(bytes, is_last)`` pieces of ``chunk`` bytes
     (the last may be shorter), with up to ``prefetch`` ranged reads in flight.
+
+    With ``first``, the pieces start at that size and double up to ``chunk`` (:func:`ramped`):
+    the caller gets its first bytes after a small read instead of a whole chunk's.
 
     A read that returns fewer bytes than asked raises :class:`StorageFailure` (the caller asked
     only for bytes below the committed length, which storage must hold). Closing the generator
@@ -41,7 +44,7 @@ def prefetched_chunks(
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     width = max(1, prefetch)
-    ranges = deque((p, min(chunk, end - p)) for p in range(start, end, chunk))
+    ranges = deque(ramped(start, end, chunk, chunk if first is None else first))
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"mv-read-{log.stream}")
     pending: deque[tuple[int, Future[bytes]]] = deque()
 
@@ -63,3 +66,14 @@ def prefetched_chunks(
         for _, f in pending:
             f.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
+
+
+def ramped(start: int, end: int, chunk: int, first: int) -> Iterator[tuple[int, int]]:
+    """``(position, length)`` of the reads of ``[start, end)``: the first ``first`` bytes long, each
+    next one twice the one before, up to ``chunk``; the last one what is left."""
+    size = max(1, min(first, chunk))
+    pos = start
+    while pos < end:
+        yield pos, min(size, end - pos)
+        pos += size
+        size = min(2 * size, chunk)
