@@ -21,7 +21,6 @@ import httpx
 import pytest
 from conftest import SESSION_HOST_QUEUES, app_http_functions, isolated_host, key_header, wait_until
 from leases import end_dead_host_leases
-from test_app_memory import BAD_POSTS, BAD_READS
 
 from vault_app.config import load_settings
 from vault_app.envelope import INLINE_LIMIT
@@ -298,6 +297,56 @@ def test_writes_without_the_function_key_get_401(
     assert r.status_code == 401 and r.json()["error"] == "unauthorized"
 
 
+BAD_POSTS = [
+    ("malformed JSON", b'{"messages": [', "application/json", 400),
+    ("malformed NDJSON", b'{"value": "ok"}\n{nope', "application/x-ndjson", 400),
+    ("no messages", b'{"messages": []}', "application/json", 400),
+    ("missing value", b'{"messages": [{"key": "k"}]}', "application/json", 400),
+    (
+        "bad base64",
+        b'{"messages": [{"value": "ok"}, {"value": "!!", "encoding": "base64"}]}',
+        "application/json",
+        400,
+    ),
+    ("unknown encoding", b'{"messages": [{"value": "x", "encoding": "rot13"}]}', "application/json", 400),
+    ("bad batch id", b'{"batch_id": "a:b", "messages": [{"value": "x"}]}', "application/json", 400),
+    (
+        "oversize message",
+        json.dumps({"messages": [{"value": "ok"}, {"value": "v" * (1024 * 1024 + 1)}]}).encode(),
+        "application/json",
+        413,
+    ),
+    (
+        "oversize key",
+        json.dumps({"messages": [{"value": "v", "key": "k" * 1025}]}).encode(),
+        "application/json",
+        413,
+    ),
+    (
+        "too many messages",
+        json.dumps({"messages": [{"value": "v"}] * 10_001}).encode(),
+        "application/json",
+        413,
+    ),
+    ("body too large", b"x" * (16 * 1024 * 1024 + 1), "application/json", 413),
+    (
+        "deeply nested JSON",
+        b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+        "application/json",
+        400,
+    ),
+    ("deeply nested NDJSON", b"[" * 100_000 + b"]" * 100_000, "application/x-ndjson", 400),
+    ("lone surrogate in a value", b'{"messages": [{"value": "a\\ud800"}]}', "application/json", 400),
+    ("lone surrogate in a key", b'{"messages": [{"key": "\\udfff", "value": "v"}]}', "application/json", 400),
+    (
+        "unknown key_encoding",
+        b'{"messages": [{"key": "k", "key_encoding": "hex", "value": "v"}]}',
+        "application/json",
+        400,
+    ),
+]
+
+
 BAD_POSTS_OVER_HTTP = [c for c in BAD_POSTS if c[0] in ("malformed NDJSON", "body too large")]
 """Over real HTTP, once each: a refusal's status and JSON error crossing the host (the body's
 Content-Type, a body of 16 MiB through the worker's socket); every case is proved in process
@@ -320,6 +369,23 @@ def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
     doc = r.json()
     assert doc["error"] in ("bad_request", "too_large") and doc["message"]
     assert http.get(f"/streams/{stream}").status_code == 404  # nothing was staged, so nothing written
+
+
+BAD_READS = [
+    ("invalid stream name", "/streams/bad%20name/messages", {}, 400, "invalid_stream"),
+    ("negative offset", "/streams/{s}/messages", {"from": "-1"}, 400, "bad_request"),
+    ("offset not a number", "/streams/{s}/messages", {"from": "abc"}, 400, "bad_request"),
+    ("offset between records", "/streams/{s}/messages", {"from": "3"}, 400, "invalid_offset"),
+    ("offset past the end", "/streams/{s}/messages", {"from": "999999"}, 416, "invalid_offset"),
+    ("bad time", "/streams/{s}/messages", {"at": "yesterday"}, 400, "bad_request"),
+    ("limit out of range", "/streams/{s}/messages", {"limit": "0"}, 400, "bad_request"),
+    ("wait too long", "/streams/{s}/messages", {"wait": "3600"}, 400, "bad_request"),
+    ("unknown stream", "/streams/nope-{s}/messages", {}, 404, "not_found"),
+    ("unknown batch", "/batches/0123456789abcdef", {}, 404, "not_found"),
+    ("bad range", "/streams/{s}/log", {}, 400, "bad_request"),
+    ("time of 4,000 digits", "/streams/{s}/messages", {"at": "9" * 4000}, 400, "bad_request"),
+    ("range of 5,000 digits", "/streams/{s}/log", {}, 400, "bad_request"),
+]
 
 
 BAD_READS_OVER_HTTP = [

@@ -22,8 +22,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import accumulate
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from test_app import BAD_POSTS, BAD_READS
 
 from vault_app import api, open_writers, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
@@ -716,57 +718,8 @@ def test_the_handlers_decide_access_before_they_touch_storage(handlers: Runtime)
     assert status == 200 and doc["principal"]["kind"] == "key" and doc["permissions"]["write"] == [STREAM]
 
 
-# Every refusal of bad input, in process: test_app.py sends a few of them over real HTTP.
-BAD_POSTS = [
-    ("malformed JSON", b'{"messages": [', "application/json", 400),
-    ("malformed NDJSON", b'{"value": "ok"}\n{nope', "application/x-ndjson", 400),
-    ("no messages", b'{"messages": []}', "application/json", 400),
-    ("missing value", b'{"messages": [{"key": "k"}]}', "application/json", 400),
-    (
-        "bad base64",
-        b'{"messages": [{"value": "ok"}, {"value": "!!", "encoding": "base64"}]}',
-        "application/json",
-        400,
-    ),
-    ("unknown encoding", b'{"messages": [{"value": "x", "encoding": "rot13"}]}', "application/json", 400),
-    ("bad batch id", b'{"batch_id": "a:b", "messages": [{"value": "x"}]}', "application/json", 400),
-    (
-        "oversize message",
-        json.dumps({"messages": [{"value": "ok"}, {"value": "v" * (1024 * 1024 + 1)}]}).encode(),
-        "application/json",
-        413,
-    ),
-    (
-        "oversize key",
-        json.dumps({"messages": [{"value": "v", "key": "k" * 1025}]}).encode(),
-        "application/json",
-        413,
-    ),
-    (
-        "too many messages",
-        json.dumps({"messages": [{"value": "v"}] * 10_001}).encode(),
-        "application/json",
-        413,
-    ),
-    ("body too large", b"x" * (16 * 1024 * 1024 + 1), "application/json", 413),
-    (
-        "deeply nested JSON",
-        b'{"messages": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
-        "application/json",
-        400,
-    ),
-    ("deeply nested NDJSON", b"[" * 100_000 + b"]" * 100_000, "application/x-ndjson", 400),
-    ("lone surrogate in a value", b'{"messages": [{"value": "a\\ud800"}]}', "application/json", 400),
-    ("lone surrogate in a key", b'{"messages": [{"key": "\\udfff", "value": "v"}]}', "application/json", 400),
-    (
-        "unknown key_encoding",
-        b'{"messages": [{"key": "k", "key_encoding": "hex", "value": "v"}]}',
-        "application/json",
-        400,
-    ),
-]
-
-
+# Every refusal of bad input (test_app.py's cases), in process: test_app.py sends a few of them
+# over real HTTP.
 @pytest.mark.parametrize(("case", "body", "ctype", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
 def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
     handlers: Runtime, case: str, body: bytes, ctype: str, status: int
@@ -782,29 +735,13 @@ def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
     assert call(handlers, api.get_stream, ADMIN_KEY, method="GET", route=route)[0] == 404  # nor written
 
 
-BAD_READS = [
-    ("invalid stream name", "/streams/bad name/messages", {}, 400, "invalid_stream"),
-    ("negative offset", "/streams/{s}/messages", {"from": "-1"}, 400, "bad_request"),
-    ("offset not a number", "/streams/{s}/messages", {"from": "abc"}, 400, "bad_request"),
-    ("offset between records", "/streams/{s}/messages", {"from": "3"}, 400, "invalid_offset"),
-    ("offset past the end", "/streams/{s}/messages", {"from": "999999"}, 416, "invalid_offset"),
-    ("bad time", "/streams/{s}/messages", {"at": "yesterday"}, 400, "bad_request"),
-    ("limit out of range", "/streams/{s}/messages", {"limit": "0"}, 400, "bad_request"),
-    ("wait too long", "/streams/{s}/messages", {"wait": "3600"}, 400, "bad_request"),
-    ("unknown stream", "/streams/nope-{s}/messages", {}, 404, "not_found"),
-    ("unknown batch", "/batches/0123456789abcdef", {}, 404, "not_found"),
-    ("bad range", "/streams/{s}/log", {}, 400, "bad_request"),
-    ("time of 4,000 digits", "/streams/{s}/messages", {"at": "9" * 4000}, 400, "bad_request"),
-    ("range of 5,000 digits", "/streams/{s}/log", {}, 400, "bad_request"),
-]
-
-
 READ_HANDLERS = {"messages": api.get_messages, "log": api.get_log}
 
 
 def read_route(path: str) -> tuple[Callable[[Runtime, Request], Awaitable[Response]], dict[str, str]]:
-    """The handler and route parameters of a read's path, as the Functions host routes it."""
-    parts = path.strip("/").split("/")
+    """The handler and route parameters of a read's path, as the Functions host routes it (a
+    route parameter percent-decoded)."""
+    parts = [unquote(part) for part in path.strip("/").split("/")]
     if parts[0] == "batches":
         return api.get_batch, {"id": parts[1]}
     return READ_HANDLERS[parts[2]], {"stream": parts[1]}
