@@ -69,11 +69,14 @@ WHOLE_MODULES = frozenset(
         "tests/test_explorer.py",
         "tests/test_long_polls.py",
         "tests/test_outages.py",
+        "tests/test_acknowledged.py",
+        "tests/test_http_limits.py",
     }
 )
 """Modules whose tests all run on one xdist worker, because each worker running some of them
 would start its own copy of what they share: a Spark session (a JVM), a host of their own (an
-Azurite too, for the outage tests), a Chromium with Playwright's driver.
+Azurite too, for the outage tests; a host behind a fault proxy; one with small HTTP limits), a
+Chromium with Playwright's driver.
 Every other test is a unit of its own."""
 
 

@@ -10,8 +10,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -72,11 +70,16 @@ def values(http: httpx.Client, stream: str) -> list[str]:
     return [m["value"] for m in read_all(http, stream)]
 
 
-@contextmanager
-def tables_behind_a_proxy(
-    azurite: Azurite, tmp_path: Path, table_prefix: str
+TABLE_PREFIX = "mvproxy"
+"""The tables of the host behind the fault proxy: its batch rows and stream index are its own."""
+
+
+@pytest.fixture(scope="module")
+def behind_a_proxy(
+    azurite: Azurite, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[FaultProxy, httpx.Client]]:
-    """A host of its own whose table requests (batch status, index) pass through a fault proxy.
+    """A host of its own whose table requests (batch status, index) pass through a fault proxy;
+    one for the module's fault tests (it runs on one worker), each with a rule of its own.
 
     Its storage timings are shorter than the product's, so that a fault costs seconds less and
     is handled the same: a request gives up retrying what the proxy fails once its storage
@@ -86,19 +89,30 @@ def tables_behind_a_proxy(
     via_proxy = azurite_connection_string(azurite.blob_port, azurite.queue_port, proxy.port)
     host = isolated_host(
         azurite,
-        tmp_path,
+        tmp_path_factory.mktemp("proxied"),
         settings={
             "VaultStorage": via_proxy,
-            "VAULT_TABLE_PREFIX": table_prefix,
+            "VAULT_TABLE_PREFIX": TABLE_PREFIX,
             "VAULT_REQUEST_BUDGET_SECONDS": "2",
             "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
         },
     ).start()
     try:
-        yield proxy, httpx.Client(base_url=host.url, timeout=30, params={"code": host.key})
+        with httpx.Client(base_url=host.url, timeout=30, params={"code": host.key}) as client:
+            yield proxy, client
     finally:
         host.stop()
         proxy.stop()
+
+
+@pytest.fixture
+def proxied(behind_a_proxy: tuple[FaultProxy, httpx.Client]) -> Iterator[tuple[FaultProxy, httpx.Client]]:
+    """The module's proxied host, with no rule and no failures noted before and after each test."""
+    proxy, client = behind_a_proxy
+    proxy.rule = None
+    proxy.failed.clear()
+    yield proxy, client
+    proxy.rule = None
 
 
 def test_one_batch_id_on_two_streams_at_once_is_two_batches_each_with_its_own_messages(
@@ -188,19 +202,19 @@ def test_a_producer_id_cannot_take_over_another_producers_idempotency_key(
 
 
 def test_a_202_whose_status_row_could_not_be_marked_still_has_a_status(
-    azurite: Azurite, tmp_path: Path, stream: str
+    proxied: tuple[FaultProxy, httpx.Client], stream: str
 ) -> None:
-    with tables_behind_a_proxy(azurite, tmp_path, "mvproxy") as (proxy, client):
-        # Every update of a batch status row fails: the row stays as reserved, before the 202.
-        proxy.rule = lambda method, path: 503 if method in ("PATCH", "MERGE") and "batches" in path else None
-        r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "kept"}]})
-        assert r.status_code == 202
-        assert proxy.failed, "the fault was not injected"
-        batch_id = r.json()["batch_id"]
-        status = client.get(f"/streams/{stream}/batches/{batch_id}").json()
-        assert status["status"] in ("staging", "committed")  # never 404
-        assert committed(client, stream, batch_id)["status"] == "committed"
-        assert values(client, stream) == ["kept"]
+    proxy, client = proxied
+    # Every update of a batch status row fails: the row stays as reserved, before the 202.
+    proxy.rule = lambda method, path: 503 if method in ("PATCH", "MERGE") and "batches" in path else None
+    r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "kept"}]})
+    assert r.status_code == 202
+    assert proxy.failed, "the fault was not injected"
+    batch_id = r.json()["batch_id"]
+    status = client.get(f"/streams/{stream}/batches/{batch_id}").json()
+    assert status["status"] in ("staging", "committed")  # never 404
+    assert committed(client, stream, batch_id)["status"] == "committed"
+    assert values(client, stream) == ["kept"]
 
 
 def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_refreshing_it(
@@ -224,19 +238,18 @@ def test_the_catalog_reports_the_commit_record_even_when_the_writer_died_before_
 
 
 def test_a_staged_batch_whose_wait_cannot_read_storage_answers_202_not_503(
-    azurite: Azurite, tmp_path: Path, stream: str
+    proxied: tuple[FaultProxy, httpx.Client], stream: str
 ) -> None:
-    with tables_behind_a_proxy(azurite, tmp_path, "mvwait") as (proxy, client):
-        # Staging works; every read of the stream index (where ?wait= looks for the commit) fails.
-        proxy.rule = lambda method, path: 503 if method == "GET" and "mvwaitindex" in path else None
-        r = client.post(
-            f"/streams/{stream}/messages", json={"messages": [{"value": "w"}]}, params={"wait": 2}
-        )
-        assert r.status_code == 202 and r.json()["status"] == "staged", r.text
-        assert proxy.failed
-        proxy.rule = None
-        assert committed(client, stream, r.json()["batch_id"])["status"] == "committed"
-        assert values(client, stream) == ["w"]
+    proxy, client = proxied
+    # Staging works; every read of the stream index (where ?wait= looks for the commit) fails.
+    index = f"{TABLE_PREFIX}index"
+    proxy.rule = lambda method, path: 503 if method == "GET" and index in path else None
+    r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": "w"}]}, params={"wait": 2})
+    assert r.status_code == 202 and r.json()["status"] == "staged", r.text
+    assert proxy.failed
+    proxy.rule = None
+    assert committed(client, stream, r.json()["batch_id"])["status"] == "committed"
+    assert values(client, stream) == ["w"]
 
 
 def test_a_batch_its_commit_record_names_is_committed_before_the_index_rows_land(

@@ -347,7 +347,15 @@ BAD_POSTS = [
 ]
 
 
-@pytest.mark.parametrize(("case", "body", "ctype", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
+BAD_POSTS_OVER_HTTP = [c for c in BAD_POSTS if c[0] in ("malformed NDJSON", "body too large")]
+"""Over real HTTP, once each: a refusal's status and JSON error crossing the host (the body's
+Content-Type, a body of 16 MiB through the worker's socket); every case is proved in process
+(test_app_memory.py)."""
+
+
+@pytest.mark.parametrize(
+    ("case", "body", "ctype", "status"), BAD_POSTS_OVER_HTTP, ids=[c[0] for c in BAD_POSTS_OVER_HTTP]
+)
 def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
     http: httpx.Client, vault_host: HostProcess, stream: str, case: str, body: bytes, ctype: str, status: int
 ) -> None:
@@ -380,6 +388,15 @@ BAD_READS = [
 ]
 
 
+BAD_READS_OVER_HTTP = [
+    c
+    for c in BAD_READS
+    if c[0] in ("invalid stream name", "offset past the end", "unknown batch", "bad range")
+]
+"""Over real HTTP: the route's decoding (``bad%20name``), a 416, a route of its own and a Range
+header reaching their handlers; every case is proved in process (test_app_memory.py)."""
+
+
 @pytest.fixture(scope="module")
 def one_message_stream(http: httpx.Client, vault_host: HostProcess) -> str:
     """A stream holding one committed message, which the bad reads only read: one for them all."""
@@ -390,7 +407,7 @@ def one_message_stream(http: httpx.Client, vault_host: HostProcess) -> str:
 
 
 @pytest.mark.parametrize(
-    ("case", "path", "params", "status", "code"), BAD_READS, ids=[c[0] for c in BAD_READS]
+    ("case", "path", "params", "status", "code"), BAD_READS_OVER_HTTP, ids=[c[0] for c in BAD_READS_OVER_HTTP]
 )
 def test_bad_reads_get_a_clear_4xx(
     http: httpx.Client,

@@ -22,8 +22,10 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from itertools import accumulate
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
+from test_app import BAD_POSTS, BAD_READS
 
 from vault_app import api, open_writers, writer_fn
 from vault_app.batches import COMMITTED, REJECTED, STAGED, IdempotencyMismatch
@@ -716,11 +718,63 @@ def test_the_handlers_decide_access_before_they_touch_storage(handlers: Runtime)
     assert status == 200 and doc["principal"]["kind"] == "key" and doc["permissions"]["write"] == [STREAM]
 
 
+# Every refusal of bad input (test_app.py's cases), in process: test_app.py sends a few of them
+# over real HTTP.
+@pytest.mark.parametrize(("case", "body", "ctype", "status"), BAD_POSTS, ids=[c[0] for c in BAD_POSTS])
+def test_bad_input_gets_a_clear_4xx_and_stages_nothing(
+    handlers: Runtime, case: str, body: bytes, ctype: str, status: int
+) -> None:
+    route = {"stream": STREAM}
+    headers = {"content-type": ctype}
+    answer, doc = call(
+        handlers, api.post_messages, ADMIN_KEY, method="POST", route=route, body=body, headers=headers
+    )
+    assert answer == status, doc
+    assert doc["error"] in ("bad_request", "too_large") and doc["message"]
+    assert handlers.services.queue_for(STREAM).staging.approximate_count() == 0  # nothing staged
+    assert call(handlers, api.get_stream, ADMIN_KEY, method="GET", route=route)[0] == 404  # nor written
+
+
+READ_HANDLERS = {"messages": api.get_messages, "log": api.get_log}
+
+
+def read_route(path: str) -> tuple[Callable[[Runtime, Request], Awaitable[Response]], dict[str, str]]:
+    """The handler and route parameters of a read's path, as the Functions host routes it (a
+    route parameter percent-decoded)."""
+    parts = [unquote(part) for part in path.strip("/").split("/")]
+    if parts[0] == "batches":
+        return api.get_batch, {"id": parts[1]}
+    return READ_HANDLERS[parts[2]], {"stream": parts[1]}
+
+
+@pytest.mark.parametrize(
+    ("case", "path", "params", "status", "code"), BAD_READS, ids=[c[0] for c in BAD_READS]
+)
+def test_bad_reads_get_a_clear_4xx(
+    handlers: Runtime, case: str, path: str, params: dict[str, str], status: int, code: str
+) -> None:
+    """On a stream holding one committed message, which the bad reads only read."""
+    body = json.dumps({"messages": [{"value": "something"}]}).encode()
+    assert (
+        call(handlers, api.post_messages, ADMIN_KEY, method="POST", route={"stream": STREAM}, body=body)[0]
+        == 202
+    )
+    assert run_trigger(handlers, handlers.services.queue_for(STREAM))
+    bad_range = f"bytes={'9' * 5000}-" if "digits" in case else "lines=1-2"
+    headers = {"range": bad_range} if path.endswith("/log") else {}
+    handler, route = read_route(path.replace("{s}", STREAM))
+    answer = asyncio.run(handle(handlers, handler, method="GET", route=route, query=params, headers=headers))
+    assert answer.status == status, answer.body
+    assert json.loads(answer.body)["error"] == code
+    assert answer.headers["X-Content-Type-Options"] == "nosniff"
+
+
 async def handle(
     runtime: Runtime, handler: Callable[[Runtime, Request], Awaitable[Response]], **parts: Any
 ) -> Response:
     """A request of the admin, on the running event loop (for waits alongside)."""
-    return await handler(runtime, Request(headers={"x-functions-key": ADMIN_KEY}, **parts))
+    headers = {"x-functions-key": ADMIN_KEY, **parts.pop("headers", {})}
+    return await handler(runtime, Request(headers=headers, **parts))
 
 
 def test_long_polls_wait_on_the_tail_watch_and_answer_with_the_commit(handlers: Runtime) -> None:

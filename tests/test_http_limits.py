@@ -9,12 +9,11 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 import uvicorn
-from conftest import OWN_HOST_QUEUES, commit_directly, fast_host_json, isolated_host, key_header
+from conftest import OWN_HOST_QUEUES, WAKE_ON_WRITE, commit_directly, key_header, write_host_json
 
 from vault_core.vault import Vault
 from vault_local import http_limits
@@ -70,18 +69,35 @@ BODY_GRACE = 1.0
 (BODY_GRACE_SECONDS): the rate is enforced the same way once any grace is over."""
 
 
-def test_a_body_that_trickles_in_is_408(azurite: Azurite, tmp_path: Path) -> None:
-    host = isolated_host(azurite, tmp_path, "--body-grace", str(BODY_GRACE), woken_on_write=True).start()
-    try:
-        head = (
-            f"POST /api/streams/s/messages?code={host.key} HTTP/1.1\r\nHost: x\r\n"
-            "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
-        ).encode()
-        answer, took = raw_request(host.port, head, b"x" * 20, pause=0.5)
-        assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer
-        assert BODY_GRACE <= took < BODY_GRACE + 5
-    finally:
-        host.stop()
+@pytest.fixture(scope="module")
+def limited_host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    """The module's host of its own, for the limits the session host keeps at the product's: a
+    body grace of BODY_GRACE, and room for one request at a time and three outstanding. One host
+    for both (the module runs on one worker): a host's start is over a CPU-second. Its messages
+    all come through its own requests: it polls as the session host does."""
+    directory = tmp_path_factory.mktemp("limits")
+    host_json = write_host_json(directory, woken_on_write=True)
+    doc = json.loads(host_json.read_text())
+    doc["extensions"]["http"].update(maxOutstandingRequests=3, maxConcurrentRequests=1)
+    host_json.write_text(json.dumps(doc))
+    host = HostProcess(
+        azurite.connection_string,
+        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}", "VAULT_STAGING_QUEUES": str(OWN_HOST_QUEUES)},
+        args=("--host-json", str(host_json), "--body-grace", str(BODY_GRACE), WAKE_ON_WRITE),
+    ).start()
+    yield host
+    host.stop()
+
+
+def test_a_body_that_trickles_in_is_408(limited_host: HostProcess) -> None:
+    host = limited_host
+    head = (
+        f"POST /api/streams/s/messages?code={host.key} HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+    ).encode()
+    answer, took = raw_request(host.port, head, b"x" * 20, pause=0.5)
+    assert answer.startswith(b"HTTP/1.1 408") and b'"request_timeout"' in answer
+    assert BODY_GRACE <= took < BODY_GRACE + 5
 
 
 def test_a_url_over_4_kib_is_414(vault_host: HostProcess) -> None:
@@ -143,45 +159,31 @@ def test_a_control_character_in_the_path_is_400_never_another_route_or_name(
         assert r.status_code == 400 and r.json()["error"] == "bad_request", (path, r.text)
 
 
-@pytest.fixture
-def busy_host(azurite: Azurite, tmp_path: Path) -> Iterator[HostProcess]:
-    host_json = fast_host_json()
-    host_json["extensions"]["http"].update(maxOutstandingRequests=3, maxConcurrentRequests=1)
-    (tmp_path / "host.json").write_text(json.dumps(host_json))
-    host = HostProcess(
-        azurite.connection_string,
-        settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}", "VAULT_STAGING_QUEUES": str(OWN_HOST_QUEUES)},
-        args=("--host-json", str(tmp_path / "host.json")),
-    ).start()
-    yield host
-    host.stop()
-
-
 def test_requests_over_max_outstanding_get_429_with_retry_after(
-    busy_host: HostProcess, vault: Vault, stream: str
+    limited_host: HostProcess, vault: Vault, stream: str
 ) -> None:
     # The stream is written from the test, not through the host: a POST would be one more request
     # for the full host to refuse, and the test ends the polls with a commit once it has its 429.
     tail = commit_directly(vault, stream, b"x")
-    url = f"{busy_host.url}/streams/{stream}/messages"
+    url = f"{limited_host.url}/streams/{stream}/messages"
     answers: list[httpx.Response] = []
 
     def long_poll() -> None:  # one runs (maxConcurrentRequests 1), the others wait their turn
-        params: dict[str, str | int] = {"code": busy_host.key, "from": tail, "wait": 30}
+        params: dict[str, str | int] = {"code": limited_host.key, "from": tail, "wait": 30}
         answers.append(httpx.get(url, params=params, timeout=60))
 
     polls = [threading.Thread(target=long_poll) for _ in range(3)]
     for t in polls:
         t.start()
     time.sleep(1)  # all three sent, and held: the first waits up to 30 s for a message
-    r = httpx.get(f"{busy_host.url}/health", timeout=10)
+    r = httpx.get(f"{limited_host.url}/health", timeout=10)
     commit_directly(vault, stream, b"y")  # the running poll answers with it, then each one let in after it
     for t in polls:
         t.join()
     got = [(a.status_code, [m["value"] for m in a.json()["messages"]]) for a in answers]
     assert got == [(200, ["y"])] * 3  # each held until its turn, then answered as ever
     assert r.status_code == 429 and r.json()["error"] == "too_busy" and int(r.headers["retry-after"]) > 0
-    assert httpx.get(f"{busy_host.url}/health", timeout=10).status_code == 200  # free again
+    assert httpx.get(f"{limited_host.url}/health", timeout=10).status_code == 200  # free again
 
 
 def test_headers_that_do_not_arrive_in_time_close_the_connection(monkeypatch: pytest.MonkeyPatch) -> None:

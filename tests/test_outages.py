@@ -26,8 +26,10 @@ from vault_core.azure import StorageAccount
 from vault_local.azurite import Azurite
 from vault_local.process import HostProcess
 
-# Each test runs its own Azurite and host (the two faults of the 503 test share theirs: the module
-# runs on one worker), and holds an outage or a stall for seconds.
+# The module runs on one worker, and its tests share one Azurite of their own (on disk, so that it
+# can be stopped and started again), which each leaves as it found it: up, not frozen. Each test
+# holds an outage or a stall of it for seconds; the outage of any length has its staging queues
+# on the session's Azurite, which stays up.
 pytestmark = pytest.mark.slow
 
 FAIL_FAST_SECONDS = 5.0
@@ -70,16 +72,36 @@ def assert_read_back_once(client: httpx.Client, acked: dict[str, list[str]], tim
 
 
 @pytest.fixture(scope="module")
-def faulted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Azurite, HostProcess]]:
-    """An Azurite and a host of their own for the 503 tests, which each leave the storage as they
-    found it (restarted, or resumed): one start of each for both faults."""
-    directory = tmp_path_factory.mktemp("faulted")
-    with own_storage(directory, "s") as storage:
-        host = fast_host(storage.connection_string, directory, woken_on_write=True).start()
-        try:
-            yield storage, host
-        finally:
-            host.stop()
+def module_storage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Azurite]:
+    """The module's Azurite, which its tests stop or freeze and then restart or resume: one start
+    for every fault of the module (an Azurite's start is about a CPU-second)."""
+    with own_storage(tmp_path_factory.mktemp("outages"), "s") as started:
+        yield started
+
+
+@pytest.fixture
+def storage(module_storage: Azurite) -> Iterator[Azurite]:
+    """The module's Azurite, left up and running for the next test even when this one fails."""
+    yield module_storage
+    if module_storage.process is None or module_storage.process.poll() is not None:
+        module_storage.start()
+    else:
+        module_storage.process.send_signal(signal.SIGCONT)
+
+
+@pytest.fixture(scope="module")
+def faulted_host(module_storage: Azurite, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HostProcess]:
+    host_dir = tmp_path_factory.mktemp("faulted")
+    host = fast_host(module_storage.connection_string, host_dir, woken_on_write=True).start()
+    yield host
+    host.stop()
+
+
+@pytest.fixture
+def faulted(storage: Azurite, faulted_host: HostProcess) -> tuple[Azurite, HostProcess]:
+    """A host of its own on the module's Azurite for the 503 and /health tests, which each leave
+    the storage as they found it (restarted, or resumed): one start for every fault."""
+    return storage, faulted_host
 
 
 @pytest.mark.parametrize("fault", ["stopped", "stalled"])
@@ -123,88 +145,108 @@ def test_storage_down_or_stalled_answers_503_with_retry_after_within_5_seconds(
     assert [m["value"] for m in read_all(client, stream)] == ["up", "back"]
 
 
-def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(tmp_path: Path) -> None:
+def test_health_still_answers_200_at_once_when_storage_is_down(faulted: tuple[Azurite, HostProcess]) -> None:
+    """Degraded, with the counts it cannot read as null: a storage outage must not fail a probe."""
+    storage, host = faulted
+    storage.stop()  # started again by the fixture
+    r = httpx.get(f"{host.url}/health", headers=key_header(host), timeout=30)  # admin: with counts
+    doc = r.json()
+    assert r.status_code == 200 and r.elapsed.total_seconds() < 5
+    assert doc["status"] == "degraded" and doc["poison_messages"] is None
+    assert [q["poison_messages"] for q in doc["queues"]] == [None]
+
+
+def test_a_storage_stall_under_load_answers_503_never_500_and_loses_nothing(
+    storage: Azurite, tmp_path: Path
+) -> None:
     streams = [f"stall-{uuid.uuid4().hex[:6]}" for _ in range(3)]
-    with own_storage(tmp_path, "s") as storage:
-        # A request's storage budget of 2 s, not the product's 4: the stall that must outlast
-        # it is held for half as long. (Answering within the product's budget is the test above.)
-        host = fast_host(
-            storage.connection_string, tmp_path, settings={"VAULT_REQUEST_BUDGET_SECONDS": str(BUDGET)}
-        ).start()
-        statuses: list[int] = []
-        failures: list[str] = []
-        acked: dict[str, list[str]] = {s: [] for s in streams}
-        last_ack: dict[int, float] = {}  # producer: when it was last told 202
-        consumed: list[int] = []  # messages the consumer read, per read that succeeded
-        stop = threading.Event()
+    # A request's storage budget of 2 s, not the product's 4: the stall that must outlast
+    # it is held for half as long. (Answering within the product's budget is the test above.)
+    # Its own staging queues: the module's other host polls the app's own.
+    host = fast_host(
+        storage.connection_string,
+        tmp_path,
+        settings={
+            "VAULT_REQUEST_BUDGET_SECONDS": str(BUDGET),
+            "VAULT_QUEUE_PREFIX": f"q{uuid.uuid4().hex[:8]}",
+        },
+    ).start()
+    statuses: list[int] = []
+    failures: list[str] = []
+    acked: dict[str, list[str]] = {s: [] for s in streams}
+    last_ack: dict[int, float] = {}  # producer: when it was last told 202
+    consumed: list[int] = []  # messages the consumer read, per read that succeeded
+    stop = threading.Event()
 
-        def producer(p: int) -> None:
-            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
-            n = 0
-            while not stop.is_set():
-                stream = streams[n % len(streams)]
-                value = f"p{p}-{n}"
-                key = f"p{p}-{n}"
-                while True:  # retry with the same key until acknowledged, as a client should
-                    r = client.post(
-                        f"/streams/{stream}/messages",
-                        json={"messages": [{"value": value}]},
-                        headers={"Idempotency-Key": key},
-                    )
-                    statuses.append(r.status_code)
-                    if r.status_code >= 500 and r.status_code != 503:
-                        failures.append(f"POST {r.status_code} {r.text}")
-                    if r.status_code == 202:
-                        acked[stream].append(value)
-                        last_ack[p] = time.monotonic()
-                        break
-                    time.sleep(0.2)
-                n += 1
-                time.sleep(0.1)  # a steady load, not a flood: the stall is the point
-
-        def consumer() -> None:
-            client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
-            while not stop.is_set():
-                r = client.get(f"/streams/{streams[0]}/messages", params={"from": 0})
+    def producer(p: int) -> None:
+        client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+        n = 0
+        while not stop.is_set():
+            stream = streams[n % len(streams)]
+            value = f"p{p}-{n}"
+            key = f"p{p}-{n}"
+            while True:  # retry with the same key until acknowledged, as a client should
+                r = client.post(
+                    f"/streams/{stream}/messages",
+                    json={"messages": [{"value": value}]},
+                    headers={"Idempotency-Key": key},
+                )
                 statuses.append(r.status_code)
                 if r.status_code >= 500 and r.status_code != 503:
-                    failures.append(f"GET {r.status_code} {r.text}")
-                if r.status_code == 200:
-                    consumed.append(len(r.json()["messages"]))
-                time.sleep(0.1)
+                    failures.append(f"POST {r.status_code} {r.text}")
+                if r.status_code == 202:
+                    acked[stream].append(value)
+                    last_ack[p] = time.monotonic()
+                    break
+                time.sleep(0.2)
+            n += 1
+            time.sleep(0.1)  # a steady load, not a flood: the stall is the point
 
-        threads = [threading.Thread(target=producer, args=(p,)) for p in range(3)]
-        threads.append(threading.Thread(target=consumer))
-        try:
-            for t in threads:
-                t.start()
-            # Load end to end before the stall: every producer acknowledged, the writer committing.
-            wait_until(lambda: len(last_ack) == 3 and any(consumed), what="load before the stall")
-            assert storage.process is not None
-            storage.process.send_signal(signal.SIGSTOP)
-            time.sleep(BUDGET + 1)  # longer than a request's storage budget: answers must be 503
-            resumed = time.monotonic()
-            storage.process.send_signal(signal.SIGCONT)
-            wait_until(
-                lambda: all(last_ack.get(p, 0.0) > resumed for p in range(3)),
-                what="every producer acknowledged after the stall",
-            )
-        finally:
-            stop.set()
-            for t in threads:
-                t.join()
-        try:
-            assert 503 in statuses, "the stall was not seen"
-            traces = [ln for ln in host.lines if "Error" in ln or "Traceback" in ln or "failed" in ln]
-            assert not failures, failures + traces[-40:]
-            client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
-            assert_read_back_once(client, acked, timeout=60)
-        finally:
-            host.stop()
+    def consumer() -> None:
+        client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
+        while not stop.is_set():
+            r = client.get(f"/streams/{streams[0]}/messages", params={"from": 0})
+            statuses.append(r.status_code)
+            if r.status_code >= 500 and r.status_code != 503:
+                failures.append(f"GET {r.status_code} {r.text}")
+            if r.status_code == 200:
+                consumed.append(len(r.json()["messages"]))
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=producer, args=(p,)) for p in range(3)]
+    threads.append(threading.Thread(target=consumer))
+    try:
+        for t in threads:
+            t.start()
+        # Load end to end before the stall: every producer acknowledged, the writer committing.
+        wait_until(lambda: len(last_ack) == 3 and any(consumed), what="load before the stall")
+        assert storage.process is not None
+        storage.process.send_signal(signal.SIGSTOP)
+        time.sleep(BUDGET + 1)  # longer than a request's storage budget: answers must be 503
+        resumed = time.monotonic()
+        storage.process.send_signal(signal.SIGCONT)
+        wait_until(
+            lambda: all(last_ack.get(p, 0.0) > resumed for p in range(3)),
+            what="every producer acknowledged after the stall",
+        )
+    finally:
+        if storage.process is not None:
+            storage.process.send_signal(signal.SIGCONT)  # never leave it frozen for the next test
+        stop.set()
+        for t in threads:
+            t.join()
+    try:
+        assert 503 in statuses, "the stall was not seen"
+        traces = [ln for ln in host.lines if "Error" in ln or "Traceback" in ln or "failed" in ln]
+        assert not failures, failures + traces[-40:]
+        client = httpx.Client(base_url=host.url, timeout=60, headers=key_header(host))
+        assert_read_back_once(client, acked, timeout=60)
+    finally:
+        host.stop()
 
 
 def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_batch_lands_once(
-    tmp_path: Path,
+    storage: Azurite, azurite: Azurite, tmp_path: Path
 ) -> None:
     """The vault account (blobs, tables) stops for OUTAGE s while staging queues stay up.
 
@@ -217,44 +259,46 @@ def test_a_vault_outage_of_any_length_poisons_nothing_and_every_acknowledged_bat
     """
     outage = float(os.environ.get("MV_OUTAGE_SECONDS", "12"))
     streams = [f"out-{uuid.uuid4().hex[:6]}" for _ in range(3)]
-    with own_storage(tmp_path, "vault") as vault, own_storage(tmp_path, "staging") as staging:
-        prefix = f"q{uuid.uuid4().hex[:8]}"
-        host = isolated_host(
-            staging,
-            tmp_path,
-            prefix=prefix,
-            settings={
-                "VaultStorage": vault.connection_string,
-                "VaultStaging0": staging.connection_string,
-                "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
-            },
-            queues=QUEUES,
-        ).start()
-        try:
-            client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
-            acked: dict[str, list[str]] = {s: [] for s in streams}
+    # The vault account is the module's Azurite; the staging queues, of their own, are on the
+    # session's, which stays up.
+    vault, staging = storage, azurite
+    prefix = f"q{uuid.uuid4().hex[:8]}"
+    host = isolated_host(
+        staging,
+        tmp_path,
+        prefix=prefix,
+        settings={
+            "VaultStorage": vault.connection_string,
+            "VaultStaging0": staging.connection_string,
+            "VAULT_UNAVAILABLE_RETRY_SECONDS": "1",
+        },
+        queues=QUEUES,
+    ).start()
+    try:
+        client = httpx.Client(base_url=host.url, timeout=60, params={"code": host.key})
+        acked: dict[str, list[str]] = {s: [] for s in streams}
 
-            def post(stream: str, value: str) -> int:
-                r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": value}]})
-                if r.status_code == 202:
-                    acked[stream].append(value)
-                return r.status_code
+        def post(stream: str, value: str) -> int:
+            r = client.post(f"/streams/{stream}/messages", json={"messages": [{"value": value}]})
+            if r.status_code == 202:
+                acked[stream].append(value)
+            return r.status_code
 
-            for i in range(30):  # a backlog, so the outage catches batches in the queues
-                assert post(streams[i % 3], f"before-{i}") == 202
-            vault.stop()
-            stopped = time.monotonic()
-            assert post(streams[0], "during") == 503  # the batch table is in the vault account
-            time.sleep(max(0.0, outage - (time.monotonic() - stopped)))  # the 503 took a few of them
-            vault.start()
-            for i in range(10):
-                assert post(streams[i % 3], f"after-{i}") == 202
-            assert_read_back_once(client, acked, timeout=90)
-            queues = StorageAccount(connection_string=staging.connection_string).queue_service()
-            poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(QUEUES)]
-            assert sum(q.get_queue_properties().approximate_message_count or 0 for q in poisoned) == 0
-            for stream in streams:
-                r = client.get(f"/streams/{stream}")
-                assert r.json()["count"] == len(acked[stream])
-        finally:
-            host.stop()
+        for i in range(30):  # a backlog, so the outage catches batches in the queues
+            assert post(streams[i % 3], f"before-{i}") == 202
+        vault.stop()
+        stopped = time.monotonic()
+        assert post(streams[0], "during") == 503  # the batch table is in the vault account
+        time.sleep(max(0.0, outage - (time.monotonic() - stopped)))  # the 503 took a few of them
+        vault.start()
+        for i in range(10):
+            assert post(streams[i % 3], f"after-{i}") == 202
+        assert_read_back_once(client, acked, timeout=90)
+        queues = StorageAccount(connection_string=staging.connection_string).queue_service()
+        poisoned = [queues.get_queue_client(f"{prefix}-{i}-poison") for i in range(QUEUES)]
+        assert sum(q.get_queue_properties().approximate_message_count or 0 for q in poisoned) == 0
+        for stream in streams:
+            r = client.get(f"/streams/{stream}")
+            assert r.json()["count"] == len(acked[stream])
+    finally:
+        host.stop()

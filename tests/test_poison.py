@@ -11,7 +11,6 @@ import json
 import time
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +18,7 @@ import pytest
 from azure.data.tables import TableClient, TableServiceClient, UpdateMode
 from azure.storage.queue import QueueClient, QueueServiceClient
 from click.testing import CliRunner, Result
-from conftest import fast_host, isolated_host, key_header
+from conftest import isolated_host, key_header
 
 from vault_app.batches import digest
 from vault_app.envelope import encode_messages
@@ -247,24 +246,6 @@ def test_streams_and_health_show_the_poison_counts(
     health = http.get("/health").json()
     assert health["status"] == "ok" and health["poison_messages"] == parked
     assert health["queues"] == [{"account": 0, "queue": f"{PREFIX}-0", "poison_messages": parked}]
-
-
-def test_health_still_answers_200_at_once_when_storage_is_down(tmp_path: Path) -> None:
-    """Degraded, with the counts it cannot read as null: a storage outage must not fail a probe."""
-    storage = Azurite(location=tmp_path).start()
-    host = fast_host(storage.connection_string, tmp_path / "host", woken_on_write=True).start()
-    try:
-        storage.stop()
-        r = httpx.get(f"{host.url}/health", headers=key_header(host), timeout=30)  # admin: with counts
-        doc = r.json()
-        assert r.status_code == 200 and r.elapsed.total_seconds() < 5
-        assert doc["status"] == "degraded" and doc["poison_messages"] is None
-        assert [q["poison_messages"] for q in doc["queues"]] == [None]
-    finally:
-        # Killed, not stopped: a graceful stop waits for its queue pollers' storage retries
-        # (seconds, storage down or just back), and how the host stops is not what this tests.
-        host.stop(kill=True)
-        storage.cleanup()
 
 
 @pytest.mark.parametrize(("method", "path"), [("GET", "/poison"), ("POST", "/poison/replay")])

@@ -17,8 +17,8 @@ from pathlib import Path
 from types import FrameType
 
 from vault_local.azurite import ROOT, Azurite, free_port
-from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess, explorer_url, new_key
+from vault_local.startup import check_worker_counts
 
 
 class Shown:
@@ -64,6 +64,8 @@ def _stop_on_signal(signum: int, frame: FrameType | None) -> None:
 
 
 def demo(args: argparse.Namespace) -> None:
+    from vault_local.dev_issuer import DevIssuer  # jwt and cryptography: not for the host's start
+
     if not shutil.which("curl"):
         sys.exit("the demo uses curl: install it (apt-get install curl)")
     data: Path = args.data
@@ -257,6 +259,7 @@ def main() -> None:
         return
     args = parser.parse_args()
     if args.command == "host":
+        check_worker_counts(args.settings)  # before the app's import, which takes a CPU-second
         from vault_local.host import DRAIN_GRACE, run
         from vault_local.http_limits import BODY_GRACE_SECONDS
 

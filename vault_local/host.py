@@ -69,6 +69,7 @@ from vault_local.http_limits import (
 )
 from vault_local.polling import PollingDelay, host_retry_policy
 from vault_local.routes import QueueFunction, discover
+from vault_local.startup import load_local_settings
 from vault_local.workers import (
     FunctionFailed,
     HttpResult,
@@ -580,14 +581,6 @@ def _worker_failed(exc: WorkerFailed) -> Response:
         503,
         headers={"Retry-After": str(WORKER_RETRY_AFTER_SECONDS)},
     )
-
-
-def load_local_settings(path: Path) -> dict[str, str]:
-    """The ``Values`` of a local.settings.json, as ``func start`` puts them in the environment."""
-    text = path.read_text() if path.is_file() else ""
-    if not text.strip():
-        return {}
-    return {k: str(v) for k, v in json.loads(text).get("Values", {}).items()}
 
 
 def run(
