@@ -69,11 +69,14 @@ WHOLE_MODULES = frozenset(
         "tests/test_explorer.py",
         "tests/test_long_polls.py",
         "tests/test_outages.py",
+        "tests/test_layers.py",
+        "tests/test_infra.py",
     }
 )
 """Modules whose tests all run on one xdist worker, because each worker running some of them
 would start its own copy of what they share: a Spark session (a JVM), a host of their own (an
-Azurite too, for the outage tests), a Chromium with Playwright's driver.
+Azurite too, for the outage tests), a Chromium with Playwright's driver, the project's parsed
+sources (test_layers), the Bicep files' syntax trees (test_infra).
 Every other test is a unit of its own."""
 
 
