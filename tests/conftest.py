@@ -135,7 +135,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0) > 0:
         config.pluginmanager.register(SharedServers(session_host), "mv-shared-servers")
         precompile.rewrite_test_modules(config)
-        bicep.parse_all()
+        bicep.parse_all(config)
 
 
 def attached(config: pytest.Config) -> Attached | None:

@@ -69,9 +69,11 @@ def doc(path: Path) -> dict[str, Any]:
     return bicep.parsed(path)
 
 
-def test_the_parse_kept_for_the_run_is_pycep_s() -> None:
-    kept = bicep.parsed(FUNCTION_APP)
-    assert bicep.parsed(FUNCTION_APP) == kept == _parser().parse(file_path=FUNCTION_APP)
+def test_the_parse_kept_for_the_run_is_pycep_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bicep, "CACHE", tmp_path)
+    fresh = bicep.parsed(FUNCTION_APP)
+    assert [p.suffix for p in tmp_path.iterdir()] == [".json"]
+    assert bicep.parsed(FUNCTION_APP) == fresh == _parser().parse(file_path=FUNCTION_APP)
 
 
 def collected(path: Path) -> dict[str, Any]:
