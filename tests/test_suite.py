@@ -31,3 +31,11 @@ def test_every_test_module_is_found(pytestconfig: pytest.Config) -> None:
     found = {p.name for p in precompile.test_modules(pytestconfig)}
     assert Path(__file__).name in found and "test_infra.py" in found
     assert not {"conftest.py", "timeline.py"} & found
+
+
+def test_a_test_module_that_does_not_compile_is_left_to_the_worker_that_collects_it(
+    pytestconfig: pytest.Config, tmp_path: Path
+) -> None:
+    broken = tmp_path / "test_broken.py"
+    broken.write_text("def test_it(:\n")
+    assert precompile.rewrite_test_modules(pytestconfig, [broken]) == 0

@@ -54,7 +54,10 @@ def rewrite_test_modules(config: pytest.Config, paths: Iterable[Path] | None = N
         pyc = cache / (path.name[:-3] + PYC_TAIL)
         if _read_pyc(path, pyc) is not None:
             continue
+        try:
+            source_hash, code = _rewrite_test(path, config)
+        except (SyntaxError, ValueError, OSError):
+            continue  # the worker that collects it reports the error, as without this
         cache.mkdir(exist_ok=True)
-        source_hash, code = _rewrite_test(path, config)
         written += _write_pyc(state, code, source_hash, pyc)
     return written
