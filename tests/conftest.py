@@ -22,7 +22,7 @@ from typing import Any
 
 import psutil
 import pytest
-from helpers import timeline
+from helpers import bicep, precompile, timeline
 from helpers.shared_servers import WORKER_INPUT, Attached, SharedServers
 
 from vault_core.azure import StorageAccount
@@ -71,12 +71,15 @@ WHOLE_MODULES = frozenset(
         "tests/test_outages.py",
         "tests/test_acknowledged.py",
         "tests/test_http_limits.py",
+        "tests/test_layers.py",
+        "tests/test_infra.py",
     }
 )
 """Modules whose tests all run on one xdist worker, because each worker running some of them
 would start its own copy of what they share: a Spark session (a JVM), a host of their own (an
 Azurite too, for the outage tests; a host behind a fault proxy; one with small HTTP limits), a
-Chromium with Playwright's driver.
+Chromium with Playwright's driver, the project's parsed sources (test_layers), the Bicep files'
+syntax trees (test_infra).
 Every other test is a unit of its own."""
 
 
@@ -127,10 +130,15 @@ def one_tls_context() -> Iterator[None]:
 
 def pytest_configure(config: pytest.Config) -> None:
     """On the controller of xdist workers: the servers every worker shares (SharedServers).
-    With ``MV_TEST_TIMELINE=FILE``: where the run's time and CPU went (tests/helpers/timeline.py)."""
+    With ``MV_TEST_TIMELINE=FILE``: where the run's time and CPU went (tests/helpers/timeline.py).
+    Then, while those servers start, what every worker would otherwise compute as it collects,
+    once for all: the test modules' rewritten bytecode (tests/helpers/precompile.py) and the
+    parsed Bicep files (tests/helpers/bicep.py)."""
     timeline.register(config)
     if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0) > 0:
         config.pluginmanager.register(SharedServers(session_host), "mv-shared-servers")
+        precompile.rewrite_test_modules(config)
+        bicep.parse_all(config)
 
 
 def attached(config: pytest.Config) -> Attached | None:

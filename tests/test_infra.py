@@ -17,12 +17,15 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
+from helpers import bicep
 from lark import Token, Tree
-from pycep import BicepParser
+
+if TYPE_CHECKING:
+    from pycep import BicepParser
 
 try:
     from vault_app import config as app_config
@@ -41,7 +44,7 @@ AZURE_YAML = ROOT / "azure.yaml"
 WORKFLOW = ROOT / ".github" / "workflows" / "infra.yml"
 FUNCIGNORE = ROOT / ".funcignore"
 
-BICEP_FILES = sorted(INFRA.rglob("*.bicep"))
+BICEP_FILES = bicep.bicep_files()
 
 
 def rel(path: Path) -> str:
@@ -54,13 +57,23 @@ def rel(path: Path) -> str:
 
 @functools.cache
 def _parser() -> BicepParser:
+    from pycep import BicepParser  # and its grammar: only where a test needs the syntax tree
+
     return BicepParser()
 
 
 @functools.cache
 def doc(path: Path) -> dict[str, Any]:
-    """pycep's JSON view of a Bicep file (declarations by kind)."""
-    return cast(dict[str, Any], _parser().parse(file_path=path))
+    """pycep's JSON view of a Bicep file (declarations by kind), parsed once for the whole run
+    (tests/helpers/bicep.py)."""
+    return bicep.parsed(path)
+
+
+def test_the_parse_kept_for_the_run_is_pycep_s(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bicep, "CACHE", tmp_path)
+    fresh = bicep.parsed(FUNCTION_APP)
+    assert [p.suffix for p in tmp_path.iterdir()] == [".json"]
+    assert bicep.parsed(FUNCTION_APP) == fresh == _parser().parse(file_path=FUNCTION_APP)
 
 
 def collected(path: Path) -> dict[str, Any]:

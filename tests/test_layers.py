@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,9 +52,16 @@ def modules() -> dict[str, Path]:
 MODULES = modules()
 
 
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once: the tests below read the same sources (they run on one xdist
+    worker, conftest's WHOLE_MODULES). The trees are only read, never changed."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def imports(path: Path) -> Iterator[str]:
     """Every module ``path`` imports, anywhere in it (functions and TYPE_CHECKING blocks too)."""
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+    for node in ast.walk(parsed(path)):
         if isinstance(node, ast.Import):
             yield from (alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -62,6 +70,7 @@ def imports(path: Path) -> Iterator[str]:
                 yield submodule if submodule in MODULES else node.module
 
 
+@functools.cache
 def project_graph() -> dict[str, set[str]]:
     return {name: {m for m in imports(path) if m in MODULES} for name, path in MODULES.items()}
 
@@ -198,7 +207,7 @@ process's telemetry (OpenTelemetry's own providers are process-wide). Never to b
 def module_state(name: str, path: Path) -> set[str]:
     """The module's mutable globals: objects built at import (not constants, not type aliases),
     names rebound by ``global``, and functions that cache what they return."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     found = set()
     for node in tree.body:
         target, value = None, None
@@ -251,7 +260,7 @@ def test_no_module_imports_another_modules_private_names() -> None:
     offenders = {
         f"{name}: from {node.module} import {alias.name}"
         for name, path in users
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        for node in ast.walk(parsed(path))
         if isinstance(node, ast.ImportFrom) and node.module in MODULES
         for alias in node.names
         if alias.name.startswith("_") and not alias.name.endswith("__")

@@ -2,14 +2,16 @@
 
 Each process that runs tests (an xdist worker, or pytest itself with ``-n 0``) appends one JSON
 line per test: the worker, the test, when it started and stopped, and the CPU the worker spent on
-it (its own and its reaped children's). The controller samples every process of the run once a
+it (its own and its reaped children's), and once, after collecting, the CPU it used to start
+and collect. The controller samples every process of the run once a
 second (Azurite, the hosts and their language workers, the Spark JVM and its Python workers, the
 pytest workers, ...) and appends what each kind has used so far, so the split of the run's CPU is
 known by kind. What a process uses after its last sample is not seen (all of it, for one that
 lives less than a second); the last line gives the CPU of the controller and of every process it
 waited for (what a shell's ``time`` reports) beside the sampled total.
 
-``python tests/helpers/timeline.py FILE`` prints each worker's busy and idle time, the longest
+``python tests/helpers/timeline.py FILE`` prints each worker's busy and idle time and its CPU to
+collect, the longest
 path (the worker that ended last, and its longest tests) and the CPU by kind.
 """
 
@@ -176,6 +178,11 @@ class Timeline:
             own2, children2 = _cpu()
             self.final_teardown = (own2 - own, children2 - children)
 
+    def pytest_collection_finish(self) -> None:
+        """What the process used to start and collect (a worker's share of the run's start)."""
+        own, children = _cpu()
+        _append(self.path, {"worker": self.worker, "collected": time.time(), "cpu": round(own + children, 3)})
+
     def pytest_unconfigure(self) -> None:
         if self.sampler:
             self.sampler.stop()
@@ -209,12 +216,15 @@ def report(path: Path, top: int = 12) -> str:
     begin = next(r["begin"] for r in records if "begin" in r)
     end_record = next((r for r in records if "end" in r), None)
     tests = [r for r in records if "test" in r]
+    collected = {r["worker"]: r for r in records if "collected" in r}
     by_worker: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in tests:
         by_worker[r["worker"]].append(r)
     last_stop = max(r["stop"] for r in tests)
     out = [f"run: {last_stop - begin:.1f}s from the controller's start to the last test's end"]
-    out.append("worker   first  last   busy   idle-between  idle-at-end  tests  CPU(own+children)")
+    out.append(
+        "worker   first  last   busy   idle-between  idle-at-end  tests  CPU(own+children)  CPU to collect"
+    )
     for worker, rs in sorted(by_worker.items()):
         rs.sort(key=lambda r: r["start"])
         busy = sum(r["stop"] - r["start"] for r in rs)
@@ -223,6 +233,7 @@ def report(path: Path, top: int = 12) -> str:
         out.append(
             f"{worker:8} {first:5.1f} {last:6.1f} {busy:6.1f} {last - first - busy:13.1f}"
             f" {last_stop - begin - last:12.1f} {len(rs):6} {cpu:9.1f}"
+            + (f" {collected[worker]['cpu']:14.1f}" if worker in collected else "")
         )
     critical = max(by_worker, key=lambda w: max(r["stop"] for r in by_worker[w]))
     out.append(f"\nthe last to end: {critical}; its modules (seconds) and longest tests:")

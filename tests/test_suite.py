@@ -1,0 +1,41 @@
+"""The suite's own machinery, where it can go wrong silently: the test modules' bytecode that the
+controller writes for the xdist workers (tests/helpers/precompile.py) is the one pytest reads."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from _pytest.assertion.rewrite import PYC_TAIL, _read_pyc
+from helpers import precompile
+
+
+def test_the_rewritten_bytecode_written_once_is_what_pytest_reads(
+    pytestconfig: pytest.Config, tmp_path: Path
+) -> None:
+    module = tmp_path / "test_example.py"
+    module.write_text("def test_it():\n    x = 1\n    assert x == 2\n")
+    pyc = tmp_path / "__pycache__" / f"test_example{PYC_TAIL}"
+
+    assert precompile.rewrite_test_modules(pytestconfig, [module]) == 1
+    code = _read_pyc(module, pyc)
+    assert code is not None, "pytest would not read it"
+    assert "@pytest_ar" in code.co_names  # the asserts are rewritten, not merely compiled
+    assert precompile.rewrite_test_modules(pytestconfig, [module]) == 0  # up to date: left alone
+
+    module.write_text("def test_it():\n    assert 1 == 1\n")
+    assert precompile.rewrite_test_modules(pytestconfig, [module]) == 1  # its source changed
+
+
+def test_every_test_module_is_found(pytestconfig: pytest.Config) -> None:
+    found = {p.name for p in precompile.test_modules(pytestconfig)}
+    assert Path(__file__).name in found and "test_infra.py" in found
+    assert not {"conftest.py", "timeline.py"} & found
+
+
+def test_a_test_module_that_does_not_compile_is_left_to_the_worker_that_collects_it(
+    pytestconfig: pytest.Config, tmp_path: Path
+) -> None:
+    broken = tmp_path / "test_broken.py"
+    broken.write_text("def test_it(:\n")
+    assert precompile.rewrite_test_modules(pytestconfig, [broken]) == 0
