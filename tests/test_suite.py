@@ -3,6 +3,7 @@ controller writes for the xdist workers (tests/helpers/precompile.py) is the one
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,9 @@ from helpers import precompile
 
 
 def test_the_rewritten_bytecode_written_once_is_what_pytest_reads(
-    pytestconfig: pytest.Config, tmp_path: Path
+    pytestconfig: pytest.Config, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)  # as ./dev test runs it, whatever the shell says
     module = tmp_path / "test_example.py"
     module.write_text("def test_it():\n    x = 1\n    assert x == 2\n")
     pyc = tmp_path / "__pycache__" / f"test_example{PYC_TAIL}"

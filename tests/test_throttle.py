@@ -381,9 +381,9 @@ def test_a_client_that_goes_away_mid_answer_is_not_reported_but_a_bug_is(
 ) -> None:
     from http.server import BaseHTTPRequestHandler
 
-    from vault_local.throttle import _QuietServer
+    from vault_local.throttle import QuietServer
 
-    with _QuietServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as server:
+    with QuietServer(("127.0.0.1", 0), BaseHTTPRequestHandler) as server:
         for error in (
             BrokenPipeError(32, "Broken pipe"),
             ConnectionResetError(104, "reset"),

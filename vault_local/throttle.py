@@ -498,12 +498,12 @@ class ThrottlingFront:
 
             do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = do_PATCH = do_MERGE = do_OPTIONS = _handle
 
-        server = _QuietServer(("127.0.0.1", port), Handler)
+        server = QuietServer(("127.0.0.1", port), Handler)
         server.daemon_threads = True
         return server
 
 
-class _QuietServer(ThreadingHTTPServer):
+class QuietServer(ThreadingHTTPServer):
     """A front's server, silent when a client goes away mid-answer: a host that stops closes its
     connections, and its requests in flight then meet a broken pipe, which is normal."""
 
