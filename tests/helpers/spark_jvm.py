@@ -36,6 +36,8 @@ WRITE_ARCHIVE = "MV_TEST_SPARK_ARCHIVE"
 writing it costs the run that does it more than a later run saves (single Spark test: 60 s
 writing, 22 s with the archive, 28 s with neither), and a fresh clone (CI) never has one, since
 the key holds the Spark installation's path. Worth it for a developer running Spark tests often."""
+SPARK_PYTHON = Path(__file__).with_name("spark_python.sh")
+"""The tests' ``PYSPARK_PYTHON``: ``$MV_SPARK_PYTHON`` with pyspark imported from site-packages."""
 QUICK_START = (
     "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:+UnlockDiagnosticVMOptions -XX:-BytecodeVerificationRemote"
     " -Xlog:disable -Xlog:all=warning:stderr"
