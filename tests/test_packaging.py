@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 import yaml
-from helpers.spark_jvm import DriverJvm
+from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
@@ -537,7 +537,8 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     (site / "core-wheel-dependencies.pth").write_text(f"{dependencies}\n")
     pip = [sys.executable, "-m", "pip", "--python", python]
     run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], 120, env=clean_env, cwd=tmp_path)
-    clean_env["PYSPARK_PYTHON"] = python  # Spark's Python workers run in the clean venv too
+    # Spark's Python processes run in the clean venv too, with its pyspark, not Spark's zip of it
+    clean_env["PYSPARK_PYTHON"], clean_env["MV_SPARK_PYTHON"] = str(SPARK_PYTHON), python
     installed = time.monotonic()
 
     jvm = DriverJvm(dependencies / "pyspark")  # quick-start options (and a class archive, if kept)

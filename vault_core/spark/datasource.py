@@ -16,6 +16,7 @@ schema Spark derives from :data:`~vault_core.spark.schema.SPARK_SCHEMA`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 from pyspark.sql import SparkSession
@@ -30,10 +31,14 @@ except ImportError as exc:  # pragma: no cover - depends on the installed Spark
     ) from exc
 
 from vault_core.spark.input_partition import VaultInputPartition
-from vault_core.spark.options import ReadOptions
-from vault_core.spark.partition_reader import read_partition
-from vault_core.spark.plan import plan_read
 from vault_core.spark.schema import SPARK_SCHEMA, arrow_schema
+
+if TYPE_CHECKING:
+    from vault_core.spark.options import ReadOptions
+
+# Spark starts a Python process for each planning step: the one asking for the schema needs
+# neither the Azure SDK nor the decoder, the one planning partitions not the decoder. So the
+# options, the planner and the partition reader are imported where they are used.
 
 
 class MessageVaultDataSource(DataSource):
@@ -47,9 +52,12 @@ class MessageVaultDataSource(DataSource):
         return SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        from vault_core.spark.options import ReadOptions
+
         return VaultBatchReader(ReadOptions.parse(self.options), arrow_schema(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from vault_core.spark.options import ReadOptions
         from vault_core.spark.streaming import VaultStreamReader
 
         return VaultStreamReader(ReadOptions.parse(self.options), arrow_schema(schema))
@@ -63,11 +71,15 @@ class VaultBatchReader(DataSourceReader):
         self.arrow_schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
+        from vault_core.spark.plan import plan_read
+
         return [VaultInputPartition(p) for p in plan_read(self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, VaultInputPartition):
             return iter(())  # Spark substitutes InputPartition(None) when nothing was planned
+        from vault_core.spark.partition_reader import read_partition
+
         return read_partition(partition.part, self.arrow_schema)
 
 

@@ -3,9 +3,12 @@ Structured Streaming (:mod:`.streaming`)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pyspark.sql.datasource import InputPartition
 
-from vault_core.spark.plan import Partition
+if TYPE_CHECKING:  # not imported at run time: a planner that only asks for the schema skips the SDK
+    from vault_core.spark.plan import Partition
 
 
 class VaultInputPartition(InputPartition):

@@ -19,7 +19,6 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
 from vault_core.spark.input_partition import VaultInputPartition
 from vault_core.spark.options import LATEST, PositionSpec, ReadOptions
-from vault_core.spark.partition_reader import read_partition
 from vault_core.spark.plan import Planner, StreamRange
 
 try:  # Spark >= 4.2; older Spark runs availableNow without asking the source
@@ -97,6 +96,8 @@ class VaultStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if not isinstance(partition, VaultInputPartition):
             return iter(())
+        from vault_core.spark.partition_reader import read_partition  # in the tasks, not the planner
+
         return read_partition(partition.part, self.arrow_schema)
 
     def commit(self, end: dict[str, int]) -> None:
