@@ -34,6 +34,7 @@ from vault_core.spark.options import ReadOptions
 from vault_core.spark.partition_reader import read_partition
 from vault_core.spark.plan import plan_read
 from vault_core.spark.schema import SPARK_SCHEMA, arrow_schema
+from vault_core.spark.worker_gc import freeze_imported_objects
 
 
 class MessageVaultDataSource(DataSource):
@@ -63,6 +64,7 @@ class VaultBatchReader(DataSourceReader):
         self.arrow_schema = schema
 
     def partitions(self) -> Sequence[InputPartition]:
+        freeze_imported_objects()  # the planning call's worker is reused and collected too
         return [VaultInputPartition(p) for p in plan_read(self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
