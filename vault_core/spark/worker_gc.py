@@ -3,9 +3,9 @@
 PySpark's daemon runs each task (and each planning call) in a reused, forked Python worker and
 calls ``gc.collect()`` after every one. A worker that has imported this package holds ~80,000
 objects that live as long as it does (pyspark, pyarrow, the Azure SDK, our modules), and a full
-collection walks all of them: 25-70 ms of CPU per task on this project's benchmark machine, paid
-two or three times per query (the tasks and the planning call), as much as decoding 100,000
-format 2 rows. :func:`freeze_imported_objects` moves what exists at a worker's first call into
+collection walks all of them: 54-71 ms of CPU each, measured in a worker on this project's
+shared benchmark machine, paid after every task and planning call of a query, more than decoding
+100,000 format 2 rows. :func:`freeze_imported_objects` moves what exists at a worker's first call into
 the collector's permanent generation (``gc.freeze``), so the collections after each task walk
 only what that task left behind.
 
