@@ -501,6 +501,9 @@ def format_main(messages: int, rounds: int = FORMAT_ROUNDS) -> int:
             ("download", "v2 download"),
         ):
             figures[f"CPU s/run: {label}"] = cpu_text({k: round(v, 2) for k, v in cpu[q].items()})
+            # Both cores busy (2.0) means CPU-bound: only less CPU makes the query quicker, and
+            # overlapping I/O inside a task cannot; well below 2 means it waits.
+            figures[f"cores busy: {label} (CPU s / median wall s)"] = round(sum(cpu[q].values()) / wall(q), 2)
         whole = {k: round(v, 1) for k, v in cpu_by_process(pid).items()}
         figures["CPU s: the whole run"] = cpu_text(whole)
         figures["benchmark s"] = round(time.perf_counter() - started, 1)

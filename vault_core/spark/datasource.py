@@ -32,6 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the installed Spark
 
 from vault_core.spark.input_partition import VaultInputPartition
 from vault_core.spark.schema import SPARK_SCHEMA, arrow_schema
+from vault_core.spark.worker_gc import freeze_imported_objects
 
 if TYPE_CHECKING:
     from vault_core.spark.options import ReadOptions
@@ -73,6 +74,7 @@ class VaultBatchReader(DataSourceReader):
     def partitions(self) -> Sequence[InputPartition]:
         from vault_core.spark.plan import plan_read
 
+        freeze_imported_objects()  # the planning call's worker is reused and collected too
         return [VaultInputPartition(p) for p in plan_read(self.options)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:

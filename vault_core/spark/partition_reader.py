@@ -35,6 +35,7 @@ from vault_core.spark.columnar import Decoder, messages_to_columns, record_batch
 from vault_core.spark.connection import clients
 from vault_core.spark.plan import Partition
 from vault_core.spark.schema import ARROW_SCHEMA
+from vault_core.spark.worker_gc import freeze_imported_objects
 
 log = logging.getLogger("vault_core.spark")
 _SLOW_BATCH_ROWS = 8192
@@ -42,6 +43,7 @@ _SLOW_BATCH_ROWS = 8192
 
 def read_partition(part: Partition, schema: pa.Schema = ARROW_SCHEMA) -> Iterator[pa.RecordBatch]:
     """Every record of ``part`` as Arrow batches in ``schema`` (the exact schema Spark expects)."""
+    freeze_imported_objects()  # a generator: runs at the first batch, in the task's worker
     blob = clients(part.connection).blob(part.stream)
     settings = part.settings
     report = SkipReport(part.stream, part.start, part.end)
