@@ -36,12 +36,12 @@ from vault_core.span import Span
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
-SCAN_FIRST_CHUNK = 512 * 1024
-"""A scan's first read; each next one is twice as long, up to ``chunk``. A scan decodes nothing
-before its first read is in, nor hands anything on before that read is checked whole: a small
-first read starts the consumer early, while the larger reads behind it download. (A format 2
-stream is about a quarter of format 1's bytes, so a 4 MiB first read would be most of a short
-scan's blob, downloaded and decoded before its first message.)"""
+SCAN_FIRST_CHUNK = SCAN_CHUNK
+"""A scan's first read; each next one is twice as long, up to ``chunk``. Reads that start small
+(512 KiB, doubling) let a scan's consumer start before the larger reads behind it are in, but on
+a quiet machine they made the whole scan slower (v2 0.88x at 100 B, 0.68x at 1 KiB, v1 0.91x and
+0.95x: BENCHMARKS.md, core_format): every read pays its request and its check, and the prefetch
+already overlaps the reads. So a scan reads whole chunks from its start unless told otherwise."""
 SCAN_PREFETCH = 4
 SCAN_DECODERS = 2
 """Threads that check and decompress a read's version 2 units side by side (CRC-32 and the codecs
