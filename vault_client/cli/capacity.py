@@ -7,6 +7,7 @@ price list (:mod:`vault_client.pricing`) on the workload its flags describe (doc
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -26,6 +27,7 @@ from vault_client.capacity import (
     plan,
     stream_fills_in_seconds,
 )
+from vault_client.cli.options import F
 from vault_core import limits
 
 MiB = 1024 * 1024
@@ -62,27 +64,22 @@ def _check_share(ctx: click.Context, param: click.Parameter, value: float | None
     return value
 
 
+def _whole(
+    name: str, least: int, default: int | None, help: str | None = None, *, metavar: str = "N"
+) -> Callable[[F], F]:
+    """An option taking a whole number of at least ``least`` (shown with its default, if any)."""
+    return click.option(
+        name, type=click.IntRange(min=least), metavar=metavar, default=default, show_default=True, help=help
+    )
+
+
 @click.command()
 @click.option(
     "--messages-per-second", type=click.FloatRange(min=0, min_open=True), metavar="RATE", required=True
 )
-@click.option(
-    "--message-bytes",
-    type=click.IntRange(min=0),
-    metavar="BYTES",
-    default=1024,
-    show_default=True,
-    help="Bytes of a value.",
-)
-@click.option(
-    "--batch-messages",
-    type=click.IntRange(min=1),
-    metavar="N",
-    default=100,
-    show_default=True,
-    help="Messages per POST.",
-)
-@click.option("--streams", type=click.IntRange(min=1), metavar="N", default=1, show_default=True)
+@_whole("--message-bytes", 0, 1024, "Bytes of a value.", metavar="BYTES")
+@_whole("--batch-messages", 1, 100, "Messages per POST.")
+@_whole("--streams", 1, 1)
 @click.option(
     "--hot-stream-share",
     type=float,
@@ -90,27 +87,10 @@ def _check_share(ctx: click.Context, param: click.Parameter, value: float | None
     callback=_check_share,
     help="The busiest stream's share of the messages (default: all streams alike).",
 )
-@click.option("--key-bytes", type=click.IntRange(min=0), metavar="BYTES", default=16, show_default=True)
-@click.option(
-    "--consumers",
-    type=click.IntRange(min=0),
-    metavar="N",
-    default=1,
-    show_default=True,
-    help="Reads of every message.",
-)
-@click.option(
-    "--staging-accounts",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Evaluate this tier instead of planning one.",
-)
-@click.option(
-    "--staging-queues",
-    type=click.IntRange(min=1),
-    metavar="N",
-    help="Queues per staging account (with the above).",
-)
+@_whole("--key-bytes", 0, 16, metavar="BYTES")
+@_whole("--consumers", 0, 1, "Reads of every message.")
+@_whole("--staging-accounts", 1, None, "Evaluate this tier instead of planning one.")
+@_whole("--staging-queues", 1, None, "Queues per staging account (with the above).")
 @click.option(
     "--instance-memory", type=click.Choice(["512", "2048", "4096"]), default="2048", show_default=True
 )
