@@ -146,7 +146,9 @@ def test_concurrent_retries_of_one_batch_commit_it_once(http: httpx.Client, stre
         )
 
     answers = at_once([post] * 6)
-    assert {r.status_code for r in answers} == {202}
+    # a retry answered after the first copy committed gets the batch's status then: 200 committed
+    assert {r.status_code for r in answers} <= {200, 202}, [r.text for r in answers]
+    assert all(r.json()["status"] == "committed" for r in answers if r.status_code == 200)
     ids = {r.json()["batch_id"] for r in answers}
     assert len(ids) == 1
     assert committed(http, stream, ids.pop())["status"] == "committed"

@@ -364,7 +364,7 @@ PATHS: dict[str, Any] = {
             },
             "responses": {
                 **_ok(202, "BatchStatus", "staged"),
-                **_ok(200, "BatchStatus", "committed within wait"),
+                **_ok(200, "BatchStatus", "committed within wait, or a retried batch committed already"),
                 **_errors(400, 413, 422, 503),
             },
         },
