@@ -46,4 +46,6 @@ def test_a_daemon_worker_collects_then_freezes_its_objects_once(daemon_worker: l
     frozen = gc.get_freeze_count()
     assert frozen > 1000  # the modules this process imported
     assert worker_gc.freeze_imported_objects() is False  # the next task's call: nothing to do
-    assert gc.get_freeze_count() == frozen and daemon_worker == [2]
+    # not frozen again: a second freeze would add what was allocated since (the count can only
+    # fall, as frozen objects die by reference counting, here or in the process's other threads)
+    assert gc.get_freeze_count() <= frozen and daemon_worker == [2]
