@@ -337,14 +337,19 @@ def _throttled(path: Path = THROTTLED) -> dict[str, Any]:
     return dict(json.loads(path.read_text()))
 
 
-def _predicted(settings: dict[str, Any], run: dict[str, Any]) -> model.Throughput:
-    w = Workload(
+def _bench_workload(settings: dict[str, Any]) -> Workload:
+    """The throttled benchmark's workload, from its ``settings`` (1 msg/s: the model scales it)."""
+    return Workload(
         1.0,
         settings["message_bytes"],
         settings["messages_per_post"],
         streams=settings["streams"],
         key_bytes=2,
     )
+
+
+def _predicted(settings: dict[str, Any], run: dict[str, Any]) -> model.Throughput:
+    w = _bench_workload(settings)
     waiting = run["in_flight"] / run["queues"] if "in_flight" in run else None
     return model.staging_throughput(
         w,
@@ -446,13 +451,7 @@ def _committed_over_model(
 ) -> tuple[float, str]:
     """A throttled run's committed messages/s over the model of its configuration with what was
     ``measured`` in it, and the configuration's name as bench/throttled.py's run_name gives it."""
-    w = Workload(
-        1.0,
-        settings["message_bytes"],
-        settings["messages_per_post"],
-        streams=settings["streams"],
-        key_bytes=2,
-    )
+    w = _bench_workload(settings)
     predicted = model.staging_throughput(
         w,
         Staging(r["accounts"], r["queues_per_account"], steered=True),
