@@ -27,6 +27,7 @@ only the queue due back first, and if that refuses too it is answered 503 with a
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 import time
@@ -35,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from vault_core.errors import StorageUnavailable
-from vault_core.retry import remaining
+from vault_core.retry import with_retries
 
 FIRST_COOL_DOWN = 0.5
 """Seconds a queue that refused a send is passed over, the first time."""
@@ -176,7 +177,7 @@ def send_steered(
     for n, queue in enumerate(steering.candidates(stream)):
         attempts = STICK_ATTEMPTS if n == 0 and steering.healthy(queue) else 1
         try:
-            _send_sticking(queue, send, attempts, sleep)
+            with_retries(functools.partial(send, queue), attempts, pace=STICK_PACE_SECONDS, sleep=sleep)
         except StorageUnavailable as exc:
             steering.refused(queue)
             last = exc
@@ -187,19 +188,3 @@ def send_steered(
     raise TierBusy(
         f"every staging queue is over its target or unavailable ({reason})", steering.retry_after()
     )
-
-
-def _send_sticking(
-    queue: int, send: Callable[[int], object], attempts: int, sleep: Callable[[float], None]
-) -> None:
-    """``send(queue)``, up to ``attempts`` times STICK_PACE_SECONDS apart while it is refused,
-    fewer if the request's storage budget would run out; the last refusal is raised."""
-    for attempt in range(attempts):
-        try:
-            send(queue)
-            return
-        except StorageUnavailable:
-            left = remaining()
-            if attempt == attempts - 1 or (left is not None and left < STICK_PACE_SECONDS + 0.1):
-                raise
-            sleep(STICK_PACE_SECONDS)

@@ -93,8 +93,16 @@ def backed_off() -> float:
     return float(getattr(_waited, "seconds", 0.0))
 
 
-def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T:
-    """Retry :class:`StorageUnavailable` with exponential back-off and jitter.
+def with_retries(
+    op: Callable[[], T],
+    attempts: int = 4,
+    base: float = 0.2,
+    *,
+    pace: float | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Retry :class:`StorageUnavailable` with exponential back-off and jitter, or every ``pace``
+    seconds (a busy queue's next tokens met as they come in).
 
     Within a :func:`budget`, never sleeps past its deadline: the last error is raised instead.
     """
@@ -102,11 +110,11 @@ def with_retries(op: Callable[[], T], attempts: int = 4, base: float = 0.2) -> T
         try:
             return op()
         except StorageUnavailable:
-            delay = base * (2**attempt) * (0.5 + random.random())
+            delay = base * (2**attempt) * (0.5 + random.random()) if pace is None else pace
             left = remaining()
             if attempt == attempts - 1 or (left is not None and left < delay + 0.1):
                 raise
-            time.sleep(delay)
+            sleep(delay)
     raise AssertionError("unreachable")
 
 
