@@ -78,14 +78,15 @@ LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
 DELETE_PACE_SECONDS = 0.25
-"""Between attempts to delete a committed batch's message, or to receive a drain's next
-messages, on a queue that refuses requests."""
+"""Between attempts to delete a message the writer is done with, to send a batch back, or to
+receive a drain's next messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
-"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SHARE of
-its visibility less one RENEW_CHECK_SECONDS left when its batch commits (renewals stop there), so
-the last attempts may come after it is visible again: they still delete it unless it was
-received again meanwhile (a pop receipt holds until the next receive), and a message received
-again is a duplicate its batch id makes harmless."""
+"""How long a delete or a hand-back keeps trying (a hand-back given up: its drained message is
+released, or its trigger's invocation fails and the host retries it). A committed batch's
+message has at least RENEW_LEFT_SHARE of its visibility less one RENEW_CHECK_SECONDS left when
+its batch commits (renewals stop there), so the last attempts may come after it is visible
+again: they still delete it unless it was received again meanwhile (a pop receipt holds until
+the next receive), and a message received again is a duplicate its batch id makes harmless."""
 DRAIN_ROUNDS_SECONDS = 10.0
 """An invocation whose drain found batches drains again once it has appended them (a round),
 while its rounds keep finding some, for up to this long: batches that arrive while it appends
