@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import SimpleNamespace
 from typing import cast
 
 import httpx
@@ -36,7 +37,7 @@ from vault_app.steering import (
     send_steered,
 )
 from vault_app.writer_fn import DRAIN_RECEIVE_VISIBILITY, DRAIN_VISIBILITY, RENEW_LEFT_SHARE, DrainRenewer
-from vault_core.errors import StorageFailure, StorageUnavailable, StreamNotFound
+from vault_core.errors import StorageFailure, StorageUnavailable, StreamLeased, StreamNotFound
 from vault_core.queues import Queue, QueuedMessage
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
@@ -400,3 +401,64 @@ def test_a_committed_batch_s_delete_is_retried_one_attempt_at_a_time_while_its_q
     writer_fn._delete_patiently(queue, QueuedMessage("1", "{}", "r"))
     assert deleting.deleted is deleted
     assert deleting.attempts == [False] * attempts  # never the SDK's exponential back-off
+
+
+class _SendingQueue:
+    """A staging queue that refuses the first ``refusals`` sends with ``error``."""
+
+    def __init__(self, refusals: int, error: Exception) -> None:
+        self.refusals = refusals
+        self.error = error
+        self.attempts: list[bool] = []  # each attempt's ``retry``
+
+    def send(self, text: str, *, visible_in: int = 0, retry: bool = True) -> QueuedMessage:
+        self.attempts.append(retry)
+        if len(self.attempts) <= self.refusals:
+            raise self.error
+        return QueuedMessage("sent", text, "r")
+
+
+def _services_with_home(home: StagingQueue) -> Services:
+    """What ``_send_back`` asks of the services: the settings, and every stream's home queue."""
+    return cast(Services, SimpleNamespace(settings=load_settings({}), queue_for=lambda stream: home))
+
+
+@pytest.mark.parametrize(
+    ("refusals", "error", "attempts", "taken"),
+    [
+        (0, StorageUnavailable("503 ServerBusy"), 1, True),
+        (3, StorageUnavailable("503 ServerBusy"), 4, True),  # one attempt per pace, then the token
+        (1_000, StorageUnavailable("503 ServerBusy"), 5, False),  # patience runs out: released
+        (1, StorageFailure("bad", status=400, code="InvalidInput"), 1, False),  # no retry helps
+    ],
+)
+def test_a_handed_back_batch_is_sent_one_attempt_at_a_time_while_its_queue_refuses(
+    monkeypatch: pytest.MonkeyPatch, refusals: int, error: Exception, attempts: int, taken: bool
+) -> None:
+    """Its round waits for it: the SDK's back-offs held rounds for seconds with batches waiting
+    in their queue and its requests unused (docs/CAPACITY.md §7.5)."""
+    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
+    monkeypatch.setattr(writer_fn, "DELETE_PATIENCE_SECONDS", 4.5)
+    monkeypatch.setattr(writer_fn, "time", _FakeTime())
+    sending = _SendingQueue(refusals, error)
+    queue = StagingQueue(0, "q", cast(Queue, sending), cast(Queue, sending))
+    if taken:
+        assert writer_fn._send_back(_services_with_home(queue), queue, "{}", error, None) is queue
+    else:
+        with pytest.raises(type(error)):
+            writer_fn._send_back(_services_with_home(queue), queue, "{}", error, None)
+    assert sending.attempts == [False] * attempts  # never the SDK's exponential back-off
+
+
+def test_a_batch_handed_back_for_its_streams_lease_tries_its_home_queue_then_its_own_at_each_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
+    monkeypatch.setattr(writer_fn, "time", _FakeTime())
+    busy = StorageUnavailable("503 ServerBusy")
+    home_sending, own_sending = _SendingQueue(1_000, busy), _SendingQueue(1, busy)
+    home = StagingQueue(0, "home", cast(Queue, home_sending), cast(Queue, home_sending))
+    queue = StagingQueue(0, "q", cast(Queue, own_sending), cast(Queue, own_sending))
+    leased = StreamLeased("leased by another writer")
+    assert writer_fn._send_back(_services_with_home(home), queue, "{}", leased, "s") is queue
+    assert home_sending.attempts == own_sending.attempts == [False, False]

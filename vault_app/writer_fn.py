@@ -78,14 +78,15 @@ LEASED_RETRY_SECONDS = 1
 """Delay before a batch handed back because another writer holds its stream's lease; that
 writer is draining the same queue meanwhile, so the batch is usually appended by it."""
 DELETE_PACE_SECONDS = 0.25
-"""Between attempts to delete a committed batch's message, or to receive a drain's next
-messages, on a queue that refuses requests."""
+"""Between attempts to delete a message the writer is done with, to send a batch back, or to
+receive a drain's next messages, on a queue that refuses requests."""
 DELETE_PATIENCE_SECONDS = DRAIN_VISIBILITY / 2
-"""How long a committed batch's delete keeps trying. Its message has at least RENEW_LEFT_SHARE of
-its visibility less one RENEW_CHECK_SECONDS left when its batch commits (renewals stop there), so
-the last attempts may come after it is visible again: they still delete it unless it was
-received again meanwhile (a pop receipt holds until the next receive), and a message received
-again is a duplicate its batch id makes harmless."""
+"""How long a delete or a hand-back keeps trying (a hand-back given up: its drained message is
+released, or its trigger's invocation fails and the host retries it). A committed batch's
+message has at least RENEW_LEFT_SHARE of its visibility less one RENEW_CHECK_SECONDS left when
+its batch commits (renewals stop there), so the last attempts may come after it is visible
+again: they still delete it unless it was received again meanwhile (a pop receipt holds until
+the next receive), and a message received again is a duplicate its batch id makes harmless."""
 DRAIN_ROUNDS_SECONDS = 10.0
 """An invocation whose drain found batches drains again once it has appended them (a round),
 while its rounds keep finding some, for up to this long: batches that arrive while it appends
@@ -102,6 +103,12 @@ STREAMS_AT_ONCE = 8
 a stream, as ever): a round then takes as long as its slowest stream, not all of them in turn.
 One after the other, a round of 8 single-batch streams held its queue's writer for 8 appends
 while the queue's one-second bucket overflowed (docs/CAPACITY.md §7.4)."""
+DELETES_AT_ONCE = 8
+"""Committed batches' deletes of one invocation in flight at once, on a pool of its own: a delete
+on a refusing queue holds its thread for up to DELETE_PATIENCE_SECONDS, and on the worker
+process's shared pool (runtime.writer_io) one queue's paced deletes held back the drains,
+hand-backs and deletes of the process's other queues, whose requests then went unused
+(docs/CAPACITY.md §7.5)."""
 NOT_OWNER_PAUSE_SECONDS = 1.0
 """How long an invocation that received a batch of a queue another instance owns waits, after
 handing the batch back, before it returns (and its instance polls that queue again)."""
@@ -208,8 +215,9 @@ def _append_pending(runtime: Runtime, queue: StagingQueue, trigger: StagingMessa
     with (
         DrainRenewer(queue, runtime.writers.drained(runtime.services, queue)) as renewer,
         ThreadPoolExecutor(STREAMS_AT_ONCE, thread_name_prefix="mv-append") as streams,
+        ThreadPoolExecutor(DELETES_AT_ONCE, thread_name_prefix="mv-delete") as deletes,
     ):
-        rounds = _Rounds(runtime, queue, trigger, renewer, streams, ends)
+        rounds = _Rounds(runtime, queue, trigger, renewer, streams, deletes, ends)
         rounds.drain(plan)
         runtime.fault("after-drain")
         appended = rounds.append(plan)
@@ -255,6 +263,8 @@ class _Rounds:
     """The trigger's batch is the one work item not drained, in the first round only."""
     renewer: DrainRenewer
     streams: Executor
+    deletes: Executor
+    """Where its committed batches' cleanup runs (DELETES_AT_ONCE): this queue's alone."""
     ends: float
     """When the invocation drains no further round (DRAIN_ROUNDS_SECONDS after it began)."""
     cleanup: list[Future[None]] = field(default_factory=list)
@@ -287,10 +297,10 @@ class _Rounds:
                     continue
                 renewer.forget([m])
                 if isinstance(result, AlreadyCommitted):
-                    _delete(queue, m)
+                    _delete_patiently(queue, m)
                 elif isinstance(result, EnvelopeError):
                     _poison(services, queue, m.body, str(result))
-                    _delete(queue, m)
+                    _delete_patiently(queue, m)
                 else:
                     _hand_back(services, queue, [m], result)
             if len(held) < DRAIN_MESSAGES:
@@ -335,7 +345,8 @@ class _Rounds:
         drained = [w.drained for w in work if w.drained]
         has_trigger = any(w.drained is None for w in work)
         try:
-            return _Appended(_append(self.runtime, queue, stream, work, self.renewer), backed_off() - waited)
+            cleanup = _append(self.runtime, queue, stream, work, self.renewer, self.deletes)
+            return _Appended(cleanup, backed_off() - waited)
         except StreamFull as exc:
             self.renewer.forget(drained)
             for w in work:
@@ -343,7 +354,7 @@ class _Rounds:
                     _poison(services, queue, self.trigger.body, str(exc))
                 else:
                     _poison(services, queue, w.drained.body, str(exc))
-                    _delete(queue, w.drained)
+                    _delete_patiently(queue, w.drained)
             return _Appended([], backed_off() - waited)
         except BaseException as exc:
             self.renewer.forget(drained)
@@ -364,9 +375,14 @@ class _Rounds:
 
 
 def _append(
-    runtime: Runtime, queue: StagingQueue, stream: str, work: list[_Work], renewer: DrainRenewer
+    runtime: Runtime,
+    queue: StagingQueue,
+    stream: str,
+    work: list[_Work],
+    renewer: DrainRenewer,
+    deletes: Executor,
 ) -> list[Future[None]]:
-    """Append and commit one stream's batches; their cleanup, started."""
+    """Append and commit one stream's batches; their cleanup, started on ``deletes``."""
     tel = telemetry.current()
     started = time.monotonic()
     with tel.appending(stream, [w.envelope.trace for w in work]):
@@ -385,10 +401,9 @@ def _append(
     # is a duplicate, a forgotten claim-check blob is removed by the container's lifecycle rule).
     drained = [w.drained for w in work if w.drained]
     renewer.forget(drained)
-    io = runtime.writer_io
     claims = [w.envelope.claim for w in work if w.envelope.claim]
-    cleanup = [io.submit(runtime.services.claims.delete, claims)]
-    cleanup += [io.submit(_delete_patiently, queue, m) for m in drained]
+    cleanup = [deletes.submit(runtime.services.claims.delete, claims)]
+    cleanup += [deletes.submit(_delete_patiently, queue, m) for m in drained]
     fresh = [r for r in results if not r.duplicate]
     event(
         log,
@@ -458,7 +473,7 @@ def _fresh(queue: StagingQueue, m: QueuedMessage) -> QueuedMessage:
         copy = queue.staging.send(body, visible_in=DRAIN_RECEIVE_VISIBILITY, retry=False)
     except VaultError:
         return m
-    _delete(queue, m)
+    _delete_patiently(queue, m)
     telemetry.current().requeued(queue.name, queue.account, "refreshed")
     return copy
 
@@ -504,18 +519,29 @@ def _send_back(
     most likely holds the stream and appends it in its next round, where this writer would get
     it back and meet the same lease for as long as the stream stays busy. If home refuses (it
     may be the throttled queue the batch was steered away from), this queue takes it.
+
+    One attempt at each every DELETE_PACE_SECONDS while they refuse (at their request target),
+    for up to DELETE_PATIENCE_SECONDS, as a delete is paced: the round waits for its hand-backs,
+    and with the SDK's back-offs (2.5 s, then 4.5 s) it waited seconds with batches in its queue
+    and the queue's requests unused (docs/CAPACITY.md §7.5).
     """
     delay = _retry_delay(services, exc)
+    targets = [queue]
     if isinstance(exc, WriterConflict) and stream is not None:
         home = services.queue_for(stream)
         if (home.account, home.name) != (queue.account, queue.name):
+            targets.insert(0, home)
+    deadline = time.monotonic() + DELETE_PATIENCE_SECONDS
+    while True:
+        for to in targets:
             try:
-                home.staging.send(body, visible_in=delay, retry=False)
-                return home
-            except VaultError:
-                pass
-    queue.staging.send(body, visible_in=delay)
-    return queue
+                to.staging.send(body, visible_in=delay, retry=False)
+                return to
+            except VaultError as error:
+                if to is queue and (not error.retriable or time.monotonic() + DELETE_PACE_SECONDS > deadline):
+                    raise
+        time.sleep(DELETE_PACE_SECONDS)
+        note_backoff(DELETE_PACE_SECONDS)
 
 
 def _hand_back_trigger(
@@ -569,7 +595,7 @@ def _hand_back(
         except VaultError:
             _release(queue, [m])
             return None
-        _delete(queue, m)
+        _delete_patiently(queue, m)
         return to
 
     sent = list(io.map(one, messages)) if io is not None and len(messages) > 1 else [one(m) for m in messages]
@@ -587,22 +613,17 @@ def _release(queue: StagingQueue, messages: list[QueuedMessage]) -> None:
             pass  # it becomes visible anyway when DRAIN_VISIBILITY runs out
 
 
-def _delete(queue: StagingQueue, m: QueuedMessage) -> None:
-    try:
-        queue.staging.delete(m)
-    except VaultError:
-        pass  # redelivered later, recognised as a duplicate by its batch id
-
-
 def _delete_patiently(queue: StagingQueue, m: QueuedMessage) -> None:
-    """Delete a committed batch's message, one attempt every DELETE_PACE_SECONDS while its queue
-    refuses (at its request target), for up to DELETE_PATIENCE_SECONDS.
+    """Delete a message the writer is done with (its batch committed, handed back, re-sent fresh
+    or poisoned), one attempt every DELETE_PACE_SECONDS while its queue refuses (at its request
+    target), for up to DELETE_PATIENCE_SECONDS.
 
     A delete given up costs its queue far more later: the message comes back when its visibility
     runs out, is received, re-sent fresh (``_fresh``), deleted, appended as a duplicate and
     deleted again. One attempt at a time, at about the rate a throttled queue frees requests,
-    takes the next one free, where the SDK's exponential back-off (0.5 s, then 2.5 s) would let
-    the producers' sends take them."""
+    takes the next one free, where the SDK's exponential back-off (2.5 s, then 4.5 s) would let
+    the producers' sends take them, and hold the round that waits for it (a hand-back's delete
+    held rounds for seconds while their queue's requests went unused, docs/CAPACITY.md §7.5)."""
     deadline = time.monotonic() + DELETE_PATIENCE_SECONDS
     while True:
         try:
