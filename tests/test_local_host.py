@@ -280,7 +280,8 @@ def test_two_workers_serve_http_run_the_writer_and_exit_with_their_host(
     assert len(orphans) == 3
     host.proc.send_signal(signal.SIGKILL)  # only the host: its workers see their socket close
     host.proc.wait(10)
-    # Exited is enough: orphans, their zombies wait for PID 1 to reap them, in its own time.
+    # Exited is enough: orphans, their zombies wait to be reaped by whoever adopted them, in
+    # its own time (PID 1, or this process: it adopts the hosts it forks, helpers/host_template.py).
     wait_until(lambda: not still_running(orphans), timeout=10)
 
 
