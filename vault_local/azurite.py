@@ -13,6 +13,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vault_core.devaccount import azurite_connection_string
+
 ROOT = Path(__file__).resolve().parent.parent
 AZURITE_BIN = ROOT / "node_modules" / ".bin" / "azurite"
 WITHOUT_TELEMETRY = Path(__file__).resolve().parent / "azurite_without_telemetry.cjs"
@@ -76,10 +78,6 @@ class Azurite:
 
     @property
     def connection_string(self) -> str:
-        # Imported here: vault_core.azure imports the storage SDKs, which `python -m vault_local
-        # host` must not load before it has checked its settings (vault_local.startup).
-        from vault_core.azure import azurite_connection_string
-
         return azurite_connection_string(self.blob_port, self.queue_port, self.table_port)
 
     def start(self) -> Azurite:
