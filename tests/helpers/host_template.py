@@ -1,9 +1,9 @@
 """The hosts a test starts, forked from a process that has already imported their libraries.
 
 A local host's start is almost all imports: the Functions library, the storage SDKs (and aiohttp,
-which they load), uvicorn, starlette, PyJWT: about a CPU-second of the 1.5 a host takes to say
-READY (its language workers are forked from it, so they add almost nothing). The suite starts
-about thirty hosts of its own. So a pytest process that starts hosts starts, once, a *host
+which they load), uvicorn, starlette, PyJWT, the codecs: about a CPU-second of the 1.5 a host
+takes to say READY (its language workers are forked from it, so they add almost nothing). The
+suite starts about thirty hosts of its own. So a pytest process that starts hosts starts, once, a *host
 template*: ``python tests/helpers/host_template.py FD``, an interpreter that imports those
 libraries (:data:`PRELOAD`, none of the project's own code: the app reads its settings as it
 loads) and then waits on its socket. For each host it forks a child that becomes
@@ -47,6 +47,10 @@ PRELOAD = (
     "starlette.applications",
     "starlette.responses",
     "jwt",
+    "httptools",
+    "lz4.block",
+    "zstandard",
+    "msgspec",
 )
 """What a host imports that reads no setting as it loads; anything else it imports itself."""
 LAUNCH_TIMEOUT = 60.0
