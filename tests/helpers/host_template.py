@@ -127,6 +127,15 @@ class HostTemplate:
             raise OSError(f"the host template (pid {self.process.pid}) did not fork the host: {reply!r}")
         return ForkedHost(int(reply), open(read_end, encoding="utf-8", errors="replace"))
 
+    def close(self) -> None:
+        """Close its socket: the template exits (or, stuck, is killed); the hosts it forked go on."""
+        self.sock.close()
+        try:
+            self.process.wait(5)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
 
 @functools.cache
 def host_template() -> HostTemplate | None:
@@ -138,11 +147,19 @@ def host_template() -> HostTemplate | None:
 
 def forked(argv: list[str], env: dict[str, str]) -> HostChild:
     """A ``HostProcess``'s ``launch`` for the tests' hosts: forked from this process's template,
-    or a fresh interpreter where there is none."""
+    or a fresh interpreter where there is none, or where it failed (the next host starts a new
+    template)."""
     from vault_local.process import popen
 
     template = host_template()
-    return template.launch(argv, env) if template else popen(argv, env)
+    if template is None:
+        return popen(argv, env)
+    try:
+        return template.launch(argv, env)
+    except OSError:
+        host_template.cache_clear()
+        template.close()
+        return popen(argv, env)
 
 
 # -- the template's side ------------------------------------------------------------------------
