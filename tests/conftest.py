@@ -23,6 +23,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import bicep, precompile, timeline
+from helpers.host_template import forked
 from helpers.shared_servers import WORKER_INPUT, Attached, SharedServers
 
 from vault_core.azure import StorageAccount
@@ -245,6 +246,7 @@ def fast_host(
         connection_string,
         settings={"VAULT_STAGING_QUEUES": str(queues), **(settings or {})},
         args=("--host-json", str(host_json), *wake, *args),
+        launch=forked,
     )
 
 
@@ -352,4 +354,5 @@ def isolated_host(
         azurite.connection_string,
         settings={**own, **(settings or {})},
         args=("--host-json", str(host_json), "--inflight-visibility", "3", *wake, *args),
+        launch=forked,
     )

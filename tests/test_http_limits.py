@@ -14,6 +14,7 @@ import httpx
 import pytest
 import uvicorn
 from conftest import OWN_HOST_QUEUES, WAKE_ON_WRITE, commit_directly, key_header, write_host_json
+from helpers.host_template import forked
 
 from vault_core.vault import Vault
 from vault_local import http_limits
@@ -84,6 +85,7 @@ def limited_host(azurite: Azurite, tmp_path_factory: pytest.TempPathFactory) -> 
         azurite.connection_string,
         settings={"VAULT_QUEUE_PREFIX": f"q{free_port()}", "VAULT_STAGING_QUEUES": str(OWN_HOST_QUEUES)},
         args=("--host-json", str(host_json), "--body-grace", str(BODY_GRACE), WAKE_ON_WRITE),
+        launch=forked,
     ).start()
     yield host
     host.stop()

@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 from conftest import commit_directly
+from helpers.host_template import forked
 
 from vault_core.vault import Vault
 from vault_local.azurite import Azurite
@@ -44,6 +45,7 @@ def host(azurite: Azurite) -> Iterator[HostProcess]:
             "VAULT_STAGING_QUEUES": "1",
         },
         args=("--wake-pollers-on-write",),
+        launch=forked,
     ).start()
     yield proc
     proc.stop()

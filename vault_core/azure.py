@@ -27,6 +27,7 @@ from azure.storage.blob import ExponentialRetry as BlobRetry
 from requests.adapters import HTTPAdapter, Retry  # urllib3's, as requests uses it
 
 from vault_core.blobs import BlobContainer
+from vault_core.devaccount import AZURITE_CONNECTION_STRING, azurite_connection_string
 from vault_core.pageblob import PageBlobs
 from vault_core.retry import BudgetExhausted, note_backoff, remaining, request_hook
 from vault_core.tables import AzureTable
@@ -44,19 +45,6 @@ if TYPE_CHECKING:
     from azure.storage.queue import QueueServiceClient
 
     from vault_core.queues import Queue
-
-AZURITE_CONNECTION_STRING = (
-    # Azurite's well-known development account: public, documented, local only.
-    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;"
-    "AccountKey=Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
-    "BlobEndpoint=http://127.0.0.1:{blob}/devstoreaccount1;"
-    "QueueEndpoint=http://127.0.0.1:{queue}/devstoreaccount1;"
-    "TableEndpoint=http://127.0.0.1:{table}/devstoreaccount1;"
-)
-
-
-def azurite_connection_string(blob: int = 10000, queue: int = 10001, table: int = 10002) -> str:
-    return AZURITE_CONNECTION_STRING.format(blob=blob, queue=queue, table=table)
 
 
 class _WithinBudget:

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import json
 import logging
@@ -625,6 +626,12 @@ def run(
     import function_app  # imported after the environment is set, as the host does
 
     host_json = json.loads((host_json_file or ROOT / "host.json").read_text())
+    # What the imports made (~80,000 objects) lives as long as the process: moved out of the
+    # collector's sight (after a collection, so that no garbage is kept), so that the host's and
+    # its forked workers' full collections walk only what they make later, and the interpreter's
+    # exit does not walk them either (about 0.3 CPU-s of the host's stop).
+    gc.collect()
+    gc.freeze()
     # Function-level routes only (this app has none: it checks credentials itself). Unset: a
     # key made for this run, so no well-known key ever opens a route.
     key = os.environ.get("LOCAL_FUNCTION_KEY") or secrets.token_urlsafe(24)

@@ -12,7 +12,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import IO, Protocol
 from urllib.parse import quote
 
 from vault_app.instance import INSTANCE_ID_SETTING, lock_directory
@@ -54,8 +55,42 @@ def explorer_url(api: str, *, key: str | None = None, token: str | None = None) 
     return f"{api}/ui/#{credential}"
 
 
+class HostChild(Protocol):
+    """What :class:`HostProcess` and its users need of the host's process: a ``Popen``'s ``pid``,
+    ``stdout``, ``poll``, ``wait`` and ``send_signal``."""
+
+    pid: int
+    stdout: IO[str] | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+Launch = Callable[[list[str], dict[str, str]], HostChild]
+"""Starts a host's command line with its environment: in a session of its own, in ROOT, its
+stdout and stderr one pipe (see :func:`popen`)."""
+
+
+def popen(argv: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """The host as a fresh interpreter: what a :class:`HostProcess` runs unless told otherwise."""
+    return subprocess.Popen(
+        argv,
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
 class HostProcess:
-    """``python -m vault_local host`` in its own process group; its output is drained and kept."""
+    """``python -m vault_local host`` in its own process group; its output is drained and kept.
+    ``launch``: how its process starts (the tests fork theirs from a template, see
+    tests/helpers/host_template.py); by default :func:`popen`."""
 
     def __init__(
         self,
@@ -66,6 +101,7 @@ class HostProcess:
         settings: Mapping[str, str] | None = None,
         args: tuple[str, ...] = (),
         echo: bool = False,
+        launch: Launch | None = None,
     ) -> None:
         self.connection_string = connection_string
         self.port = port or free_port()
@@ -77,7 +113,8 @@ class HostProcess:
         self.args = args
         self.echo = echo
         self.lines: list[str] = []
-        self.proc: subprocess.Popen[str] | None = None
+        self.launch: Launch = launch or popen
+        self.proc: HostChild | None = None
         self._changed = threading.Condition()
 
     @property
@@ -86,25 +123,9 @@ class HostProcess:
 
     def start(self, timeout: float = 60) -> HostProcess:
         self.lines = []
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vault_local",
-                "host",
-                "--port",
-                str(self.port),
-                "--settings",
-                "/dev/null",
-                *self.args,
-            ],
-            cwd=ROOT,
-            env={**os.environ, **self.env},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,
-        )
+        command = [sys.executable, "-m", "vault_local", "host", "--port", str(self.port)]
+        argv = [*command, "--settings", "/dev/null", *self.args]
+        self.proc = self.launch(argv, {**os.environ, **self.env})
         threading.Thread(target=self._drain, daemon=True).start()
         self.wait_for("READY", timeout)
         return self

@@ -59,6 +59,12 @@ def kind_of(proc: psutil.Process, controller: int | None = None) -> str:
     return kind
 
 
+def _is_host(cmd: str) -> bool:
+    """A host's command line, or the host template's (tests/helpers/host_template.py), which the
+    hosts the tests start are forked from and keep (the template's own CPU: their imports)."""
+    return ("vault_local" in cmd and " host" in cmd) or "host_template.py" in cmd
+
+
 def _role(proc: psutil.Process) -> str:
     """From the command line (and the parent, for a host's language workers, which are forked
     from it and keep its command line)."""
@@ -73,10 +79,10 @@ def _role(proc: psutil.Process) -> str:
         return f"spark python: {proc.cmdline()[-1].rsplit('.', 1)[-1]}"
     if "vault_local.worker" in cmd:
         return "host workers"
-    if "vault_local" in cmd and " host" in cmd:
+    if _is_host(cmd):
         up = proc.parent()
         parent = " ".join(up.cmdline()) if up else ""  # a demo starts hosts too
-        return "host workers" if "vault_local" in parent and " host" in parent else "hosts"
+        return "host workers" if _is_host(parent) else "hosts"
     if "chrom" in cmd or "playwright" in cmd:
         return "browser"
     if "execnet" in cmd or "import sys;exec(eval(sys.stdin.readline()))" in cmd:
