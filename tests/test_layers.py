@@ -74,6 +74,40 @@ def statements(node: ast.AST) -> Iterator[ast.stmt]:
                     yield from statements(child)
 
 
+NESTED_IMPORTS = """
+import a
+def f():
+    import b
+    class C:
+        from c import d
+try:
+    import e
+except ImportError:
+    import f
+else:
+    import g
+finally:
+    import h
+match x:
+    case 1:
+        import i
+with open(p) as k, lock:
+    if y:
+        import j
+    else:
+        global z
+lam = lambda: __import__("not_a_statement")
+"""
+
+
+def test_statements_reach_every_nested_statement_as_ast_walk_does() -> None:
+    tree = ast.parse(NESTED_IMPORTS)
+    walked = [n for n in ast.walk(tree) if isinstance(n, ast.stmt)]
+    assert sorted(map(id, statements(tree))) == sorted(map(id, walked))
+    names = {a.name for n in statements(tree) if isinstance(n, ast.Import | ast.ImportFrom) for a in n.names}
+    assert names == set("abdefghij")
+
+
 def imports(path: Path) -> Iterator[str]:
     """Every module ``path`` imports, anywhere in it (functions and TYPE_CHECKING blocks too)."""
     for node in statements(parsed(path)):
