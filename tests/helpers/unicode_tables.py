@@ -40,7 +40,10 @@ def build() -> None:
 def start(config: pytest.Config) -> None:
     """Build them in a process of this run's, waited for as the run ends (a run shorter than
     the build waits for it)."""
-    builder = subprocess.Popen([sys.executable, __file__], cwd=config.invocation_params.dir)
+    quiet = subprocess.DEVNULL  # should it fail, each worker builds them as before
+    builder = subprocess.Popen(
+        [sys.executable, __file__], cwd=config.invocation_params.dir, stdout=quiet, stderr=quiet
+    )
 
     def wait() -> None:
         builder.wait()
