@@ -1,6 +1,6 @@
 """The app's logic in process, on a memory account: staging, claim checks, the writer function
-(drain, append, hand-back, poison), batch status, poison replay, the handlers' read paths
-and access decisions, the long polls of a read and of a POST, and a runtime's close.
+(drain, append, hand-back, poison), batch status, poison replay, the handlers' read paths and
+formats and access decisions, the long polls of a read and of a POST, and a runtime's close.
 
 The same vault_app code as in the Function App, over :mod:`vault_core.memory` (which passes the
 queue, blob, page blob and table contracts of tests/test_contracts.py): milliseconds per test, no
@@ -13,6 +13,7 @@ tests/test_poison.py and the fault tests; tests/README.md says which layer prove
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import random
 import shutil
@@ -44,7 +45,7 @@ from vault_client.results import offset_in_pieces
 from vault_core.clock import ManualClock
 from vault_core.errors import StreamLeased, StreamNotFound
 from vault_core.memory import MemoryAccount
-from vault_core.recordformat import HEADER_SIZE, NewMessage
+from vault_core.recordformat import HEADER_SIZE, NewMessage, encode
 from vault_core.writer import Batch, WriterSettings
 
 STREAM = "orders"
@@ -672,6 +673,84 @@ def test_pages_read_ahead_by_the_size_of_the_last_are_the_pages_of_plain_reads(h
         assert status == 200 and [m["offset"] for m in page["messages"]] == [m.offset for m in plain.messages]
         assert page["next_offset"] == plain.next_offset
         offset = plain.next_offset
+
+
+# The read formats (test_app.py kept one over real HTTP: a Range read's 206 and Content-Range).
+def commit(runtime: Runtime, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """POST ``messages`` to :data:`STREAM` as the admin, let the writer commit them; their batch's status."""
+    body = json.dumps({"messages": messages}).encode()
+    route = {"stream": STREAM}
+    status, doc = call(runtime, api.post_messages, ADMIN_KEY, method="POST", route=route, body=body)
+    assert status == 202, doc
+    assert run_trigger(runtime, runtime.services.queue_for(STREAM))
+    batch = {"stream": STREAM, "id": doc["batch_id"]}
+    status, done = call(runtime, api.get_stream_batch, ADMIN_KEY, method="GET", route=batch)
+    assert status == 200 and done["status"] == COMMITTED, done
+    return dict(done)
+
+
+def read_page(runtime: Runtime, query: dict[str, object]) -> dict[str, Any]:
+    """A JSON page of :data:`STREAM`'s messages, read as the admin."""
+    route, params = {"stream": STREAM}, {k: str(v) for k, v in query.items()}
+    status, page = call(runtime, api.get_messages, ADMIN_KEY, method="GET", route=route, query=params)
+    assert status == 200, page
+    return dict(page)
+
+
+def test_ndjson_reads_carry_offsets_in_headers(handlers: Runtime) -> None:
+    commit(handlers, [{"value": "n1"}, {"value": "n2"}])
+    ndjson = {"accept": "application/x-ndjson"}
+    answer = asyncio.run(
+        handle(handlers, api.get_messages, method="GET", route={"stream": STREAM}, headers=ndjson)
+    )
+    lines = [json.loads(x) for x in answer.body.decode().splitlines()]
+    assert answer.status == 200 and [m["value"] for m in lines] == ["n1", "n2"]
+    assert answer.mimetype == "application/x-ndjson"
+    assert int(answer.headers["X-Next-Offset"]) == int(answer.headers["X-Committed"])
+
+
+def test_binary_values_round_trip_as_base64(handlers: Runtime) -> None:
+    raw = bytes(range(256))
+    key = base64.b64encode(b"\xff\x00").decode()
+    value = base64.b64encode(raw).decode()
+    commit(handlers, [{"value": value, "encoding": "base64", "key": key, "key_encoding": "base64"}])
+    [m] = read_page(handlers, {"from": 0})["messages"]
+    assert m["value_encoding"] == "base64" and base64.b64decode(m["value"]) == raw
+    assert base64.b64decode(m["key"]) == b"\xff\x00"
+
+
+def test_time_seeks_start_at_the_first_message_at_or_after_the_time(handlers: Runtime) -> None:
+    first = commit(handlers, [{"value": "early"}])
+    time.sleep(0.05)
+    second = commit(handlers, [{"value": "late"}])
+    assert second["timestamp"] > first["timestamp"]
+    assert [m["value"] for m in read_page(handlers, {"at": second["timestamp"]})["messages"]] == ["late"]
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(first["timestamp"] / 1000 - 5)) + "Z"
+    assert [m["value"] for m in read_page(handlers, {"at": iso})["messages"]] == ["early", "late"]
+
+
+def test_max_bytes_smaller_than_the_next_record_answers_with_that_record(handlers: Runtime) -> None:
+    commit(handlers, [{"value": "v" * 10_000}, {"value": "w"}])
+    first = read_page(handlers, {"from": 0, "max_bytes": 1})
+    assert [m["value"] for m in first["messages"]] == ["v" * 10_000]  # never an empty page
+    second = read_page(handlers, {"from": first["next_offset"], "max_bytes": 1})
+    assert [m["value"] for m in second["messages"]] == ["w"]
+
+
+def test_a_record_forged_inside_a_value_cannot_be_read_as_a_message(handlers: Runtime) -> None:
+    honest = commit(handlers, [{"value": "honest"}])
+    at = honest["next_offset"] + HEADER_SIZE  # the next value's start
+    forged = encode([NewMessage(b"never produced", "forged")], at, 1)
+    commit(handlers, [{"key": "", "value": base64.b64encode(forged).decode(), "encoding": "base64"}])
+    route = {"stream": STREAM}
+    status, doc = call(
+        handlers, api.get_messages, ADMIN_KEY, method="GET", route=route, query={"from": str(at)}
+    )
+    assert status == 400 and doc["error"] == "invalid_offset"
+    assert [m["value_encoding"] for m in read_page(handlers, {"from": 0})["messages"]] == [
+        "utf-8",
+        "base64",
+    ]
 
 
 def test_the_catalog_and_health_list_every_staging_queue_to_admins() -> None:

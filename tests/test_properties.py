@@ -62,6 +62,18 @@ batch_doc = st.fixed_dictionaries(
 )
 
 
+def digits(min_size: int, max_size: int) -> st.SearchStrategy[str]:
+    """What ``\\d{min_size,max_size}`` matches (any Unicode decimal digit, as ``\\d`` in a str
+    pattern), drawn as one string: ``st.from_regex`` draws it digit by digit, at four times the CPU."""
+    return st.text(st.characters(categories=["Nd"]), min_size=min_size, max_size=max_size)
+
+
+integer_text = st.tuples(st.sampled_from(["", "-"]), digits(1, 5000)).map("".join)
+"""What ``-?\\d{1,5000}`` matches."""
+range_text = st.tuples(digits(0, 3000), digits(0, 3000)).map(lambda ab: f"bytes={ab[0]}-{ab[1]}")
+"""What ``bytes=\\d{0,3000}-\\d{0,3000}`` matches."""
+
+
 def _not_utf8(raw: bytes) -> bool:
     try:
         raw.decode("utf-8")
@@ -188,7 +200,7 @@ def test_an_unknown_key_encoding_is_a_400() -> None:
 
 
 @FAST
-@given(st.text(max_size=60) | st.from_regex(r"-?\d{1,5000}", fullmatch=True))
+@given(st.text(max_size=60) | integer_text)
 def test_any_time_parameter_is_a_time_in_range_or_a_400(raw: str) -> None:
     try:
         ms = parse_time(raw)
@@ -214,7 +226,7 @@ def test_the_one_time_parser_gives_an_integer_or_invalid_input(when: Any) -> Non
 
 @FAST
 @given(
-    st.text(max_size=60) | st.from_regex(r"bytes=\d{0,3000}-\d{0,3000}", fullmatch=True),
+    st.text(max_size=60) | range_text,
     st.integers(0, 2**44),
 )
 def test_any_range_header_is_a_range_or_a_400(header: str, committed: int) -> None:
@@ -227,7 +239,7 @@ def test_any_range_header_is_a_range_or_a_400(header: str, committed: int) -> No
 
 
 @FAST
-@given(st.text(max_size=30) | st.from_regex(r"-?\d{1,5000}", fullmatch=True))
+@given(st.text(max_size=30) | integer_text)
 def test_any_integer_or_wait_parameter_is_in_range_or_a_400(raw: str) -> None:
     request = Request("GET", query={"limit": raw, "wait": raw})
     for read in (lambda: int_param(request, "limit", 1000, 1, 10_000), lambda: wait_param(request)):

@@ -14,10 +14,12 @@ from vault_core.spark import worker_gc
 
 @pytest.fixture
 def daemon_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
-    """This process dressed as a worker forked by ``python -m pyspark.daemon``, unfrozen after; the
-    collections asked for are counted, not run (one here would finalise what earlier tests left,
-    whose warnings would land on this test)."""
+    """This process dressed as a worker forked by ``python -m pyspark.daemon``, unfrozen after (and
+    frozen again if it was: conftest freezes what a pytest worker collected); the collections
+    asked for are counted, not run (one here would finalise what earlier tests left, whose
+    warnings would land on this test)."""
     collections: list[int] = []
+    was_frozen = gc.get_freeze_count() > 0
 
     def collect(generation: int = 2) -> int:
         collections.append(generation)
@@ -32,6 +34,8 @@ def daemon_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
         yield collections
     finally:
         gc.unfreeze()
+        if was_frozen:
+            gc.freeze()
 
 
 def test_outside_a_daemon_worker_nothing_is_frozen() -> None:
