@@ -74,6 +74,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
             .config("spark.driver.memory", "2g")
             .config("spark.driver.extraJavaOptions", jvm.options)
+            # Python errors with their whole traceback, as the RDD-based paths (read_streams,
+            # capture) report them: then the data source's tasks and theirs have the same
+            # environment, so one daemon and its workers serve both (a Python start less).
+            .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
             .getOrCreate()
         )
     finally:
