@@ -756,30 +756,31 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
 
     The session's JVM drives them, through the data source registered again under a name of its
     own, with that Python. A driver of its own in the virtualenv would add only a second JVM's
-    start (~15 s and 6-14 CPU-s here, twice what the rest of this test costs): the JVM's side is
-    the same Spark either way, proved by every test above, and what the driver does with the core,
-    ``register``, is one call with the class that the planning processes import from the wheel.
-    So the virtualenv gets the session's pyspark version, as pip's constraint: its Python
-    processes speak the JVM's protocol."""
+    start (15-25 s and 6-14 CPU-s here, with a class archive or without: more than the rest of
+    this test, ~5 CPU-s): the JVM's side is the same Spark either way, proved by every test
+    above, and what the driver does with the core, ``register``, is one call with the class that
+    the planning processes import from the wheel. So the virtualenv gets the session's pyspark
+    version, as pip's constraint: its Python processes speak the JVM's protocol."""
     values = [f"message-{i}" for i in range(25)]
     with vault.writer(stream) as w:
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[:10]])])
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
     python = core_wheel.install_alone(tmp_path, pins=[f"pyspark=={pyspark.__version__}"])
 
-    # Defined here, both are pickled by value: MessageVaultDataSource, by reference, is imported
-    # from the wheel.
+    # Defined in this function, both are pickled by value (they cannot be imported by name); the
+    # class FromTheWheel extends, by reference: Spark's processes import it from the wheel.
     class FromTheWheel(MessageVaultDataSource):
         @classmethod
         def name(cls) -> str:
             return "messagevault_wheel"
 
-    def origin(_: object) -> str:  # in a task: where its Python found vault_core, and the queue SDK
+    def origin(_: object) -> str:  # in a task: where its Python found vault_core, and what it lacks
         import importlib.util
 
         import vault_core
 
-        return json.dumps([vault_core.__file__, importlib.util.find_spec("azure.storage.queue") is not None])
+        undeclared = [m for m in ("pandas", "azure.storage.queue") if importlib.util.find_spec(m) is not None]
+        return json.dumps([vault_core.__file__, undeclared])
 
     # What the functions wrapped from now on carry to their processes (the session's processes take
     # MV_SPARK_PYTHON from the JVM's environment, so it is not there, and is not left there).
@@ -794,6 +795,6 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     finally:
         del environment["MV_SPARK_PYTHON"]
     assert [bytes(r.value).decode() for r in sorted(read)] == values
-    vault_core_file, queue_installed = json.loads(where)
+    vault_core_file, undeclared = json.loads(where)
     assert Path(vault_core_file).is_relative_to(python.parent.parent), vault_core_file
-    assert queue_installed is False  # the reader never needed azure-storage-queue
+    assert undeclared == []  # the reader needed neither pandas nor azure-storage-queue
