@@ -1,8 +1,8 @@
 """Packaging: what each distribution declares is what its code imports, and the habits around it.
 
 * The core distribution (vault_core/pyproject.toml, ``message-vault-core``) declares exactly the
-  packages vault_core imports, and its wheel alone, installed into a clean virtualenv beside
-  what it declares, reads a stream with Spark (the slow test at the end).
+  packages vault_core imports. (Its wheel alone, installed into a clean virtualenv beside what
+  it declares, reads a stream with Spark: tests/test_spark.py, on the session's Spark.)
 * requirements.txt, the Function App's deploy list, covers every package that the deployed code
   (function_app.py, vault_app, vault_core without its Spark reader) imports, with the lower
   bounds pyproject declares and an upper bound.
@@ -15,38 +15,22 @@ dependency added in the right places passes without touching this file.
 from __future__ import annotations
 
 import ast
-import fcntl
 import functools
-import hashlib
-import json
-import os
 import re
-import shutil
-import signal
 import subprocess
 import sys
-import time
-import uuid
-import zipfile
-from collections.abc import Iterator
-from email.parser import Parser
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 import vault_core
-from vault_core.recordformat import NewMessage
-from vault_core.vault import Vault
-from vault_core.writer import Batch
-from vault_local.azurite import Azurite
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -370,187 +354,3 @@ def test_the_synapse_install_list_is_what_the_core_wheel_declares() -> None:
     listed = requirements(block[1].splitlines())
     assert listed == requirements(CORE_PYPROJECT["project"]["dependencies"])
     assert "pip wheel ./vault_core" in section
-
-
-# -- the core wheel alone, on a clean virtualenv, with Spark -----------------------------------------
-READ_WITH_SPARK = """
-import json, sys
-from importlib.util import find_spec
-
-import vault_core
-from pyspark.sql import SparkSession
-from vault_core.spark import register
-
-conn, stream, java_options = sys.argv[1:4]
-spark = (
-    SparkSession.builder.master("local[1]")
-    .config("spark.ui.enabled", "false")
-    .config("spark.sql.shuffle.partitions", "1")
-    .config("spark.driver.extraJavaOptions", java_options)
-    .getOrCreate()
-)
-jvm = spark.sparkContext._gateway.proc.pid  # spark-submit execs the JVM
-try:
-    register(spark)
-    df = spark.read.format("messagevault").option("connectionString", conn).option("streams", stream).load()
-    rows = sorted((r.offset, bytes(r.value).decode()) for r in df.select("offset", "value").collect())
-finally:
-    spark.stop()
-print(json.dumps({
-    "jvm": jvm,
-    "vault_core": vault_core.__file__,
-    "queue_installed": find_spec("azure.storage.queue") is not None,
-    "values": [v for _, v in rows],
-}))
-"""
-
-
-def run(command: list[str], timeout: float, **kwargs: Any) -> str:
-    """Run ``command`` in its own process group; on a timeout the whole group is killed (a
-    Spark driver's JVM with it)."""
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, **kwargs
-    )
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        raise AssertionError(f"{command[:4]} timed out after {timeout}s:\n{err[-3000:]}") from None
-    assert proc.returncode == 0, f"{command[:4]} failed:\n{out[-2000:]}\n{err[-4000:]}"
-    return out
-
-
-@pytest.fixture
-def clean_env() -> Iterator[dict[str, str]]:
-    """This process's environment without what would let the child see this checkout or venv."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
-    env["SPARK_LOCAL_IP"] = "127.0.0.1"
-    yield env
-
-
-CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-DEPENDENCY_CACHE = CACHE_HOME / "message-vault" / "core-wheel"
-"""Where the core wheel's dependencies are kept between runs, one virtualenv per set of
-declarations (beside pip's own cache, which keeps their downloads)."""
-UNUSED_FOR = 7 * 24 * 3600
-"""A set of dependencies no run has used for this long is removed (its declarations changed)."""
-
-
-NOT_SOURCES = ("build", "*.egg-info", "__pycache__")
-"""What setuptools and Python leave beside the core's sources: not part of the wheel's input."""
-
-
-def core_wheel(tmp_path: Path) -> Path:
-    """The core's wheel, built from these sources, or the one built before from the same bytes.
-
-    Kept by the hash of every source file's path and bytes (pyproject.toml and its build
-    requirements among them), like the dependencies below: building it with pip in an isolated
-    build environment costs ~6 CPU-s, and the same sources build the same wheel."""
-    source = tmp_path / "src" / "vault_core"
-    shutil.copytree(CORE, source, ignore=shutil.ignore_patterns(*NOT_SOURCES))  # setuptools writes beside it
-    digest = hashlib.sha256()
-    for path in sorted(p for p in source.rglob("*") if p.is_file()):
-        digest.update(f"{path.relative_to(source).as_posix()}\0{path.stat().st_size}\0".encode())
-        digest.update(path.read_bytes())
-    home = DEPENDENCY_CACHE / "wheels" / digest.hexdigest()[:16]
-    built = list(home.glob("message_vault_core-*-py3-none-any.whl"))
-    if not built:
-        dist = tmp_path / "dist"
-        run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(source)], 120)
-        (wheel,) = dist.glob("message_vault_core-*-py3-none-any.whl")
-        home.mkdir(parents=True, exist_ok=True)
-        shutil.copy(wheel, home / f".{wheel.name}")
-        (home / f".{wheel.name}").rename(home / wheel.name)  # whole or not at all, for a concurrent run
-        built = [home / wheel.name]
-    for other in home.parent.iterdir():  # the wheels of sources no run has built for a while
-        if other != home and time.time() - other.stat().st_mtime > UNUSED_FOR:
-            shutil.rmtree(other, ignore_errors=True)
-    home.touch()
-    return built[0]
-
-
-def declared_by(wheel: Path) -> list[str]:
-    """The wheel's ``Requires-Dist`` lines, its extras' included: what pip installs for it."""
-    with zipfile.ZipFile(wheel) as archive:
-        (name,) = [n for n in archive.namelist() if n.endswith(".dist-info/METADATA")]
-        fields = Parser().parsestr(archive.read(name).decode())
-    return sorted(fields.get_all("Requires-Dist") or [])
-
-
-def dependencies_of(wheel: Path, env: dict[str, str]) -> Path:
-    """The site-packages of a virtualenv holding what ``wheel[spark]`` declares and nothing else.
-
-    pip installs ``wheel[spark]`` into it once per set of declarations and Python version (the
-    key), then the wheel itself is uninstalled: what stays is exactly what its declarations bring.
-    Kept between runs, so a run unpacks pyspark's 400 MB again only when the declarations change
-    (~9 CPU-s a run otherwise). A lock makes concurrent runs build it once.
-    """
-    key = hashlib.sha256(json.dumps([sys.version_info[:2], declared_by(wheel)]).encode()).hexdigest()[:16]
-    home = DEPENDENCY_CACHE / key
-    DEPENDENCY_CACHE.mkdir(parents=True, exist_ok=True)
-    with (DEPENDENCY_CACHE / "lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        complete = home / "complete"
-        if not complete.exists():
-            shutil.rmtree(home, ignore_errors=True)
-            run([sys.executable, "-m", "venv", "--without-pip", str(home)], 60)
-            # No pip of its own (bootstrapping one is ~3 CPU-s): this process's pip installs into it
-            # through --python. --no-compile: byte-compiling pyspark's thousands of modules is a
-            # third of the install; the Spark read compiles what it imports, once.
-            pip = [sys.executable, "-m", "pip", "--python", str(home / "bin" / "python")]
-            run([*pip, "install", "-q", "--no-compile", f"{wheel}[spark]"], 300, env=env, cwd=wheel.parent)
-            run([*pip, "uninstall", "-q", "-y", "message-vault-core"], 60, env=env)
-            complete.touch()
-        complete.touch()  # used now
-        for other in DEPENDENCY_CACHE.iterdir():
-            stamp = other / "complete"
-            if other != home and stamp.exists() and time.time() - stamp.stat().st_mtime > UNUSED_FOR:
-                shutil.rmtree(other, ignore_errors=True)
-    (site,) = home.glob("lib/python*/site-packages")
-    return site
-
-
-@pytest.mark.slow
-@pytest.mark.spark
-def test_the_core_wheel_alone_reads_a_stream_with_spark(
-    tmp_path: Path, vault: Vault, azurite: Azurite, clean_env: dict[str, str]
-) -> None:
-    stream = f"wheel-{uuid.uuid4().hex[:8]}"
-    values = [f"message-{i}" for i in range(25)]
-    with vault.writer(stream) as w:
-        w.append([Batch([NewMessage(v.encode(), "k") for v in values[:10]])])
-        w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
-
-    t0 = time.monotonic()
-    wheel = core_wheel(tmp_path)
-    built = time.monotonic()
-
-    # A clean virtualenv (no --system-site-packages, nothing of this checkout or its venv) that
-    # sees only its own site-packages, with the wheel, and the dependencies pip installed for the
-    # wheel's declarations (a .pth file adds their directory to its path).
-    dependencies = dependencies_of(wheel, clean_env)
-    env_dir = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", str(env_dir)], 60)
-    python = str(env_dir / "bin" / "python")
-    (site,) = env_dir.glob("lib/python*/site-packages")
-    (site / "core-wheel-dependencies.pth").write_text(f"{dependencies}\n")
-    pip = [sys.executable, "-m", "pip", "--python", python]
-    run([*pip, "install", "-q", "--no-deps", "--no-compile", str(wheel)], 120, env=clean_env, cwd=tmp_path)
-    # Spark's Python processes run in the clean venv too, with its pyspark, not Spark's zip of it
-    clean_env["PYSPARK_PYTHON"], clean_env["MV_SPARK_PYTHON"] = str(SPARK_PYTHON), python
-    installed = time.monotonic()
-
-    jvm = DriverJvm(dependencies / "pyspark")  # quick-start options (and a class archive, if kept)
-    script = [python, "-c", READ_WITH_SPARK, azurite.connection_string, stream, jvm.options]
-    out = run(script, 180, env=clean_env, cwd=tmp_path)
-    result = json.loads(out.strip().splitlines()[-1])
-    jvm.runs_in(result["jvm"])
-    done = time.monotonic()
-    print(
-        f"core wheel: build {built - t0:.1f}s, venv + install {installed - built:.1f}s, "
-        f"Spark read {done - installed:.1f}s"
-    )
-    assert Path(result["vault_core"]).is_relative_to(env_dir), result["vault_core"]
-    assert result["queue_installed"] is False  # the reader never needed azure-storage-queue
-    assert result["values"] == values

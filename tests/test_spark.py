@@ -29,11 +29,12 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import pyspark
+from helpers import core_wheel
 from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from vault_core.spark import read_streams, register
+from vault_core.spark import MessageVaultDataSource, read_streams, register
 from vault_core.spark.analysis import per_key_per_hour, read_capture
 from vault_core.spark.capture import capture
 from vault_core.spark.capture import main as capture_main
@@ -53,22 +54,34 @@ KiB = 1024
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Workers need this venv's pyarrow and vault_core, and pyspark from it, not from Spark's zip.
     os.environ["PYSPARK_PYTHON"], os.environ["MV_SPARK_PYTHON"] = str(SPARK_PYTHON), sys.executable
     jvm = DriverJvm(Path(pyspark.__file__).parent)  # quick-start options (and a class archive, if kept)
     # One task at a time: one Python worker to start and keep (each pays ~1 CPU-s of imports).
-    session = (
-        SparkSession.builder.master("local[1]")
-        .appName("messagevault-tests")
-        .config("spark.sql.shuffle.partitions", "1")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
-        .config("spark.driver.memory", "2g")
-        .config("spark.driver.extraJavaOptions", jvm.options)
-        .getOrCreate()
-    )
+    # The JVM starts in a directory of its own, and so do the Python processes it starts, whose
+    # import path begins there: not in this checkout, whose vault_core the core wheel's processes
+    # must not find (test_the_core_wheel_alone_reads_a_stream_with_spark).
+    checkout = os.getcwd()
+    os.chdir(tmp_path_factory.mktemp("spark-jvm"))
+    try:
+        session = (
+            SparkSession.builder.master("local[1]")
+            .appName("messagevault-tests")
+            .config("spark.sql.shuffle.partitions", "1")
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
+            .config("spark.driver.memory", "2g")
+            .config("spark.driver.extraJavaOptions", jvm.options)
+            # Python errors with their whole traceback, as the RDD-based paths (read_streams,
+            # capture) report them: then the data source's tasks and theirs have the same
+            # environment, so one daemon and its workers serve both (a Python start less).
+            .config("spark.sql.execution.pyspark.udf.simplifiedTraceback.enabled", "false")
+            .getOrCreate()
+        )
+    finally:
+        os.chdir(checkout)
     jvm.started(os.getpid())
     session.sparkContext.setLogLevel("ERROR")
     register(session)
@@ -727,3 +740,61 @@ def test_what_capture_and_streaming_read_next_is_what_was_committed_since_and_ne
     assert StreamRange.since("s", 250, 250, "remedy") is None
     with pytest.raises(ValueError, match=r"has 100 committed bytes but 250 .* recreated\? Start again"):
         StreamRange.since("s", 250, 100, "Start again.")
+
+
+# -- the core wheel alone -----------------------------------------------------------------
+
+
+def test_the_core_wheel_alone_reads_a_stream_with_spark(
+    spark: SparkSession, vault: Vault, azurite: Any, stream: str, tmp_path: Path
+) -> None:
+    """The core's wheel, installed alone into a clean virtualenv beside what it declares
+    (tests/helpers/core_wheel.py), reads a stream with Spark: every Python process Spark starts
+    for the read (the planning steps and the task's worker) runs that virtualenv's Python, which
+    imports vault_core from the wheel and pyspark, pyarrow and the Azure SDK from what the wheel
+    declares, and nothing else (no pandas, no azure-storage-queue).
+
+    The session's JVM drives them, through the data source registered again under a name of its
+    own, with that Python. A driver of its own in the virtualenv would add only a second JVM's
+    start (15-25 s and 6-14 CPU-s here, with a class archive or without: more than the rest of
+    this test, ~5 CPU-s): the JVM's side is the same Spark either way, proved by every test
+    above, and what the driver does with the core, ``register``, is one call with the class that
+    the planning processes import from the wheel. So the virtualenv gets the session's pyspark
+    version, as pip's constraint: its Python processes speak the JVM's protocol."""
+    values = [f"message-{i}" for i in range(25)]
+    with vault.writer(stream) as w:
+        w.append([Batch([NewMessage(v.encode(), "k") for v in values[:10]])])
+        w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
+    python = core_wheel.install_alone(tmp_path, pins=[f"pyspark=={pyspark.__version__}"])
+
+    # Defined in this function, both are pickled by value (they cannot be imported by name); the
+    # class FromTheWheel extends, by reference: Spark's processes import it from the wheel.
+    class FromTheWheel(MessageVaultDataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "messagevault_wheel"
+
+    def origin(_: object) -> str:  # in a task: where its Python found vault_core, and what it lacks
+        import importlib.util
+
+        import vault_core
+
+        undeclared = [m for m in ("pandas", "azure.storage.queue") if importlib.util.find_spec(m) is not None]
+        return json.dumps([vault_core.__file__, undeclared])
+
+    # What the functions wrapped from now on carry to their processes (the session's processes take
+    # MV_SPARK_PYTHON from the JVM's environment, so it is not there, and is not left there).
+    environment = spark.sparkContext.environment
+    assert "MV_SPARK_PYTHON" not in environment
+    environment["MV_SPARK_PYTHON"] = str(python)  # spark_python.sh runs this Python
+    try:
+        spark.dataSource.register(FromTheWheel)
+        df = spark.read.format("messagevault_wheel").options(connectionString=azurite.connection_string)
+        read = df.option("streams", stream).load().select("offset", "value").collect()
+        [where] = spark.range(1).select(F.udf(origin, "string", useArrow=False)("id")).first()  # type: ignore[misc]
+    finally:
+        del environment["MV_SPARK_PYTHON"]
+    assert [bytes(r.value).decode() for r in sorted(read)] == values
+    vault_core_file, undeclared = json.loads(where)
+    assert Path(vault_core_file).is_relative_to(python.parent.parent), vault_core_file
+    assert undeclared == []  # the reader needed neither pandas nor azure-storage-queue
