@@ -80,6 +80,16 @@ def test_encoded_batches_restamped_equal_records_encoded_in_place() -> None:
     assert bytes(buf[at:]) == encode(messages, 70_000, TS)
 
 
+def test_encoded_fields_are_the_fields_decode_checks() -> None:
+    """What a version 2 writer takes from a claim-check body without checking it twice."""
+    messages = [m for _, m in ROUND_TRIPS]
+    data = encode(messages, 0, 1)
+    records, _ = decode(data, 0, complete=True)
+    expected = [(r.key, r.key_is_text, r.value) for r in records]
+    assert list(fmt.encoded_fields(fmt.encoded_batch(data))) == expected
+    assert {is_text for _, is_text, _ in expected} == {True, False}  # both kinds of key
+
+
 def test_every_flipped_byte_of_an_encoded_batch_is_detected() -> None:
     buf = bytearray(encode([NewMessage(b"payload", "key"), NewMessage(b"two")], 0, TS))
     for i in range(len(buf)):

@@ -452,6 +452,25 @@ def encoded_batch(buf: bytes, *, stream: str | None = None) -> EncodedBatch:
     return EncodedBatch(buf, [r.offset for r in records])
 
 
+_LENGTHS = struct.Struct("<BHI")  # flags, key length, value length: what encoded_fields() reads
+
+
+def encoded_fields(batch: EncodedBatch) -> Iterator[tuple[bytes, bool, bytes]]:
+    """``(key, key is text, value)`` of each record of ``batch``, in order, read from their headers.
+
+    Not checked again: :func:`encoded_batch` checked every record when it made ``batch`` (the
+    version 1 writer copies the same bytes into the log as they are). Checking them twice, and
+    building a :class:`Message` of each on the way, was most of a version 2 writer's CPU for a
+    claim-check batch of small messages.
+    """
+    data = batch.data
+    lengths = _LENGTHS.unpack_from
+    for start in batch.starts:
+        flags, klen, vlen = lengths(data, start + FLAGS_OFFSET)
+        key = start + HEADER_SIZE
+        yield data[key : key + klen], bool(flags & FLAG_KEY_IS_TEXT), data[key + klen : key + klen + vlen]
+
+
 _STAMP = struct.Struct("<Qq")  # offset, timestamp: the fields restamp() rewrites
 _CRC = struct.Struct("<I")
 

@@ -42,15 +42,14 @@ from vault_core.pagelog import (
     pieces_of,
 )
 from vault_core.recordformat import (
-    FLAG_KEY_IS_TEXT,
     MAX_KEY_BYTES,
     MAX_TIMESTAMP_MS,
     MAX_VALUE_BYTES,
     EncodedBatch,
     NewMessage,
     check_limits,
-    decode,
     encode_into,
+    encoded_fields,
     restamp,
 )
 from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_VERSION, encode_unit
@@ -665,9 +664,7 @@ class _PagePipeline:
 def _keyed(batch: Batch) -> Iterator[tuple[bytes, bool, bytes]]:
     """``(key bytes, key is text, value)`` of each message of ``batch``, in order."""
     if batch.encoded is not None:  # a claim-check body in version 1 records: take their fields
-        records, _ = decode(batch.encoded.data, 0, complete=True)
-        for r in records:
-            yield r.key, bool(r.flags & FLAG_KEY_IS_TEXT), r.value
+        yield from encoded_fields(batch.encoded)
         return
     for value, key in batch.messages:
         if isinstance(key, str):
