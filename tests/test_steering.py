@@ -381,6 +381,14 @@ class _DeletingQueue:
         self.deleted = True
 
 
+@pytest.fixture
+def paced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer's paced attempts on a fake clock: one a second, for up to 4.5 s."""
+    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
+    monkeypatch.setattr(writer_fn, "DELETE_PATIENCE_SECONDS", 4.5)
+    monkeypatch.setattr(writer_fn, "time", _FakeTime())
+
+
 @pytest.mark.parametrize(
     ("refusals", "error", "attempts", "deleted"),
     [
@@ -390,12 +398,10 @@ class _DeletingQueue:
         (1, StorageFailure("stale", status=400, code="PopReceiptMismatch"), 1, False),  # no retry helps
     ],
 )
+@pytest.mark.usefixtures("paced")
 def test_a_committed_batch_s_delete_is_retried_one_attempt_at_a_time_while_its_queue_refuses(
-    monkeypatch: pytest.MonkeyPatch, refusals: int, error: Exception, attempts: int, deleted: bool
+    refusals: int, error: Exception, attempts: int, deleted: bool
 ) -> None:
-    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
-    monkeypatch.setattr(writer_fn, "DELETE_PATIENCE_SECONDS", 4.5)
-    monkeypatch.setattr(writer_fn, "time", _FakeTime())
     deleting = _DeletingQueue(refusals, error)
     queue = StagingQueue(0, "q", cast(Queue, deleting), cast(Queue, deleting))
     writer_fn._delete_patiently(queue, QueuedMessage("1", "{}", "r"))
@@ -432,14 +438,12 @@ def _services_with_home(home: StagingQueue) -> Services:
         (1, StorageFailure("bad", status=400, code="InvalidInput"), 1, False),  # no retry helps
     ],
 )
+@pytest.mark.usefixtures("paced")
 def test_a_handed_back_batch_is_sent_one_attempt_at_a_time_while_its_queue_refuses(
-    monkeypatch: pytest.MonkeyPatch, refusals: int, error: Exception, attempts: int, taken: bool
+    refusals: int, error: Exception, attempts: int, taken: bool
 ) -> None:
     """Its round waits for it: the SDK's back-offs held rounds for seconds with batches waiting
     in their queue and its requests unused (docs/CAPACITY.md §7.5)."""
-    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
-    monkeypatch.setattr(writer_fn, "DELETE_PATIENCE_SECONDS", 4.5)
-    monkeypatch.setattr(writer_fn, "time", _FakeTime())
     sending = _SendingQueue(refusals, error)
     queue = StagingQueue(0, "q", cast(Queue, sending), cast(Queue, sending))
     if taken:
@@ -450,11 +454,8 @@ def test_a_handed_back_batch_is_sent_one_attempt_at_a_time_while_its_queue_refus
     assert sending.attempts == [False] * attempts  # never the SDK's exponential back-off
 
 
-def test_a_batch_handed_back_for_its_streams_lease_tries_its_home_queue_then_its_own_at_each_pace(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(writer_fn, "DELETE_PACE_SECONDS", 1.0)
-    monkeypatch.setattr(writer_fn, "time", _FakeTime())
+@pytest.mark.usefixtures("paced")
+def test_a_batch_handed_back_for_its_streams_lease_tries_its_home_queue_then_its_own_at_each_pace() -> None:
     busy = StorageUnavailable("503 ServerBusy")
     home_sending, own_sending = _SendingQueue(1_000, busy), _SendingQueue(1, busy)
     home = StagingQueue(0, "home", cast(Queue, home_sending), cast(Queue, home_sending))
