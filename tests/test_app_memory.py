@@ -930,7 +930,7 @@ def test_a_closed_runtime_leaves_no_thread_of_its_own_running() -> None:
             w.append([Batch([NewMessage(bytes(1000), "k") for _ in range(40)])])
         for _ in range(3):  # a sequential reader: the read-ahead prefetches on its own threads
             data, state = runtime.read_ahead.fetch(vault.reader, "reads", offset, 4096)
-            result = vault.reader.decode_fetched("reads", offset, data, state, max_bytes=4096)
+            result = vault.reader.decode_checked_batches("reads", offset, data, state, max_bytes=4096)
             runtime.read_ahead.done(vault.reader, "reads", offset, result.next_offset, result.committed, 4096)
             offset = result.next_offset
         started = set(threading.enumerate()) - before

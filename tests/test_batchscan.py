@@ -102,8 +102,8 @@ def test_a_read_as_batches_has_the_messages_and_next_offset_of_the_read_as_messa
     for _ in range(6):  # from any message, as many as max_count and max_bytes (tiny to large) take
         offset = rng.choice(everything).offset
         max_count, max_bytes = rng.choice([1, 3, 50, 10_000]), rng.choice([1, 40, 300, 1 << 20])
+        page = reader.read(STREAM, offset, max_bytes=max_bytes, max_count=max_count)
         data, state = reader.fetch(STREAM, offset, max_bytes)
-        page = reader.decode_checked(STREAM, offset, data, state, max_bytes=max_bytes, max_count=max_count)
         batches = reader.decode_checked_batches(
             STREAM, offset, data, state, max_bytes=max_bytes, max_count=max_count
         )

@@ -44,11 +44,13 @@ def consume(ahead: ReadAhead, reader: StreamReader, stream: str, max_bytes: int)
     got: list[bytes] = []
     while True:
         data, state = ahead.fetch(reader, stream, offset, max_bytes)
-        result = reader.decode_fetched(stream, offset, data, state, max_bytes=max_bytes, max_count=10_000)
+        result = reader.decode_checked_batches(
+            stream, offset, data, state, max_bytes=max_bytes, max_count=10_000
+        )
         ahead.done(reader, stream, offset, result.next_offset, result.committed, max_bytes)
-        if not result.messages:
+        if not result.count:
             return got
-        got += [m.value for m in result.messages]
+        got += [m.value for m in result.messages()]
         offset = result.next_offset
 
 
@@ -71,7 +73,7 @@ def test_random_reads_prefetch_nothing(vault: Vault, stream: str) -> None:
     with ReadAhead() as ahead:
         for offset in reversed(offsets):
             data, state = ahead.fetch(reader, stream, offset, 4096)
-            result = reader.decode_fetched(stream, offset, data, state, max_bytes=4096)
+            result = reader.decode_checked_batches(stream, offset, data, state, max_bytes=4096)
             ahead.done(reader, stream, offset, result.next_offset, result.committed, 4096)
     assert reader.fetches == list(reversed(offsets))
 
@@ -88,13 +90,14 @@ def test_a_read_not_foreseen_fetches_what_its_messages_take_by_the_streams_pages
     while True:
         ahead = served[len(reader.fetches) % 2]
         data, state = ahead.fetch(reader, "s", offset, max_bytes, limit=limit)
-        page = reader.decode_fetched("s", offset, data, state, max_bytes=max_bytes, max_count=limit)
-        count = len(page.messages)
+        page = reader.decode_checked_batches("s", offset, data, state, max_bytes=max_bytes, max_count=limit)
+        messages = page.messages()
+        count = len(messages)
         ahead.done(reader, "s", offset, page.next_offset, page.committed, max_bytes, count=count)
         if not count:
             break
         assert count == limit or page.next_offset == page.committed
-        got += page.messages
+        got += messages
         offset = page.next_offset
     for ahead in served:
         ahead.close()
@@ -112,10 +115,10 @@ def test_held_bytes_stay_bounded_and_a_prefetch_is_handed_out_once(vault: Vault,
         offsets = [m.offset for m in vault.reader.scan(stream)]
         for start in (0, next(o for o in offsets if o >= 8192)):
             data, state = ahead.fetch(reader, stream, start, 2048)
-            first = reader.decode_fetched(stream, start, data, state, max_bytes=2048)
+            first = reader.decode_checked_batches(stream, start, data, state, max_bytes=2048)
             ahead.done(reader, stream, start, first.next_offset, first.committed, 2048)
             data, state = ahead.fetch(reader, stream, first.next_offset, 2048)
-            second = reader.decode_fetched(stream, first.next_offset, data, state, max_bytes=2048)
+            second = reader.decode_checked_batches(stream, first.next_offset, data, state, max_bytes=2048)
             ahead.done(reader, stream, first.next_offset, second.next_offset, second.committed, 2048)
         assert ahead.held_bytes <= 3 * 1024  # the older consumer's prefetch was dropped for the newer one
         ahead.fetch(reader, stream, second.next_offset, 2048)  # the prefetched one: no new GET

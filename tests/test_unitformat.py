@@ -462,6 +462,6 @@ def test_a_read_that_stops_inside_a_unit_is_continued_from_the_unit_without_anot
         return original(self, start, n)
 
     monkeypatch.setattr(MemoryPageBlob, "read", counted)
-    page = reader.decode_fetched(STREAM, first.next_offset, data, state, max_bytes=65536, max_count=5)
-    assert [m.offset for m in page.messages] == list(range(b0.first_offset + 10, b0.first_offset + 15))
+    page = reader.decode_checked_batches(STREAM, first.next_offset, data, state, max_bytes=65536, max_count=5)
+    assert [m.offset for m in page.messages()] == list(range(b0.first_offset + 10, b0.first_offset + 15))
     assert reads == []

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, NamedTuple, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
@@ -100,6 +100,15 @@ class BatchReadResult:
 
     def messages(self) -> list[Message]:
         return list(batch_messages(self.batches))
+
+
+class _Page(NamedTuple):
+    """What a read asks for: the stream, where it starts, and how much it may return."""
+
+    stream: str
+    from_offset: int
+    max_bytes: int
+    max_count: int
 
 
 class ScanDecoder(Protocol[T]):
@@ -356,26 +365,9 @@ class StreamReader:
         when one is committed there, even if it is larger than ``max_bytes``.
         """
         data, state = self.fetch(stream, from_offset, max_bytes)
-        return self.decode_checked(stream, from_offset, data, state, max_bytes=max_bytes, max_count=max_count)
-
-    def decode_checked(
-        self,
-        stream: str,
-        from_offset: int,
-        data: bytes,
-        state: CommitState,
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_count: int = DEFAULT_MAX_COUNT,
-    ) -> ReadResult:
-        """:meth:`decode_fetched`, with one fresh read before calling bytes corrupt.
-
-        A GET's bytes and the commit record returned with them should agree, but a storage that
-        reads them at two moments (Azurite does, and a stalled one widens the gap) can pair
-        bytes from before an append with the commit record after it: the new records then look
-        like garbage. A second GET tells that apart from real damage, which fails again.
-        """
-        page = self._decode_checked(decode_span, stream, from_offset, data, state, max_bytes, max_count)
+        page = self._decode_checked(
+            decode_span, _Page(stream, from_offset, max_bytes, max_count), data, state
+        )
         return ReadResult(*page)
 
     def decode_checked_batches(
@@ -388,25 +380,28 @@ class StreamReader:
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_count: int = DEFAULT_MAX_COUNT,
     ) -> BatchReadResult:
-        """:meth:`decode_checked` as columns: the same read, its messages in batches."""
-        page = self._decode_checked(decode_batches, stream, from_offset, data, state, max_bytes, max_count)
+        """The records of bytes :meth:`fetch` returned (now or earlier: committed bytes never change), as
+        columns; with one fresh read before calling the bytes corrupt.
+
+        A GET's bytes and the commit record returned with them should agree, but a storage that
+        reads them at two moments (Azurite does, and a stalled one widens the gap) can pair
+        bytes from before an append with the commit record after it: the new records then look
+        like garbage. A second GET tells that apart from real damage, which fails again.
+        """
+        page = self._decode_checked(
+            decode_batches, _Page(stream, from_offset, max_bytes, max_count), data, state
+        )
         return BatchReadResult(*page)
 
     def _decode_checked(
-        self,
-        decoder: Decoder[T],
-        stream: str,
-        from_offset: int,
-        data: bytes,
-        state: CommitState,
-        max_bytes: int,
-        max_count: int,
+        self, decoder: Decoder[T], page: _Page, data: bytes, state: CommitState
     ) -> tuple[list[T], int, int]:
+        """:meth:`_decode_page`, with one fresh read before calling the bytes corrupt."""
         try:
-            return self._decode_page(decoder, stream, from_offset, data, state, max_bytes, max_count)
+            return self._decode_page(decoder, page, data, state)
         except CorruptRecord:
-            data, state = self.fetch(stream, from_offset, max_bytes)
-            return self._decode_page(decoder, stream, from_offset, data, state, max_bytes, max_count)
+            data, state = self.fetch(page.stream, page.from_offset, page.max_bytes)
+            return self._decode_page(decoder, page, data, state)
 
     def fetch(self, stream: str, from_offset: int, max_bytes: int) -> tuple[bytes, CommitState]:
         """The raw bytes of a :meth:`read` and the commit record they came with (one GET)."""
@@ -424,32 +419,11 @@ class StreamReader:
         data, state = self.log(stream).read_with_state(start, max(max_bytes, MIN_READ))
         return data, replace(state, read_at=start)
 
-    def decode_fetched(
-        self,
-        stream: str,
-        from_offset: int,
-        data: bytes,
-        state: CommitState,
-        *,
-        max_bytes: int = DEFAULT_MAX_BYTES,
-        max_count: int = DEFAULT_MAX_COUNT,
-    ) -> ReadResult:
-        """The records of bytes :meth:`fetch` returned (now or earlier: committed bytes never change)."""
-        return ReadResult(
-            *self._decode_page(decode_span, stream, from_offset, data, state, max_bytes, max_count)
-        )
-
     def _decode_page(
-        self,
-        decoder: Decoder[T],
-        stream: str,
-        from_offset: int,
-        data: bytes,
-        state: CommitState,
-        max_bytes: int,
-        max_count: int,
+        self, decoder: Decoder[T], page: _Page, data: bytes, state: CommitState
     ) -> tuple[list[T], int, int]:
-        """What :meth:`decode_fetched` returns (messages, next offset, committed), by ``decoder``."""
+        """What a read of fetched bytes returns (messages or batches, next offset, committed)."""
+        stream, from_offset, max_bytes, max_count = page
         if max_bytes <= 0 or max_count <= 0:
             raise InvalidOffset("max_bytes and max_count must be positive")
         committed = state.committed
