@@ -33,6 +33,8 @@ from helpers import core_wheel
 from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+from pyspark.sql.types import StructType
 
 from vault_core.spark import MessageVaultDataSource, read_streams, register
 from vault_core.spark.analysis import per_key_per_hour, read_capture
@@ -105,6 +107,22 @@ def rows(df: DataFrame) -> list[Row]:
     ms = F.expr("unix_millis(timestamp)")
     got = df.select("stream", "offset", ms, "key", "value", "key_text").collect()
     return sorted((r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in got)
+
+
+def rows_here(path: str, *, captured: bool = False) -> list[Row]:
+    """What ``rows(spark.read.parquet(path))`` returns, read in this process with pyarrow: no
+    Spark job. ``captured``: a capture's layout, each row's stream from its ``stream=``
+    directory. Directories starting with ``_`` (a capture's progress and staging, a streaming
+    sink's log) are left out, as Spark leaves them out."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    layout = ds.partitioning(pa.schema([("stream", pa.string()), ("date", pa.string())]), flavor="hive")
+    table = ds.dataset(path, format="parquet", partitioning=layout if captured else None).to_table()
+    ms = table.column("timestamp").cast(pa.timestamp("ms")).cast(pa.int64())
+    columns = [table.column(name).to_pylist() for name in ("stream", "offset")]
+    columns += [ms.to_pylist()] + [table.column(name).to_pylist() for name in ("key", "value", "key_text")]
+    return sorted(zip(*columns, strict=True))
 
 
 def load(spark: SparkSession, conn: str, streams: str, **options: Any) -> DataFrame:
@@ -550,7 +568,7 @@ def test_streaming_resumes_from_its_checkpoint_without_loss_or_duplicates(
         assert query.exception() is None
 
     run()
-    assert rows(spark.read.parquet(out)) == expected(vault, stream)
+    assert rows_here(out) == expected(vault, stream)
     # more data, and a stream that did not exist during the first run
     write_batches(
         vault, stream, mixed_batches(5, 30, 5000, max_batch=10), t0=T0 + 10_000_000, index_spacing=4 * KiB
@@ -678,7 +696,7 @@ def test_capture_is_incremental_idempotent_and_survives_a_crash(
 
     first = capture(spark, opts, out)
     assert {(c.stream, c.start) for c in first} == {(stream, 0), (other, 0)}
-    assert captured(spark, out) == sorted(expected(vault, stream) + expected(vault, other))
+    assert rows_here(out, captured=True) == sorted(expected(vault, stream) + expected(vault, other))
     dates = {p.name for p in (tmp_path / "capture" / f"stream={stream}").iterdir()}
     utc_day = datetime.fromtimestamp((T0 - T0 % day) / 1000, timezone.utc).date()
     assert dates == {f"date={utc_day - timedelta(days=1)}", f"date={utc_day}"}  # batches span UTC midnight
@@ -695,7 +713,7 @@ def test_capture_is_incremental_idempotent_and_survives_a_crash(
         with pytest.raises(RuntimeError, match="crash before progress"):
             capture(spark, opts, out)
     # the data is there, the progress is not
-    assert captured(spark, out) == sorted(expected(vault, stream) + expected(vault, other))
+    assert rows_here(out, captured=True) == sorted(expected(vault, stream) + expected(vault, other))
     assert Progress(LocalFiles(), out).committed(stream) == {c.stream: c.end for c in first}[stream]
     write_batches(vault, stream, mixed_batches(10, 5, 5000), t0=T0 + 2 * day)
 
@@ -767,20 +785,44 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[10:]])])
     python = core_wheel.install_alone(tmp_path, pins=[f"pyspark=={pyspark.__version__}"])
 
-    # Defined in this function, both are pickled by value (they cannot be imported by name); the
-    # class FromTheWheel extends, by reference: Spark's processes import it from the wheel.
+    # Defined in this function, these are pickled by value (they cannot be imported by name); the
+    # classes they extend, by reference: Spark's processes import them from the wheel. Each step
+    # of the read notes, in its own process, where its Python found vault_core and what it lacks.
+    notes = tmp_path / "origins"
+
+    def note_origin(step: str) -> None:
+        import importlib.util
+        import os
+
+        import vault_core
+
+        undeclared = [m for m in ("pandas", "azure.storage.queue") if importlib.util.find_spec(m) is not None]
+        notes.mkdir(exist_ok=True)
+        (notes / f"{step}-{os.getpid()}.json").write_text(json.dumps([vault_core.__file__, undeclared]))
+
+    class NotingReader(DataSourceReader):
+        def __init__(self, reader: DataSourceReader) -> None:
+            self.reader = reader
+
+        def partitions(self) -> Sequence[InputPartition]:
+            note_origin("plan")
+            return self.reader.partitions()
+
+        def read(self, partition: InputPartition) -> Iterator[Any]:
+            note_origin("task")
+            return self.reader.read(partition)
+
     class FromTheWheel(MessageVaultDataSource):
         @classmethod
         def name(cls) -> str:
             return "messagevault_wheel"
 
-    def origin(_: object) -> str:  # in a task: where its Python found vault_core, and what it lacks
-        import importlib.util
+        def schema(self) -> StructType:
+            note_origin("create")
+            return super().schema()
 
-        import vault_core
-
-        undeclared = [m for m in ("pandas", "azure.storage.queue") if importlib.util.find_spec(m) is not None]
-        return json.dumps([vault_core.__file__, undeclared])
+        def reader(self, schema: StructType) -> DataSourceReader:
+            return NotingReader(super().reader(schema))
 
     # What the functions wrapped from now on carry to their processes (the session's processes take
     # MV_SPARK_PYTHON from the JVM's environment, so it is not there, and is not left there).
@@ -791,10 +833,11 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
         spark.dataSource.register(FromTheWheel)
         df = spark.read.format("messagevault_wheel").options(connectionString=azurite.connection_string)
         read = df.option("streams", stream).load().select("offset", "value").collect()
-        [where] = spark.range(1).select(F.udf(origin, "string", useArrow=False)("id")).first()  # type: ignore[misc]
     finally:
         del environment["MV_SPARK_PYTHON"]
     assert [bytes(r.value).decode() for r in sorted(read)] == values
-    vault_core_file, undeclared = json.loads(where)
-    assert Path(vault_core_file).is_relative_to(python.parent.parent), vault_core_file
-    assert undeclared == []  # the reader needed neither pandas nor azure-storage-queue
+    origins = {path.name.split("-")[0]: json.loads(path.read_text()) for path in notes.iterdir()}
+    assert sorted(origins) == ["create", "plan", "task"], origins
+    for vault_core_file, undeclared in origins.values():
+        assert Path(vault_core_file).is_relative_to(python.parent.parent), vault_core_file
+        assert undeclared == []  # the read needed neither pandas nor azure-storage-queue
