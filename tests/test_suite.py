@@ -41,3 +41,22 @@ def test_a_test_module_that_does_not_compile_is_left_to_the_worker_that_collects
     broken = tmp_path / "test_broken.py"
     broken.write_text("def test_it(:\n")
     assert precompile.rewrite_test_modules(pytestconfig, [broken]) == 0
+
+
+def test_only_the_plugins_named_in_pyproject_are_loaded_and_no_library_is_rewritten(
+    pytestconfig: pytest.Config,
+) -> None:
+    """pyproject.toml's addopts turn off plugin autoloading: a package that declares a pytest
+    plugin would otherwise have all its modules assertion-rewritten on import (Hypothesis in every
+    worker, Schemathesis where the OpenAPI test runs), compiled again wherever the venv has no
+    rewritten bytecode cached."""
+    import anyio
+    import hypothesis
+    from _pytest.assertion.rewrite import AssertionRewritingHook
+
+    plugins = pytestconfig.pluginmanager
+    assert all(plugins.has_plugin(name) for name in ("xdist", "timeout", "hypothesispytest"))
+    assert not plugins.has_plugin("schemathesis") and not plugins.has_plugin("anyio")
+    for library in (hypothesis, anyio):
+        assert not isinstance(library.__loader__, AssertionRewritingHook), library
+    assert isinstance(sys.modules[__name__].__loader__, AssertionRewritingHook)  # the tests' are
