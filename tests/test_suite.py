@@ -5,6 +5,7 @@ are where the workers' Hypothesis looks for them."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import sys
 import uuid
@@ -81,3 +82,8 @@ def test_the_constants_of_the_project_s_sources_are_kept_where_hypothesis_looks(
     assert unicode_tables.build_constants([source]) == 1
     assert str(constant) in kept.read_text()  # what a worker's Hypothesis reads instead of the source
     kept.unlink()
+
+
+def test_the_garbage_collector_off_while_collecting_is_on_for_the_tests() -> None:
+    """conftest turns it off in a process that collects, and on again once collected."""
+    assert gc.isenabled() and gc.get_freeze_count() > 0
