@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 from helpers import bicep
-from lark import Token, Tree
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # imported where a syntax tree is read: every worker collects this module, one runs it
+    from lark import Token, Tree
     from pycep import BicepParser
 
 try:
@@ -133,6 +133,8 @@ def _interpolations(quoted: str) -> Iterator[str]:
 
 def references(node: Tree | Token | None) -> set[str]:
     """Identifiers a subtree reads (member names after '.' or '::' are not identifiers)."""
+    from lark import Token
+
     found: set[str] = set()
 
     def token(tok: Token) -> None:
@@ -181,17 +183,23 @@ def references(node: Tree | Token | None) -> set[str]:
 
 
 def _name(element: Tree) -> str:
+    from lark import Token
+
     return next(str(k) for k in element.children if isinstance(k, Token) and k.type == "STRING")
 
 
 def declared(path: Path, kind: str) -> list[str]:
     """Top-level names of one kind: param, var, resource, module, output."""
+    from lark import Tree
+
     return [_name(el) for el in syntax_tree(path).children if isinstance(el, Tree) and el.data == kind]
 
 
 def declared_identifiers(path: Path) -> set[str]:
     """Everything an expression in this file may refer to (file-wide, which is permissive for
     loop and lambda variables, but enough to catch typos and stale names)."""
+    from lark import Token
+
     tree = syntax_tree(path)
     names: set[str] = set()
     for kind in ("param", "var", "resource", "module", "custom_type", "custom_func"):
@@ -208,6 +216,8 @@ def declared_identifiers(path: Path) -> set[str]:
 
 
 def referenced_identifiers(path: Path) -> set[str]:
+    from lark import Tree
+
     tree = syntax_tree(path)
     found: set[str] = set()
     for element in tree.children:
