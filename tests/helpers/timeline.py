@@ -54,7 +54,8 @@ def kind_of(proc: psutil.Process, controller: int | None = None) -> str:
     kind = _role(proc)
     if controller is not None and kind in ("azurite", "hosts", "host workers"):
         up = proc.parent() if kind == "host workers" else proc
-        if up is not None and up.ppid() == controller:
+        # The run's host template (tests/helpers/host_template.py) is no host: its hosts are the tests'.
+        if up is not None and up.ppid() == controller and "host_template.py" not in " ".join(up.cmdline()):
             return f"{kind} (the run's)"
     return kind
 
@@ -63,6 +64,17 @@ def _is_host(cmd: str) -> bool:
     """A host's command line, or the host template's (tests/helpers/host_template.py), which the
     hosts the tests start are forked from and keep (the template's own CPU: their imports)."""
     return ("vault_local" in cmd and " host" in cmd) or "host_template.py" in cmd
+
+
+def _is_template(proc: psutil.Process | None) -> bool:
+    """The host template itself, whose forks (the hosts, its children) keep its command line:
+    the one of them whose parent is no host."""
+    up = proc.parent() if proc else None
+    return (
+        proc is not None
+        and "host_template.py" in " ".join(proc.cmdline())
+        and not (up and _is_host(" ".join(up.cmdline())))
+    )
 
 
 def _role(proc: psutil.Process) -> str:
@@ -82,7 +94,7 @@ def _role(proc: psutil.Process) -> str:
     if _is_host(cmd):
         up = proc.parent()
         parent = " ".join(up.cmdline()) if up else ""  # a demo starts hosts too
-        return "host workers" if _is_host(parent) else "hosts"
+        return "host workers" if _is_host(parent) and not _is_template(up) else "hosts"
     if "chrom" in cmd or "playwright" in cmd:
         return "browser"
     if "execnet" in cmd or "import sys;exec(eval(sys.stdin.readline()))" in cmd:
