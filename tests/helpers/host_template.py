@@ -60,6 +60,16 @@ PRELOAD = (
     "lz4.block",
     "zstandard",
     "msgspec",
+    # The project's modules that function_app and the host import: none reads a setting as it
+    # loads (function_app reads them, and is not preloaded; vault_app keeps no module state).
+    "vault_app.api",
+    "vault_app.config",
+    "vault_app.explorer_api",
+    "vault_app.poison_api",
+    "vault_app.ui",
+    "vault_app.runtime",
+    "vault_app.writer_fn",
+    "vault_local.host",
 )
 """What a host imports that reads no setting as it loads; anything else it imports itself."""
 LAUNCH_TIMEOUT = 60.0
