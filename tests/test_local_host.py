@@ -450,7 +450,8 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_the_warm_s
         wait_until(lambda: values() == [["x"], ["y"]], timeout=60)  # x once: a duplicate
         # Right after the kill, the owner lease was live and held under the instance's id.
         assert (0, leased[0].blob_name) in kept
-        assert owners(host)[-1][1] == spare
+        # The spare's line may reach the host's stdout after "y" can be read (see "drained" below).
+        assert wait_until(lambda: owners(host)[-1][1] == spare)
         wait_until(lambda: logged(host, "warm spare language worker ready"), timeout=60)
         # The promoted spare, and a new one behind it, forked by the template and the host's child
         assert host.proc is not None and len(workers_of(host)) == 2
