@@ -5,9 +5,10 @@ which they load), uvicorn, starlette, PyJWT, the codecs: about a CPU-second of t
 takes to say READY (its language workers are forked from it, so they add almost nothing). The
 suite starts about thirty hosts of its own. So the run starts, once, a *host template*:
 ``python tests/helpers/host_template.py``, an interpreter that imports those libraries
-(:data:`PRELOAD`, none of the project's own code: the app reads its settings as it loads) and then
-waits on its socket. For each host it forks a child that becomes ``python -m vault_local host
-ARGS`` in the host's own environment, session and directory: from ``vault_local.__main__`` on,
+(:data:`PRELOAD`: the app's and the host's own modules too, which read no setting as they load;
+not ``function_app``, which reads them) and then waits on its socket. For each host it forks a
+child that becomes ``python -m vault_local host ARGS`` in the host's own environment, session
+and directory: from ``vault_local.__main__`` on,
 the host starts as that command does (it checks its settings, then imports the app and forks its
 workers), and it ends through the interpreter's normal exit, with its exit code. Only the import
 of libraries that behave alike in every host is shared.
