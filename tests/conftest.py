@@ -151,8 +151,8 @@ def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config, "workerinput"):
         use_the_runs(config.workerinput)
     elif (config.getoption("numprocesses", None) or 0) > 0:
+        config.pluginmanager.register(RunTemplate(), "mv-host-template")  # the session host's too
         config.pluginmanager.register(SharedServers(session_host), "mv-shared-servers")
-        config.pluginmanager.register(RunTemplate(), "mv-host-template")
         unicode_tables.start(config)
         precompile.rewrite_test_modules(config)
         bicep.parse_all(config)
@@ -275,9 +275,10 @@ have hosts of their own."""
 
 def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
     """The session's host (not started): see :func:`vault_host`. The product's host.json: its
-    idle poller asks every 2 s, and the host's write requests wake it (a test seam)."""
+    idle poller asks every 2 s, and the host's write requests wake it (a test seam). Forked from
+    the host template as the tests' hosts are (the demo's host starts as a fresh interpreter)."""
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    return HostProcess(azurite.connection_string, settings=settings, args=(WAKE_ON_WRITE,))
+    return HostProcess(azurite.connection_string, settings=settings, args=(WAKE_ON_WRITE,), launch=forked)
 
 
 @pytest.fixture(scope="session")

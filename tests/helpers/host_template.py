@@ -229,6 +229,8 @@ class RunTemplate:
 
     def __init__(self) -> None:
         self.template = HostTemplate() if sys.platform == "linux" else None
+        if self.template is not None:  # the controller's own hosts (the session's) too
+            use_the_runs({WORKER_INPUT: self.template.address})
 
     def pytest_configure_node(self, node: Any) -> None:
         if self.template is not None:

@@ -48,14 +48,20 @@ def _cpu() -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
+the_runs_hosts: set[int] = set()
+"""The pid of the run's host (tests/helpers/shared_servers.py): forked from the host template as
+the tests' hosts are, it is told apart by its pid, and its language workers by their parent's."""
+
+
 def kind_of(proc: psutil.Process, controller: int | None = None) -> str:
     """The role of one process of the run. The controller's own Azurite and host (and that
     host's workers), which serve every worker's tests, are told apart from those tests start."""
     kind = _role(proc)
-    if controller is not None and kind in ("azurite", "hosts", "host workers"):
-        up = proc.parent() if kind == "host workers" else proc
-        # The run's host template (tests/helpers/host_template.py) is no host: its hosts are the tests'.
-        if up is not None and up.ppid() == controller and "host_template.py" not in " ".join(up.cmdline()):
+    if controller is not None and kind == "azurite" and proc.ppid() == controller:
+        return f"{kind} (the run's)"
+    if controller is not None and kind in ("hosts", "host workers"):
+        host = proc if kind == "hosts" else proc.parent()
+        if host is not None and host.pid in the_runs_hosts:
             return f"{kind} (the run's)"
     return kind
 
@@ -126,7 +132,9 @@ class Sampler:
                     # by a later process is another key.
                     key = (proc.pid, proc.create_time(), proc.name())
                     known = self.used.get(key)
-                    kind = known[0] if known and known[0] != UNNAMED else kind_of(proc, me.pid)
+                    # Hosts again each time: the run's is known as such once it has started.
+                    named = known is not None and known[0] not in (UNNAMED, "hosts", "host workers")
+                    kind = known[0] if known is not None and named else kind_of(proc, me.pid)
                     t = proc.cpu_times()
                     self.used[key] = (kind, t.user + t.system)
             except psutil.Error:
