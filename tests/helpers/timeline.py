@@ -117,6 +117,7 @@ class Sampler:
         self.path = path
         self.used: dict[tuple[int, float, str], tuple[str, float]] = {}  # process -> (kind, CPU-s)
         self._stop = threading.Event()
+        self._runs_hosts_known = 0
         self._thread = threading.Thread(target=self._run, name="timeline-sampler", daemon=True)
         self.begin = time.time()
         _append(path, {"begin": self.begin, "pid": os.getpid()})
@@ -124,6 +125,8 @@ class Sampler:
 
     def _sample(self) -> None:
         me = psutil.Process()
+        learnt = len(the_runs_hosts) != self._runs_hosts_known
+        self._runs_hosts_known = len(the_runs_hosts)
         for proc in me.children(recursive=True):
             try:
                 with proc.oneshot():
@@ -132,9 +135,9 @@ class Sampler:
                     # by a later process is another key.
                     key = (proc.pid, proc.create_time(), proc.name())
                     known = self.used.get(key)
-                    # Hosts again each time: the run's is known as such once it has started.
-                    named = known is not None and known[0] not in (UNNAMED, "hosts", "host workers")
-                    kind = known[0] if known is not None and named else kind_of(proc, me.pid)
+                    # Hosts named again once the run's host is known (it has started by then).
+                    again = UNNAMED, *(("hosts", "host workers") if learnt else ())
+                    kind = known[0] if known is not None and known[0] not in again else kind_of(proc, me.pid)
                     t = proc.cpu_times()
                     self.used[key] = (kind, t.user + t.system)
             except psutil.Error:
