@@ -24,7 +24,7 @@ from typing import Any
 import psutil
 import pytest
 from helpers import bicep, precompile, timeline, unicode_tables
-from helpers.host_template import forked
+from helpers.host_template import RunTemplate, forked, use_the_runs
 from helpers.shared_servers import WORKER_INPUT, Attached, SharedServers
 
 from vault_core.azure import StorageAccount
@@ -143,14 +143,19 @@ def one_tls_context() -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the controller of xdist workers: the servers every worker shares (SharedServers).
+    """On the controller of xdist workers: the servers every worker shares (SharedServers), and
+    the template the tests' hosts are forked from (tests/helpers/host_template.py); on a worker,
+    where to find that template.
     With ``MV_TEST_TIMELINE=FILE``: where the run's time and CPU went (tests/helpers/timeline.py).
     Then, while those servers start, what every worker would otherwise compute as it collects,
     once for all: the test modules' rewritten bytecode (tests/helpers/precompile.py), the
     parsed Bicep files (tests/helpers/bicep.py) and Hypothesis's Unicode tables
     (tests/helpers/unicode_tables.py)."""
     timeline.register(config)
-    if not hasattr(config, "workerinput") and (config.getoption("numprocesses", None) or 0) > 0:
+    if hasattr(config, "workerinput"):
+        use_the_runs(config.workerinput)
+    elif (config.getoption("numprocesses", None) or 0) > 0:
+        config.pluginmanager.register(RunTemplate(), "mv-host-template")  # the session host's too
         config.pluginmanager.register(SharedServers(session_host), "mv-shared-servers")
         unicode_tables.start(config)
         precompile.rewrite_test_modules(config)
@@ -276,9 +281,10 @@ have hosts of their own."""
 
 def session_host(azurite: Azurite, dev_issuer: DevIssuer) -> HostProcess:
     """The session's host (not started): see :func:`vault_host`. The product's host.json: its
-    idle poller asks every 2 s, and the host's write requests wake it (a test seam)."""
+    idle poller asks every 2 s, and the host's write requests wake it (a test seam). Forked from
+    the host template as the tests' hosts are (the demo's host starts as a fresh interpreter)."""
     settings = {**dev_issuer.settings(), "VAULT_STAGING_QUEUES": str(SESSION_HOST_QUEUES)}
-    return HostProcess(azurite.connection_string, settings=settings, args=(WAKE_ON_WRITE,))
+    return HostProcess(azurite.connection_string, settings=settings, args=(WAKE_ON_WRITE,), launch=forked)
 
 
 @pytest.fixture(scope="session")

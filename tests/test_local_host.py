@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -22,6 +23,7 @@ import pytest
 from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import BlobLeaseClient
 from conftest import commit_directly, isolated_host, key_header, still_running
+from helpers.host_template import TemplateClient, host_template
 
 from vault_app.config import load_settings
 from vault_app.instance import Instance, lock_directory
@@ -32,7 +34,7 @@ from vault_core.blobs import BlobContainer
 from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_local.azurite import AZURITE_BIN, WITHOUT_SQL, WITHOUT_TELEMETRY, Azurite
+from vault_local.azurite import AZURITE_BIN, WITHOUT_SQL, WITHOUT_TELEMETRY, Azurite, free_port
 from vault_local.channel import HTTP, Channel
 from vault_local.host import create_until_done, idle_wait
 from vault_local.process import HostProcess, local_env
@@ -281,8 +283,28 @@ def test_two_workers_serve_http_run_the_writer_and_exit_with_their_host(
     host.proc.send_signal(signal.SIGKILL)  # only the host: its workers see their socket close
     host.proc.wait(10)
     # Exited is enough: orphans, their zombies wait to be reaped by whoever adopted them, in
-    # its own time (PID 1, or this process: it adopts the hosts it forks, helpers/host_template.py).
+    # its own time (PID 1, or the host template, which adopts them: helpers/host_template.py).
     wait_until(lambda: not still_running(orphans), timeout=10)
+
+
+def test_a_test_process_whose_connection_to_the_host_template_closes_leaves_no_host_behind() -> None:
+    """The run's host template (helpers/host_template.py) is the parent of every host it forks:
+    when the test process that asked for one ends, or dies, without stopping it, the template
+    ends it. (A development issuer stands in for a host: the template runs any
+    ``python -m vault_local`` command, and the issuer's start is a fraction of a host's.)"""
+    template = host_template()
+    if template is None:
+        pytest.skip("no host template off Linux")
+    own = TemplateClient(template.address)
+    try:
+        argv = [sys.executable, "-m", "vault_local", "issuer", "--port", str(free_port())]
+        issuer = own.launch(argv, dict(os.environ))
+        assert issuer.stdout is not None and issuer.stdout.readline().startswith("Development issuer at")
+        process = psutil.Process(issuer.pid)
+        assert "host_template.py" in " ".join(process.parent().cmdline()) and issuer.poll() is None
+    finally:
+        own.close()
+    wait_until(lambda: not still_running([process]), timeout=10)
 
 
 def test_an_invalid_worker_count_stops_the_host_with_a_clear_message(
@@ -428,7 +450,8 @@ def test_a_worker_dying_mid_invocation_fails_the_queue_invocation_and_the_warm_s
         wait_until(lambda: values() == [["x"], ["y"]], timeout=60)  # x once: a duplicate
         # Right after the kill, the owner lease was live and held under the instance's id.
         assert (0, leased[0].blob_name) in kept
-        assert owners(host)[-1][1] == spare
+        # The spare's line may reach the host's stdout after "y" can be read (see "drained" below).
+        assert wait_until(lambda: owners(host)[-1][1] == spare)
         wait_until(lambda: logged(host, "warm spare language worker ready"), timeout=60)
         # The promoted spare, and a new one behind it, forked by the template and the host's child
         assert host.proc is not None and len(workers_of(host)) == 2

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers import timeline
+
 from vault_local.azurite import Azurite
 from vault_local.dev_issuer import DevIssuer
 from vault_local.process import HostProcess
@@ -51,6 +53,8 @@ class SharedServers:
             self.azurite.start()
             (self.directory / "azurite.ready").write_text("")
             self.host.start()
+            if self.host.proc is not None:
+                timeline.the_runs_hosts.add(self.host.proc.pid)
             (self.directory / "host.ready").write_text("")
         except BaseException:
             for name in ("azurite", "host"):

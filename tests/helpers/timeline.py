@@ -48,13 +48,20 @@ def _cpu() -> tuple[float, float]:
     return t.user + t.system, t.children_user + t.children_system
 
 
+the_runs_hosts: set[int] = set()
+"""The pid of the run's host (tests/helpers/shared_servers.py): forked from the host template as
+the tests' hosts are, it is told apart by its pid, and its language workers by their parent's."""
+
+
 def kind_of(proc: psutil.Process, controller: int | None = None) -> str:
     """The role of one process of the run. The controller's own Azurite and host (and that
     host's workers), which serve every worker's tests, are told apart from those tests start."""
     kind = _role(proc)
-    if controller is not None and kind in ("azurite", "hosts", "host workers"):
-        up = proc.parent() if kind == "host workers" else proc
-        if up is not None and up.ppid() == controller:
+    if controller is not None and kind == "azurite" and proc.ppid() == controller:
+        return f"{kind} (the run's)"
+    if controller is not None and kind in ("hosts", "host workers"):
+        host = proc if kind == "hosts" else proc.parent()
+        if host is not None and host.pid in the_runs_hosts:
             return f"{kind} (the run's)"
     return kind
 
@@ -63,6 +70,17 @@ def _is_host(cmd: str) -> bool:
     """A host's command line, or the host template's (tests/helpers/host_template.py), which the
     hosts the tests start are forked from and keep (the template's own CPU: their imports)."""
     return ("vault_local" in cmd and " host" in cmd) or "host_template.py" in cmd
+
+
+def _is_template(proc: psutil.Process | None) -> bool:
+    """The host template itself, whose forks (the hosts, its children) keep its command line:
+    the one of them whose parent is no host."""
+    up = proc.parent() if proc else None
+    return (
+        proc is not None
+        and "host_template.py" in " ".join(proc.cmdline())
+        and not (up and _is_host(" ".join(up.cmdline())))
+    )
 
 
 def _role(proc: psutil.Process) -> str:
@@ -82,7 +100,7 @@ def _role(proc: psutil.Process) -> str:
     if _is_host(cmd):
         up = proc.parent()
         parent = " ".join(up.cmdline()) if up else ""  # a demo starts hosts too
-        return "host workers" if _is_host(parent) else "hosts"
+        return "host workers" if _is_host(parent) and not _is_template(up) else "hosts"
     if "chrom" in cmd or "playwright" in cmd:
         return "browser"
     if "execnet" in cmd or "import sys;exec(eval(sys.stdin.readline()))" in cmd:
@@ -99,6 +117,7 @@ class Sampler:
         self.path = path
         self.used: dict[tuple[int, float, str], tuple[str, float]] = {}  # process -> (kind, CPU-s)
         self._stop = threading.Event()
+        self._runs_hosts_known = 0
         self._thread = threading.Thread(target=self._run, name="timeline-sampler", daemon=True)
         self.begin = time.time()
         _append(path, {"begin": self.begin, "pid": os.getpid()})
@@ -106,6 +125,8 @@ class Sampler:
 
     def _sample(self) -> None:
         me = psutil.Process()
+        learnt = len(the_runs_hosts) != self._runs_hosts_known
+        self._runs_hosts_known = len(the_runs_hosts)
         for proc in me.children(recursive=True):
             try:
                 with proc.oneshot():
@@ -114,7 +135,9 @@ class Sampler:
                     # by a later process is another key.
                     key = (proc.pid, proc.create_time(), proc.name())
                     known = self.used.get(key)
-                    kind = known[0] if known and known[0] != UNNAMED else kind_of(proc, me.pid)
+                    # Hosts named again once the run's host is known (it has started by then).
+                    again = UNNAMED, *(("hosts", "host workers") if learnt else ())
+                    kind = known[0] if known is not None and known[0] not in again else kind_of(proc, me.pid)
                     t = proc.cpu_times()
                     self.used[key] = (kind, t.user + t.system)
             except psutil.Error:

@@ -19,6 +19,7 @@ export async function streamsView(view) {
   const streams = doc.streams;
   let sort = { key: "stream", dir: 1 };
   const table = h("table", { class: "grid", id: "streams" });
+  const shown = new Map(); // stream name -> its row on the page
   const render = () => {
     const col = COLUMNS.find((c) => c.key === sort.key);
     const rows = [...streams].sort((a, b) => {
@@ -50,8 +51,26 @@ export async function streamsView(view) {
           ),
         ),
       ),
-      h("tbody", {}, rows.map(row)),
+      h("tbody", {}, rows.map(shownRow)),
     );
+  };
+  const shownRow = (s) => {
+    const tr = row(s);
+    shown.set(s.stream, tr);
+    return tr;
+  };
+  // A stream's rates change its own row only, unless the table is sorted by them: redrawing the
+  // whole table for each answer made a page of N streams build N² rows (200: a minute of CPU).
+  let redraw = null;
+  const ratesArrived = (s) => {
+    if (sort.key !== "hour") {
+      shown.get(s.stream).replaceWith(shownRow(s));
+    } else if (redraw === null) {
+      redraw = requestAnimationFrame(() => {
+        redraw = null;
+        render();
+      });
+    }
   };
   fill(
     view,
@@ -73,7 +92,7 @@ export async function streamsView(view) {
       } catch (err) {
         s.ratesError = err.message;
       }
-      if (!stopped) render();
+      if (!stopped) ratesArrived(s);
     }
   };
   Promise.all(Array.from({ length: PARALLEL }, worker));
