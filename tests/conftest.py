@@ -59,7 +59,16 @@ def _end_leftover_servers() -> None:
             return
 
 
+def _interrupted_by_sigterm(signum: int, frame: object) -> None:
+    """A SIGTERM ends this process as a Ctrl-C does (what CI or a supervisor sends to stop a run):
+    pytest winds the run up, and :func:`_end_leftover_servers` runs at exit. Python's own default
+    ends the process at once, which left the session's Azurite running without it."""
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 atexit.register(_end_leftover_servers)
+if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+    signal.signal(signal.SIGTERM, _interrupted_by_sigterm)
 
 
 WHOLE_MODULES = frozenset(
