@@ -44,7 +44,8 @@ def _end_leftover_servers() -> None:
     interrupts that cleanup again, and 10 s before it is killed: a host's graceful stop may take
     longer. After a run that was not interrupted there is nothing left to end.
     """
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut this short
+    for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C or SIGTERM must not cut this short
+        signal.signal(sig, signal.SIG_IGN)
     leaders = []
     for child in psutil.Process().children():
         with contextlib.suppress(OSError, psutil.Error):
