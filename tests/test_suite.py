@@ -87,3 +87,44 @@ def test_the_constants_of_the_project_s_sources_are_kept_where_hypothesis_looks(
 def test_the_garbage_collector_off_while_collecting_is_on_for_the_tests() -> None:
     """conftest turns it off in a process that collects, and on again once collected."""
     assert gc.isenabled() and gc.get_freeze_count() > 0
+
+
+def test_the_codec_table_found_a_block_at_a_time_is_the_one_found_a_code_point_at_a_time() -> None:
+    """Hypothesis's own definition, one code point at a time, around and across the surrogates
+    (blocks that encode whole, and blocks that do not)."""
+
+    def one_at_a_time(start: int, stop: int) -> tuple[list[int], list[int]]:
+        encodable, not_round_trip = [], []
+        for point in range(start, stop):
+            try:
+                encoded = chr(point).encode(unicode_tables.CODEC)
+            except UnicodeError:
+                continue
+            encodable.append(point)
+            if encoded.decode(unicode_tables.CODEC) != chr(point):
+                not_round_trip.append(point)
+        return encodable, not_round_trip
+
+    def points(intervals: list[tuple[int, int]]) -> list[int]:
+        return [p for low, high in intervals for p in range(low, high + 1)]
+
+    start, stop = 0xD000, 0xE100
+    encodable, not_round_trip = unicode_tables.codec_intervals(unicode_tables.CODEC, start, stop, block=300)
+    assert (points(encodable), points(not_round_trip)) == one_at_a_time(start, stop)
+    assert unicode_tables.codec_intervals(unicode_tables.CODEC) == ([(0, 0xD7FF), (0xE000, 0x10FFFF)], [])
+
+
+def test_the_codec_table_is_kept_where_and_as_hypothesis_reads_it(tmp_path: Path) -> None:
+    """A made-up table (only ASCII), so that Hypothesis's answer is the file's, not its own."""
+    from hypothesis.configuration import set_hypothesis_home_dir, storage_directory
+    from hypothesis.internal.charmap import intervals_from_codec
+
+    home = storage_directory(intent_to_write=False).home_directory
+    set_hypothesis_home_dir(tmp_path)
+    try:
+        path = unicode_tables.write_codec_table(unicode_tables.CODEC, ([(0, 127)], [(10, 10)]))
+        assert path is not None and path.is_relative_to(tmp_path)
+        encodable, not_round_trip = intervals_from_codec.__wrapped__(unicode_tables.CODEC)  # past its cache
+    finally:
+        set_hypothesis_home_dir(home)
+    assert (encodable.intervals, not_round_trip.intervals) == (((0, 127),), ((10, 10),))
