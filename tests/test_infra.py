@@ -25,7 +25,6 @@ from helpers import bicep
 
 if TYPE_CHECKING:  # imported where a syntax tree is read: every worker collects this module, one runs it
     from lark import Token, Tree
-    from pycep import BicepParser
 
 try:
     from vault_app import config as app_config
@@ -56,13 +55,6 @@ def rel(path: Path) -> str:
 
 
 @functools.cache
-def _parser() -> BicepParser:
-    from pycep import BicepParser  # and its grammar: only where a test needs the syntax tree
-
-    return BicepParser()
-
-
-@functools.cache
 def doc(path: Path) -> dict[str, Any]:
     """pycep's JSON view of a Bicep file (declarations by kind), parsed once for the whole run
     (tests/helpers/bicep.py)."""
@@ -73,7 +65,7 @@ def test_the_parse_kept_for_the_run_is_pycep_s(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(bicep, "CACHE", tmp_path)
     fresh = bicep.parsed(FUNCTION_APP)
     assert [p.suffix for p in tmp_path.iterdir()] == [".json"]
-    assert bicep.parsed(FUNCTION_APP) == fresh == _parser().parse(file_path=FUNCTION_APP)
+    assert bicep.parsed(FUNCTION_APP) == fresh == bicep.parser().parse(file_path=FUNCTION_APP)
 
 
 def collected(path: Path) -> dict[str, Any]:
@@ -88,12 +80,12 @@ def collected(path: Path) -> dict[str, Any]:
 @functools.cache
 def syntax_tree(path: Path) -> Tree:
     """The Lark tree: unlike the JSON view it tells identifiers from string literals."""
-    return _parser().lark_parser.parse(path.read_text())
+    return bicep.parser().lark_parser.parse(path.read_text())
 
 
 @functools.cache
 def _expression_tree(expression: str) -> Tree:
-    return _parser().lark_parser.parse(f"var x = {expression}\n")
+    return bicep.parser().lark_parser.parse(f"var x = {expression}\n")
 
 
 def body(config: dict[str, Any]) -> dict[str, Any]:

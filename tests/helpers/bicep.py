@@ -16,9 +16,12 @@ import json
 import os
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+
+if TYPE_CHECKING:
+    from pycep import BicepParser
 
 ROOT = Path(__file__).resolve().parents[2]
 INFRA = ROOT / "infra"
@@ -36,6 +39,15 @@ def _pycep_version() -> str:
     return version("pycep-parser")
 
 
+@functools.cache
+def parser() -> BicepParser:
+    """One pycep parser for every file: making one loads its grammar (~0.1 CPU-s, from lark's
+    cache), as much as parsing a small file."""
+    from pycep import BicepParser  # with its grammar: only where a file is parsed
+
+    return BicepParser()
+
+
 def parsed(path: Path) -> dict[str, Any]:
     """pycep's JSON view of a Bicep file (declarations by kind); raises what pycep raises."""
     source = path.read_bytes()
@@ -45,9 +57,7 @@ def parsed(path: Path) -> dict[str, Any]:
         return cast(dict[str, Any], json.loads(cached.read_bytes()))
     except (OSError, ValueError):
         pass
-    from pycep import BicepParser  # with its grammar: only where a file is parsed
-
-    doc = cast(dict[str, Any], BicepParser().parse(file_path=path))
+    doc = cast(dict[str, Any], parser().parse(file_path=path))
     if not CACHE.is_dir():
         return doc
     partial = cached.with_suffix(f".{os.getpid()}")
