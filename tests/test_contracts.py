@@ -194,6 +194,10 @@ def test_pages_and_the_commit_record_are_written_under_the_lease_and_the_etag(pa
     assert data == bytes(PAGE_SIZE) + b"a" * PAGE_SIZE
     assert (state.committed, state.count, state.etag) == (2 * PAGE_SIZE, 1, etag)
     assert state.blob_size == 4 * PAGE_SIZE
+    assert page_log.read(3 * PAGE_SIZE, 2 * PAGE_SIZE) == bytes(PAGE_SIZE)  # unwritten, up to the end
+    etag = page_log.resize(PAGE_SIZE, lease, etag)  # a shrink drops the pages past the new end ...
+    etag = page_log.resize(3 * PAGE_SIZE, lease, etag)
+    assert page_log.read(0, 3 * PAGE_SIZE) == bytes(3 * PAGE_SIZE)  # ... and a growth adds zero pages
     lease.release()
 
 
