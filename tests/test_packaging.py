@@ -60,9 +60,11 @@ def _type_checking_only(node: ast.If) -> bool:
     )
 
 
-def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
+@functools.cache
+def imported_modules(path: Path, module_level_only: bool = False) -> frozenset[str]:
     """Absolute imports that run: ``if TYPE_CHECKING:`` blocks are left out; function-level
-    (lazy) imports count unless ``module_level_only``."""
+    (lazy) imports count unless ``module_level_only``. Each file's once: the tests below ask
+    again and again about the same files."""
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
@@ -80,7 +82,7 @@ def imported_modules(path: Path, module_level_only: bool = False) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
-    return found
+    return frozenset(found)
 
 
 @functools.cache
