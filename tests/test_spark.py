@@ -14,42 +14,34 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
+from helpers import core_wheel
+from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
 
 from vault_core.clock import ManualClock
 from vault_core.pageblob import StreamBlob
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import Message, NewMessage
+from vault_core.spark.options import ReadOptions, option_name, to_option_map
+from vault_core.spark.plan import StreamRange, even_cuts, plan_read, split_range
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 
-pytest.importorskip("pyspark")
-pytest.importorskip("pyarrow")
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import DataFrame, SparkSession
 
-import pyarrow as pa
-import pyspark
-from helpers import core_wheel
-from helpers.spark_jvm import SPARK_PYTHON, DriverJvm
-from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
-from pyspark.sql.datasource import DataSourceReader, InputPartition
-from pyspark.sql.types import StructType
-
-from vault_core.spark import MessageVaultDataSource, read_streams, register
-from vault_core.spark.analysis import per_key_per_hour, read_capture
-from vault_core.spark.capture import capture
-from vault_core.spark.capture import main as capture_main
-from vault_core.spark.files import LocalFiles
-from vault_core.spark.legacy import ReadKeywords
-from vault_core.spark.options import ReadOptions, option_name, to_option_map
-from vault_core.spark.partition_reader import read_partition, read_skip_reports
-from vault_core.spark.plan import StreamRange, even_cuts, plan_read, split_range
-from vault_core.spark.progress import Progress
-from vault_core.spark.schema import SPARK_SCHEMA
-
-pytestmark = pytest.mark.spark  # all on one xdist worker: WHOLE_MODULES in conftest.py
+# pyspark, pyarrow and the modules that import them are imported by the tests that use them:
+# every xdist worker collects this module, and one runs it (~0.35 CPU-s of imports each).
+pytestmark = [
+    pytest.mark.spark,  # all on one xdist worker: WHOLE_MODULES in conftest.py
+    pytest.mark.skipif(
+        not (importlib.util.find_spec("pyspark") and importlib.util.find_spec("pyarrow")),
+        reason="needs pyspark and pyarrow (the spark extra)",
+    ),
+]
 
 Row = tuple[str, int, int, bytes, bytes, str | None]
 T0 = 1_750_000_000_000  # 2025-06-15T15:06:40Z
@@ -58,6 +50,11 @@ KiB = 1024
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    import pyspark
+    from pyspark.sql import SparkSession
+
+    from vault_core.spark import register
+
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     # Workers need this venv's pyarrow and vault_core, and pyspark from it, not from Spark's zip.
     os.environ["PYSPARK_PYTHON"], os.environ["MV_SPARK_PYTHON"] = str(SPARK_PYTHON), sys.executable
@@ -74,9 +71,14 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             .appName("messagevault-tests")
             .config("spark.sql.shuffle.partitions", "1")
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")  # no thread redrawing a progress bar
             .config("spark.sql.session.timeZone", "Asia/Kolkata")  # UTC+5:30: catches local-time slips
             .config("spark.driver.memory", "2g")
             .config("spark.driver.extraJavaOptions", jvm.options)
+            .config("spark.driver.extraClassPath", jvm.class_path)  # the jars most used first
+            # lower() by the JVM's case mapping rather than ICU's, whose tables cost the JVM about
+            # 2.5 CPU-s to build at its first call (per_key_per_hour's lower(hex(key)): ASCII).
+            .config("spark.sql.icu.caseMappings.enabled", "false")
             # Python errors with their whole traceback, as the RDD-based paths (read_streams,
             # capture) report them: then the data source's tasks and theirs have the same
             # environment, so one daemon and its workers serve both (a Python start less).
@@ -105,6 +107,8 @@ def _row(stream: str, m: Message) -> Row:
 
 
 def rows(df: DataFrame) -> list[Row]:
+    from pyspark.sql import functions as F
+
     ms = F.expr("unix_millis(timestamp)")
     got = df.select("stream", "offset", ms, "key", "value", "key_text").collect()
     return sorted((r[0], r[1], r[2], bytes(r[3]), bytes(r[4]), r[5]) for r in got)
@@ -112,6 +116,8 @@ def rows(df: DataFrame) -> list[Row]:
 
 def arrow_rows(data: pa.Table | pa.RecordBatch) -> list[Row]:
     """The rows of Arrow data with the messagevault columns, as :func:`rows` gives them."""
+    import pyarrow as pa
+
     stamps = data.column("timestamp")
     per_ms = {"ms": 1, "us": 1000, "ns": 1_000_000}[stamps.type.unit]
     ms = [t // per_ms for t in stamps.cast(pa.int64()).to_pylist()]
@@ -125,6 +131,8 @@ def read_here(conn: str | None, streams: str, **options: Any) -> list[Row]:
     process by what the data source's planning step and tasks run (``plan_read``,
     ``read_partition``): no Spark job. For bounds and credentials, which Spark passes on as
     they are; each kind of read also goes through Spark in a test of its own."""
+    from vault_core.spark.partition_reader import read_partition
+
     given = {k: v if isinstance(v, str) else json.dumps(v) for k, v in options.items()}
     given |= {"streams": streams} | ({"connectionString": conn} if conn else {})
     parts = plan_read(ReadOptions.parse(given))
@@ -136,6 +144,7 @@ def rows_here(path: str, *, captured: bool = False) -> list[Row]:
     Spark job. ``captured``: a capture's layout, each row's stream from its ``stream=``
     directory. Directories starting with ``_`` (a capture's progress and staging, a streaming
     sink's log) are left out, as Spark leaves them out."""
+    import pyarrow as pa
     import pyarrow.dataset as ds
 
     layout = ds.partitioning(pa.schema([("stream", pa.string()), ("date", pa.string())]), flavor="hive")
@@ -286,6 +295,8 @@ def test_options_are_checked_with_clear_messages(azurite: Any) -> None:
 
 
 def test_each_read_streams_keyword_is_an_option_by_its_snake_case_name() -> None:
+    from vault_core.spark.legacy import ReadKeywords
+
     assert option_name("from_offset") == "fromOffset" and option_name("sas") == "sas"
     assert to_option_map(connection_string="c", from_offset={"a": 1}, skip_corrupt=True, sas=None) == {
         "connectionString": "c",
@@ -393,6 +404,8 @@ def test_a_run_of_units_becomes_one_arrow_batch_and_no_value_is_left_for_pyarrow
 def test_batch_read_equals_the_reader_row_for_row(
     spark: SparkSession, azurite: Any, big: str, big_rows: list[Row]
 ) -> None:
+    from vault_core.spark.schema import SPARK_SCHEMA
+
     stream, want = big, big_rows
     edges = [MAX_PAGE_WRITE]
     assert all(any(r[1] < e < r[1] + 32 + len(r[3]) + len(r[4]) for r in want) for e in edges)
@@ -488,6 +501,8 @@ def test_sas_tokens_instead_of_a_connection_string(
 def test_a_corrupt_record_fails_the_read_or_is_skipped_and_counted(
     spark: SparkSession, azurite: Any, vault: Vault, stream: str, tmp_path: Path
 ) -> None:
+    from vault_core.spark.partition_reader import read_skip_reports
+
     write_batches(
         vault,
         stream,
@@ -605,6 +620,9 @@ def test_streaming_resumes_from_its_checkpoint_without_loss_or_duplicates(
 def test_read_streams_without_the_data_source_api(
     spark: SparkSession, azurite: Any, big: str, big_rows: list[Row]
 ) -> None:
+    from vault_core.spark import read_streams
+    from vault_core.spark.schema import SPARK_SCHEMA
+
     stream, want = big, big_rows
     first = len(want) - 100  # ~900 KB: seven partitions of 128 KiB
     lo = want[first][1]
@@ -692,6 +710,8 @@ def test_asking_the_data_source_for_its_schema_imports_neither_the_azure_sdk_nor
 
 
 def captured(spark: SparkSession, out: str) -> list[Row]:
+    from vault_core.spark.analysis import read_capture
+
     return rows(read_capture(spark, out))
 
 
@@ -703,6 +723,14 @@ def test_capture_is_incremental_idempotent_and_survives_a_crash(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from pyspark.sql import functions as F
+
+    from vault_core.spark.analysis import per_key_per_hour, read_capture
+    from vault_core.spark.capture import capture
+    from vault_core.spark.capture import main as capture_main
+    from vault_core.spark.files import LocalFiles
+    from vault_core.spark.progress import Progress
+
     conn = azurite.connection_string
     other = stream + "-b"
     day = 86_400_000
@@ -798,6 +826,12 @@ def test_the_core_wheel_alone_reads_a_stream_with_spark(
     above, and what the driver does with the core, ``register``, is one call with the class that
     the planning processes import from the wheel. So the virtualenv gets the session's pyspark
     version, as pip's constraint: its Python processes speak the JVM's protocol."""
+    import pyspark
+    from pyspark.sql.datasource import DataSourceReader, InputPartition
+    from pyspark.sql.types import StructType
+
+    from vault_core.spark import MessageVaultDataSource
+
     values = [f"message-{i}" for i in range(25)]
     with vault.writer(stream) as w:
         w.append([Batch([NewMessage(v.encode(), "k") for v in values[:10]])])

@@ -36,6 +36,29 @@ WRITE_ARCHIVE = "MV_TEST_SPARK_ARCHIVE"
 writing it costs the run that does it more than a later run saves (single Spark test: 60 s
 writing, 22 s with the archive, 28 s with neither), and a fresh clone (CI) never has one, since
 the key holds the Spark installation's path. Worth it for a developer running Spark tests often."""
+FIRST_JARS = (
+    "spark-catalyst_",
+    "scala-library-",
+    "spark-core_",
+    "spark-sql_",
+    "scala-reflect-",
+    "log4j-core-",
+    "spark-sql-api_",
+    "hadoop-client-api-",
+    "parquet-column-",
+    "jackson-databind-",
+    "arrow-vector-",
+    "parquet-encoding-",
+    "janino-",
+    "spark-config_",
+    "parquet-format-structures-",
+    "parquet-jackson-",
+)
+"""The jars (by name) the Spark tests load most classes from, most first: four in five of the
+~16,000 classes (counted with ``-Xlog:class+load``). The JVM looks for a class in each jar of its
+class path in turn, and Spark's has some 280 jars in directory order: named first, a class is
+found in the first few instead of after a hundred misses on average. Only the order changes; a
+jar not named here, or renamed by another Spark, is still found after them."""
 SPARK_PYTHON = Path(__file__).with_name("spark_python.sh")
 """The tests' ``PYSPARK_PYTHON``: ``$MV_SPARK_PYTHON`` with pyspark imported from site-packages."""
 QUICK_START = (
@@ -71,7 +94,8 @@ def _promote(key: str) -> None:
 
 
 class DriverJvm:
-    """The ``spark.driver.extraJavaOptions`` of one Spark driver; call :meth:`started` once it runs."""
+    """The ``spark.driver.extraJavaOptions`` and ``extraClassPath`` of one Spark driver; call
+    :meth:`started` once it runs."""
 
     def __init__(self, spark_home: Path) -> None:
         CACHE.mkdir(parents=True, exist_ok=True)
@@ -81,6 +105,10 @@ class DriverJvm:
         for other in CACHE.glob("*.jsa"):  # ~160 MB each: those of installations gone or unused
             if other != archive and time.time() - other.stat().st_mtime > UNUSED_FOR:
                 other.unlink(missing_ok=True)
+        jars = sorted((spark_home / "jars").glob("*.jar"))
+        first = [jar for prefix in FIRST_JARS for jar in jars if jar.name.startswith(prefix)]
+        self.class_path = os.pathsep.join(map(str, first))
+        """``spark.driver.extraClassPath``, which goes before Spark's jars: FIRST_JARS first."""
         self.marker: Path | None = None
         if archive.exists():
             os.utime(archive)  # used now
