@@ -34,14 +34,7 @@ from vault_core.blobs import BlobContainer
 from vault_core.pageblob import StreamBlob
 from vault_core.recordformat import NewMessage
 from vault_core.vault import Vault
-from vault_local.azurite import (
-    AZURITE_BIN,
-    SINGLE_THREADED,
-    WITHOUT_SQL,
-    WITHOUT_TELEMETRY,
-    Azurite,
-    free_port,
-)
+from vault_local.azurite import AZURITE_BIN, WITHOUT_SQL, WITHOUT_TELEMETRY, Azurite, free_port
 from vault_local.channel import HTTP, Channel
 from vault_local.host import create_until_done, idle_wait
 from vault_local.process import HostProcess, local_env
@@ -523,10 +516,9 @@ def test_a_forked_process_reports_its_exit_as_popen_does() -> None:
 def test_azurite_starts_without_loading_its_telemetry_client_or_its_sql_stores_orm() -> None:
     """Azurite runs with telemetry off and no SQL database, so the preloads leave its telemetry
     client and the SQL stores' ORM unloaded (most of its start's CPU): ``--version`` loads every
-    module Azurite's start does, and no more, in a V8 without background threads as Azurite runs.
-    (Azurite then serving is every other test.)"""
+    module Azurite's start does, and no more. (Azurite then serving is every other test.)"""
     preloads = ["--require", str(WITHOUT_TELEMETRY), "--require", str(WITHOUT_SQL)]
-    args = ["node", SINGLE_THREADED, *preloads, str(AZURITE_BIN), "--version"]
+    args = ["node", *preloads, str(AZURITE_BIN), "--version"]
     env = {**os.environ, "NODE_DEBUG": "module"}
     env.pop("AZURITE_DB", None)
     done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=60, check=True)

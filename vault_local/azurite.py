@@ -24,12 +24,6 @@ WITHOUT_SQL = Path(__file__).resolve().parent / "azurite_without_sql.cjs"
 """Preloaded into Azurite, which keeps its metadata in files or in memory: the SQL stores' ORM
 is not loaded (0.15-0.25 of the 1-1.3 CPU-s its start takes)."""
 
-SINGLE_THREADED = "--single-threaded"
-"""Node's V8 without its background threads (concurrent garbage collection, optimising
-compilation): Azurite's JavaScript runs on one thread anyway, and handing work to the others
-costs more CPU than it saves where cores are few. Measured on two shared cores: about 7 % less
-CPU a request (4.2 ms against 4.5) and a tenth less to start (0.95 CPU-s against 1.06)."""
-
 
 SERVER_PORTS = range(15000, 32768)
 """Where :func:`free_port` looks: below Linux's ephemeral range (32768-60999 by default; macOS
@@ -90,7 +84,6 @@ class Azurite:
         ensure_installed()
         args = [
             "node",
-            SINGLE_THREADED,
             "--require",
             str(WITHOUT_TELEMETRY),
             "--require",
