@@ -317,6 +317,8 @@ def test_queries_run_in_key_order_within_bounds(table: Table) -> None:
     assert [(r.partition, r.key) for r in table.query()][:2] == [("other", "o0001"), ("s", "o0000")]
     wanted = [*keys[:20], "o0001", "o9999"]  # more than one request's worth, and two that are not there
     assert sorted(r.key for r in table.rows("s", wanted)) == keys[:20]
+    assert [r.get("N") for r in table.rows("other", ["o0001"])] == [-1]  # one key: a point read
+    assert table.rows("s", ["o0001"]) == [] and table.rows("s", ["o9999", "o9999"]) == []
 
 
 # -- MessageQueue ----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ counts) is in :mod:`vault_app.loops`."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -100,8 +101,11 @@ async def _committed_within(rt: Runtime, stream: str, batch_id: str, wait: float
                     hit = next((b for b in state.batches if b.batch_id == batch_id), None)
                     if hit is not None and (state.format < UNIT_VERSION or pieces_known(hit)):
                         return BatchStatus.of_commit(stream, hit)
+                # The commit record just seen stands for the latest: one read of it less a check.
+                record = None if state is None else state.batches
                 with budget():
-                    found = await in_thread(rt, rt.services.batch_table.committed, stream, batch_id)
+                    check = functools.partial(rt.services.batch_table.committed, record=record)
+                    found = await in_thread(rt, check, stream, batch_id)
                 if found is not None:
                     return found
     except (Busy, StorageUnavailable):

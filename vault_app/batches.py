@@ -203,15 +203,24 @@ class BatchTable:
         ]
 
     def committed(
-        self, stream: str, batch_id: str, *, row_wait: float = BATCH_ROW_WAIT_SECONDS
+        self,
+        stream: str,
+        batch_id: str,
+        *,
+        row_wait: float = BATCH_ROW_WAIT_SECONDS,
+        record: Sequence[CommittedBatch] | None = None,
     ) -> BatchStatus | None:
         """The batch's offsets if it is committed to ``stream`` (needs no status row).
 
         The commit record before the index: read in the other order, a commit landing in
         between could move the batch out of the record after the index was found without it.
-        A batch the record names whose pieces it cannot tell is looked up in the index too,
-        waiting up to ``row_wait`` seconds for the writer to record it."""
-        found = next((b for b in self.latest_commit(stream) if b.batch_id == batch_id), None)
+        ``record``: the batches of a commit record the caller has just read (a long poll's), so
+        as not to read it again; an older record than the latest can only make the answer come
+        at a later check, never a wrong one. A batch the record names whose pieces it cannot
+        tell is looked up in the index too, waiting up to ``row_wait`` seconds for the writer to
+        record it."""
+        batches = self.latest_commit(stream) if record is None else record
+        found = next((b for b in batches if b.batch_id == batch_id), None)
         if found is None:
             found = self.index.committed_batches(stream, [batch_id]).get(batch_id)
         elif not pieces_known(found):

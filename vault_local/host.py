@@ -258,6 +258,14 @@ class LocalHost:
         for idle_end in self._idle_ends:
             idle_end.set()
 
+    def _woken_when_due(self) -> bool:
+        """Whether an idle poller may wait ``maxPollingInterval`` at once, not back off to it:
+        with ``wake_pollers_on_write`` and no write request in flight, the next message comes
+        with a write request, whose start and end wake the pollers (a test host's back-off after
+        each wake was some five empty polls in 3 s, for nothing). While a write is in flight the
+        pollers back off as usual: a POST's ``?wait=`` ends only once its batch is taken."""
+        return self.wake_pollers_on_write and not self._writes
+
     def _stop_polling(self) -> None:
         self.stopping.set()
         self._wake_pollers()
@@ -374,7 +382,7 @@ class LocalHost:
                 if not got:
                     # Idle back-off, but no later than a failed invocation's message is due back
                     # (a dead worker's, say): its retry is what the queue is waiting for.
-                    idle = delay.next()
+                    idle = delay.longest if self._woken_when_due() else delay.next()
                     wait = idle_wait(idle, self._retry_due.get(q.queue_name), time.monotonic())
                     if wait < idle:  # waiting for that retry now: done with it
                         self._retry_due.pop(q.queue_name, None)
