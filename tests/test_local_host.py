@@ -257,6 +257,14 @@ def test_frames_carry_large_bodies_unchanged_both_ways() -> None:
 # -- real processes --------------------------------------------------------------------------
 
 
+def test_a_websocket_upgrade_is_answered_as_plain_http(vault_host: HostProcess) -> None:
+    """The host serves no WebSocket (nor does a Functions HTTP trigger): a request asking for an
+    upgrade reaches its route as any other request, and gets that route's answer."""
+    upgrade = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13"}
+    r = httpx.get(f"{vault_host.url}/health", headers={**upgrade, "Sec-WebSocket-Key": "dGhlIHNhbXBsZQ=="})
+    assert r.status_code == 200 and r.json()["status"] == "ok", r.text
+
+
 def test_two_workers_serve_http_run_the_writer_and_exit_with_their_host(
     two_workers: HostProcess, stream: str
 ) -> None:
