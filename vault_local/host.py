@@ -191,6 +191,8 @@ class LocalHost:
         self.wake_pollers_on_write = wake_pollers_on_write
         self._idle_ends: list[threading.Event] = []
         """One per queue poller, set to end its idle wait early (see :meth:`_wake_pollers`)."""
+        self._woken_at_a_start: set[threading.Event] = set()
+        """The idle pollers a write request's start woke (``wake_pollers_on_write``), not its end."""
         self._retry_due: dict[str, float] = {}
         """Queue → when the message of its last failed invocation is visible again (monotonic)."""
         self._lifespan = Starlette()
@@ -240,7 +242,7 @@ class LocalHost:
         answered = asyncio.get_running_loop().create_future()
         self._writes.add(answered)
         if self.wake_pollers_on_write:
-            self._wake_pollers()
+            self._wake_pollers(at_start=True)
         try:
             return await self._route(request)
         finally:
@@ -249,13 +251,19 @@ class LocalHost:
             if self.wake_pollers_on_write:
                 self._wake_pollers()
 
-    def _wake_pollers(self) -> None:
+    def _wake_pollers(self, *, at_start: bool = False) -> None:
         """End the idle pollers' waits, and their back-off. With ``wake_pollers_on_write`` (test
         hosts, not the Functions host's behaviour: the app stages through the SDK, not an
         output binding) a write request, which may stage a message, wakes them at its start and
         at its end, when any message it staged is there: idle queues are then polled as seldom
-        as ``maxPollingInterval`` says without a POST's ``?wait=`` waiting that long."""
+        as ``maxPollingInterval`` says without a POST's ``?wait=`` waiting that long. Woken by a
+        request's start, a poller first waits the shortest interval: the request's message is
+        there no sooner than its staging's storage call, so a poll at once would find nothing."""
         for idle_end in self._idle_ends:
+            if at_start:
+                self._woken_at_a_start.add(idle_end)
+            else:
+                self._woken_at_a_start.discard(idle_end)
             idle_end.set()
 
     def _woken_when_due(self) -> bool:
@@ -389,6 +397,10 @@ class LocalHost:
                     if idle_end.wait(wait):  # a write request, or stopping
                         idle_end.clear()
                         delay.found()
+                        if idle_end in self._woken_at_a_start:  # its message is not there yet
+                            self._woken_at_a_start.discard(idle_end)
+                            if idle_end.wait(delay.shortest):  # its end, another, or stopping
+                                idle_end.clear()
                     continue
                 delay.found()
                 for m in got:
