@@ -314,6 +314,39 @@ def test_a_damaged_unit_stops_or_is_skipped_whole(mixed: Vault, batch: str, skip
         )
 
 
+@pytest.mark.parametrize("skip", [False, True])
+def test_a_unit_that_checks_but_does_not_open_stops_or_is_skipped_where_the_scan_reaches_it(
+    mixed: Vault, skip: bool
+) -> None:
+    """A scan checks every unit's checksum before it hands on a message of the read, and opens a
+    unit as its consumer reaches it: a unit whose checksum holds but whose payload does not
+    decompress to its declared length (a lying writer's) is reported there, after the messages
+    before it, or skipped whole by its checked length."""
+    everything = list(mixed.reader.scan(STREAM))
+    b1 = mixed.index.committed_batches(STREAM, ["b1"])["b1"]
+    container = mixed.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    data = container.blobs[STREAM].data
+    at = b1.first_offset
+    length = UNIT_HEADER_SIZE + struct.unpack_from("<I", data, at + STORED_LENGTH_OFFSET)[0]
+    forged = bytearray(data[at : at + length])
+    declared = struct.unpack_from("<I", forged, PAYLOAD_LENGTH_OFFSET)[0]
+    struct.pack_into("<I", forged, PAYLOAD_LENGTH_OFFSET, declared + 1)
+    data[at : at + length] = reseal(forged)
+    before = [m for m in everything if m.offset < at]
+    taken: list[object] = []
+    if not skip:
+        with pytest.raises(CorruptRecord, match="does not decompress") as caught:
+            taken.extend(mixed.reader.scan(STREAM))
+        assert caught.value.offset == at and taken == before
+        return
+    skipped: list[tuple[int, int]] = []
+    options = ScanOptions(skip_corrupt=True, on_skip=lambda offset, n: skipped.append((offset, n)))
+    got = list(mixed.reader.scan(STREAM, options=options))
+    assert got == [m for m in everything if not at <= m.offset < at + length]
+    assert skipped == [(at, length)] and len(everything) - len(got) == b1.count
+
+
 # -- the Arrow path of Spark ---------------------------------------------------------------------
 @pytest.mark.parametrize("chunk", [97, 4096, 1 << 20])
 def test_the_columnar_decoder_reads_a_mixed_log_as_the_reference_decoder_does(

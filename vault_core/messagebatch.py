@@ -16,7 +16,6 @@ from __future__ import annotations
 import sys
 from array import array
 from collections.abc import Iterable, Iterator
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, sub
@@ -144,7 +143,6 @@ def decode_batches(
     *,
     max_count: int | None = None,
     units: list[tuple[int, int]] | None = None,
-    pool: Executor | None = None,
 ) -> tuple[list[MessageBatch], int]:
     """:func:`~vault_core.recordformat.decode`, as batches: the whole records and units of
     ``span`` and the position after them.
@@ -155,8 +153,7 @@ def decode_batches(
     what does not verify raises what ``decode`` raises, word for word.
     ``max_count`` and ``units`` are ``decode``'s: at most that many messages (a stop inside a unit
     returns the next message's offset minus ``span.base``), and the ``(start, end)`` offsets of
-    the units. ``pool`` is the scan's (:class:`~vault_core.reader.ScanDecoder`): units are decoded
-    here in turn, not on it (the per-message scan's :func:`~vault_core.scanparts.decode_parts` uses it).
+    the units.
     """
     buf, base_offset, pos, end, _, _, first = span
     view = memoryview(buf)

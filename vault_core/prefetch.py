@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Generator, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from vault_core.errors import StorageFailure
 
@@ -41,30 +41,58 @@ def prefetched_chunks(
     only for bytes below the committed length, which storage must hold). Closing the generator
     early cancels the reads not yet started; those under way finish in the background.
     """
+    reads = prefetched_reads(log, start, end, chunk=chunk, prefetch=prefetch, first=first)
+    try:
+        for read, last in reads:
+            yield read.result(), last
+    finally:
+        reads.close()
+
+
+class PendingRead(NamedTuple):
+    """One ranged read of :func:`prefetched_reads`, under way."""
+
+    log: RangeReads
+    length: int
+    future: Future[bytes]
+
+    def result(self) -> bytes:
+        """Its bytes, once read (waits); :class:`StorageFailure` if storage returned fewer."""
+        data = self.future.result()
+        if len(data) != self.length:
+            stream = self.log.stream
+            raise StorageFailure(f"short read from stream {stream!r}: {len(data)} of {self.length} bytes")
+        return data
+
+
+def prefetched_reads(
+    log: RangeReads, start: int, end: int, *, chunk: int, prefetch: int, first: int | None = None
+) -> Generator[tuple[PendingRead, bool], None, None]:
+    """:func:`prefetched_chunks`'s reads as they are started, in order, ``(read, is_last)``: for a
+    caller that hands a read to another thread to wait on (the scan's, which checks the next read
+    while its consumer takes the one before). Taking a read starts the next one, so ``prefetch``
+    stay in flight beyond those taken. Closing the generator cancels the reads not yet started."""
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     width = max(1, prefetch)
     ranges = deque(ramped(start, end, chunk, chunk if first is None else first))
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"mv-read-{log.stream}")
-    pending: deque[tuple[int, Future[bytes]]] = deque()
+    pending: deque[PendingRead] = deque()
 
     def fill() -> None:
         while ranges and len(pending) < width:
             p, n = ranges.popleft()
-            pending.append((n, pool.submit(log.read, p, n)))
+            pending.append(PendingRead(log, n, pool.submit(log.read, p, n)))
 
     try:
         fill()
         while pending:
-            n, future = pending.popleft()
-            fill()  # before waiting: ``prefetch`` reads stay in flight while the caller decodes
-            data = future.result()
-            if len(data) != n:
-                raise StorageFailure(f"short read from stream {log.stream!r}: {len(data)} of {n} bytes")
-            yield data, not ranges and not pending
+            read = pending.popleft()
+            fill()  # before the caller waits: ``prefetch`` reads stay in flight while it decodes
+            yield read, not ranges and not pending
     finally:
-        for _, f in pending:
-            f.cancel()
+        for read in pending:
+            read.future.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
 
 

@@ -10,7 +10,7 @@ import bisect
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
 from typing import Any, NamedTuple, Protocol, TypeVar, cast
@@ -28,10 +28,17 @@ from vault_core.index import IndexTables
 from vault_core.limits import DEFAULT_READ_BYTES, DEFAULT_READ_MESSAGES
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
 from vault_core.pagelog import CommitState, LogOpener, ReadableLog
-from vault_core.prefetch import prefetched_chunks
+from vault_core.prefetch import PendingRead, prefetched_reads
 from vault_core.recordformat import HEADER_SIZE, Message, decode, decode_span, frame_at, record_length_at
 from vault_core.retry import Backoff
-from vault_core.scanparts import RecordsPart, ScanPart, UnitPart, decode_parts, part_messages
+from vault_core.scanparts import (
+    RecordsPart,
+    ScanPart,
+    UnitPart,
+    decode_parts,
+    part_messages,
+    skipping_messages,
+)
 from vault_core.span import Span
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
@@ -43,12 +50,12 @@ a quiet machine they made the whole scan slower (v2 0.88x at 100 B, 0.68x at 1 K
 0.95x: BENCHMARKS.md, core_format): every read pays its request and its check, and the prefetch
 already overlaps the reads. So a scan reads whole chunks from its start unless told otherwise."""
 SCAN_PREFETCH = 4
-SCAN_DECODERS = 2
-"""Threads that check and decompress a read's version 2 units side by side (CRC-32 and the codecs
-release the GIL): one per core of the 2-core hosts this is measured on; the scan's own thread waits."""
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
+_Decoded = tuple[bytes, Span, tuple[list[T], int] | CorruptRecord]
+"""A scan's buffer, its span, and what a decoder made of it: its parts and the position after
+them, or its damage."""
 MIN_READ = max(HEADER_SIZE, UNIT_HEADER_SIZE)
 """The fewest bytes a read fetches: a whole header, whichever the version, so that a read with a
 tiny ``max_bytes`` learns the length of what it must return at least one message of."""
@@ -115,7 +122,7 @@ class ScanDecoder(Protocol[T]):
     """What a scan decodes a buffer with: :func:`~vault_core.scanparts.decode_parts` (the
     per-message scan) or :func:`~vault_core.messagebatch.decode_batches` (the batch scan)."""
 
-    def __call__(self, span: Span, *, pool: Executor | None = None) -> tuple[list[T], int]: ...
+    def __call__(self, span: Span) -> tuple[list[T], int]: ...
 
 
 class Decoder(Protocol[T]):
@@ -141,12 +148,13 @@ def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL
     may lie inside a value and start a forged record (docs/FORMAT.md §7.3). Without
     ``skip_corrupt`` a corrupt record raises.
 
-    A buffer is checked whole before any of its messages is handed on (on a thread, while the
-    consumer takes the buffer before: :func:`scan_parts`); its messages are then built one at a
-    time as they are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and
-    ``zip``: taking the next message runs no Python code.
+    A buffer is checked before any of its messages is handed on, every frame and every unit's
+    checksum (on a thread, while the consumer takes the buffer before: :func:`scan_parts`); a
+    unit is opened as the consumer reaches it and its messages are built one at a time as they
+    are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and ``zip``: taking
+    the next message of a unit runs no Python code.
     """
-    return _messages(scan_parts(log, start, end, decode_parts, options))
+    return _messages(scan_parts(log, start, end, decode_parts, options), options)
 
 
 def scan_log_batches(
@@ -182,56 +190,54 @@ def scan_parts(
     """
     if start >= end:
         return
-    chunks = prefetched_chunks(
+    reads = prefetched_reads(
         log, start, end, chunk=options.chunk, prefetch=options.prefetch, first=options.first_chunk
     )
-    units = ThreadPoolExecutor(max_workers=SCAN_DECODERS, thread_name_prefix=f"mv-units-{log.stream}")
     ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-decode-{log.stream}")
+
+    def taken(read: PendingRead, last: bool, carry: bytes, base: int, skip_to: int) -> _Decoded[T]:
+        # On ``ahead``: waits for the read, then decodes it while the consumer takes the one before.
+        data = read.result()
+        buf = carry + data if carry else data
+        if skip_to > base:  # still skipping: drop what lies before the boundary
+            drop = min(len(buf), skip_to - base)
+            buf, base = buf[drop:], base + drop
+        span = Span(buf, base, 0, len(buf), log.stream, last, first)
+        return buf, span, _decoded(decoder, span)
+
     try:
         carry = b""
         base = start
         skip_to = start  # after a corrupt record: the proven boundary where reading resumes
-        held: list[T] | None = None  # the last buffer's parts, handed on while this one decodes
-        for data, last in chunks:
-            buf = carry + data if carry else data
-            if skip_to > base:  # still skipping: drop what lies before the boundary
-                drop = min(len(buf), skip_to - base)
-                buf, base = buf[drop:], base + drop
+        pending: Future[_Decoded[T]] | None = ahead.submit(taken, *next(reads), carry, base, skip_to)
+        while pending is not None:
+            buf, span, decoded = pending.result()
+            base = span.base
             pos = 0
-            span = Span(buf, base, pos, len(buf), log.stream, last, first)
-            decoding: Future[tuple[list[T], int]] | None = None
-            if held is not None:
-                decoding = ahead.submit(decoder, span, pool=units)
-                yield held
-                held = None
-            while True:
-                try:
-                    if decoding is not None:
-                        records, pos = decoding.result()
-                    else:
-                        records, pos = decoder(span._replace(start=pos), pool=units)
-                except CorruptRecord as exc:
-                    if not options.skip_corrupt:
-                        raise
-                    decoding = None
-                    bad = max(pos, exc.offset - base if exc.offset is not None else pos)
-                    yield _records_before(decoder, span._replace(start=pos, end=bad))
-                    over = _walk_over(buf, base, bad, end, log.read)
-                    skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
-                    if options.on_skip:
-                        options.on_skip(base + bad, skip_to - (base + bad))
-                    pos = min(skip_to - base, len(buf))
-                    if skip_to - base <= len(buf):
-                        continue
+            records: list[T] | None = None
+            while isinstance(decoded, CorruptRecord):
+                if not options.skip_corrupt:
+                    raise decoded
+                bad = max(pos, decoded.offset - base if decoded.offset is not None else pos)
+                yield _records_before(decoder, span._replace(start=pos, end=bad))
+                over = _walk_over(buf, base, bad, end, log.read)
+                skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
+                if options.on_skip:
+                    options.on_skip(base + bad, skip_to - (base + bad))
+                pos = min(skip_to - base, len(buf))
+                if skip_to - base > len(buf):
                     break
-                held = records
-                del records, decoding
-                break
+                decoded = _decoded(decoder, span._replace(start=pos))
+            if not isinstance(decoded, CorruptRecord):
+                records, pos = decoded
             carry = buf[pos:]
             base += pos
-        if held is not None:
-            yield held
-            held = None
+            following = next(reads, None)
+            # the next read is waited for and decoded while the consumer takes this one's parts
+            pending = ahead.submit(taken, *following, carry, base, skip_to) if following else None
+            if records is not None:
+                yield records
+            del records, decoded, span, buf
         if carry:
             raise CorruptRecord(
                 f"{len(carry)} bytes before the committed end do not form a whole record",
@@ -239,9 +245,15 @@ def scan_parts(
                 offset=base,
             )
     finally:
-        chunks.close()
+        reads.close()
         ahead.shutdown(wait=False, cancel_futures=True)
-        units.shutdown(wait=False, cancel_futures=True)
+
+
+def _decoded(decoder: ScanDecoder[T], span: Span) -> tuple[list[T], int] | CorruptRecord:
+    try:
+        return decoder(span)
+    except CorruptRecord as exc:
+        return exc
 
 
 def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:
@@ -284,9 +296,12 @@ def _records_before(decoder: ScanDecoder[T], span: Span) -> list[T]:
     return records
 
 
-def _messages(parts: Iterator[list[ScanPart]]) -> Iterator[Message]:
-    """Every message of the parts, in order: a unit's each built as it is taken."""
-    return chain.from_iterable(map(part_messages, chain.from_iterable(parts)))
+def _messages(parts: Iterator[list[ScanPart]], options: ScanOptions) -> Iterator[Message]:
+    """Every message of the parts, in order: a unit's each built as it is taken. A unit that does
+    not open (its checksum held) raises where it is reached, or with ``skip_corrupt`` is skipped
+    whole: its checked header says where the next frame starts, where the parts go on."""
+    messages = skipping_messages(options.on_skip) if options.skip_corrupt else part_messages
+    return chain.from_iterable(map(messages, chain.from_iterable(parts)))
 
 
 def _before(part: list[T], end: int) -> list[T]:
@@ -470,7 +485,7 @@ class StreamReader:
 
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
-        return _messages(self._scan_parts(stream, from_offset, to_offset, decode_parts, options))
+        return _messages(self._scan_parts(stream, from_offset, to_offset, decode_parts, options), options)
 
     def scan_batches(
         self,

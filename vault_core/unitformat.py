@@ -193,8 +193,12 @@ def decode_unit(span: Span, pos: int) -> Unit | None:
     """
     buf, base, _, end, stream, complete, _ = span
     stored_unit = unit_payload(buf, pos, base, end, stream=stream, complete=complete)
-    if stored_unit is None:
-        return None
+    return None if stored_unit is None else unpacked_unit(stored_unit, stream=stream)
+
+
+def unpacked_unit(stored_unit: StoredUnit, *, stream: str | None = None) -> Unit:
+    """A decompressed unit's payload split into its boundaries, keys and values, the boundaries
+    checked (:func:`payload_ends`): the rest of :func:`decode_unit`."""
     offset, ts, flags, count, length, payload = stored_unit
     key_ends, value_ends = payload_ends(stored_unit, stream=stream)
     keys_start = 8 * (count + 1)
@@ -227,6 +231,43 @@ def unit_payload(
 
     None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt);
     errors as :func:`decode_unit`'s.
+    """
+    sealed = sealed_unit(buf, pos, base_offset, end, stream=stream, complete=complete)
+    return None if sealed is None else opened_unit(sealed, stream=stream)
+
+
+class SealedUnit(NamedTuple):
+    """A unit whose header and checksum passed §11.5's checks, its payload still as stored: what a
+    scan checks of a whole read before it hands any message on, and opens (:func:`opened_unit`)
+    one unit at a time as its consumer reaches it."""
+
+    offset: int
+    timestamp: int
+    flags: int
+    size: int
+    length: int
+    payload_length: int
+    stored: bytes | memoryview
+    """The stored bytes (``stored_length`` of them), compressed by the codec in ``flags``."""
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.length
+
+
+def sealed_unit(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    end: int | None = None,
+    *,
+    stream: str | None = None,
+    complete: bool = False,
+) -> SealedUnit | None:
+    """The unit at ``buf[pos]``, its header and checksum checked (§11.5 up to decompression).
+
+    None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt);
+    errors as :func:`decode_unit`'s. Its ``stored`` is a view into ``buf``.
     """
     end = len(buf) if end is None else end
     at = base_offset + pos
@@ -277,11 +318,22 @@ def unit_payload(
         raise CorruptRecord(
             "unit checksum mismatch", stream=stream, offset=at, stored_crc=crc, computed_crc=computed
         )
+    return SealedUnit(
+        offset, ts, flags, count, unit_end - pos, payload_length, view[pos + STORED_OFFSET : unit_end]
+    )
+
+
+def opened_unit(unit: SealedUnit, *, stream: str | None = None) -> StoredUnit:
+    """``unit`` with its payload decompressed, to exactly the length its header declares (a
+    decompression bomb allocates no more); :class:`CorruptRecord` if it does not decompress so."""
+    offset, ts, flags, count, length, payload_length, stored = unit
     try:
-        payload = codecs.decompress(codec, view[pos + STORED_OFFSET : unit_end], payload_length)
+        payload = codecs.decompress(flags & FLAG_COMPRESSION_MASK, stored, payload_length)
     except codecs.DecompressionFailed as exc:
-        raise CorruptRecord(f"unit payload does not decompress: {exc}", stream=stream, offset=at) from None
-    return StoredUnit(offset, ts, flags, count, unit_end - pos, payload)
+        raise CorruptRecord(
+            f"unit payload does not decompress: {exc}", stream=stream, offset=offset
+        ) from None
+    return StoredUnit(offset, ts, flags, count, length, payload)
 
 
 def payload_ends(unit: StoredUnit, *, stream: str | None = None) -> tuple[array[int], array[int]]:
