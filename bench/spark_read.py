@@ -48,7 +48,7 @@ from vault_core.spark.columnar import Decoder, record_batch
 from vault_core.spark.options import ReadOptions
 from vault_core.spark.plan import Partition, plan_read
 from vault_core.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
-from vault_core.unitformat import unit_payload
+from vault_core.unitformat import opened_unit, sealed_unit
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 from vault_local.azurite import Azurite
@@ -528,9 +528,9 @@ def unit_checks_cpu(blob: bytes, rounds: int) -> float:
     for _ in range(rounds):
         start, pos = time.thread_time(), 0
         while pos < len(blob):
-            unit = unit_payload(blob, pos, 0, len(blob), complete=True)
-            assert unit is not None
-            pos += unit.length
+            sealed = sealed_unit(blob, pos, 0, len(blob), complete=True)
+            assert sealed is not None
+            pos += opened_unit(sealed).length
         times.append(time.thread_time() - start)
     return statistics.median(times)
 

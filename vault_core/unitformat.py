@@ -192,8 +192,8 @@ def decode_unit(span: Span, pos: int) -> Unit | None:
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` on anything that does not verify.
     """
     buf, base, _, end, stream, complete, _ = span
-    stored_unit = unit_payload(buf, pos, base, end, stream=stream, complete=complete)
-    return None if stored_unit is None else unpacked_unit(stored_unit, stream=stream)
+    sealed = sealed_unit(buf, pos, base, end, stream=stream, complete=complete)
+    return None if sealed is None else unpacked_unit(opened_unit(sealed, stream=stream), stream=stream)
 
 
 def unpacked_unit(stored_unit: StoredUnit, *, stream: str | None = None) -> Unit:
@@ -215,25 +215,6 @@ def unpacked_unit(stored_unit: StoredUnit, *, stream: str | None = None) -> Unit
         payload[values_start:],
         payload,
     )
-
-
-def unit_payload(
-    buf: bytes | bytearray | memoryview,
-    pos: int,
-    base_offset: int,
-    end: int | None = None,
-    *,
-    stream: str | None = None,
-    complete: bool = False,
-) -> StoredUnit | None:
-    """The unit at ``buf[pos]`` with its payload decompressed: §11.5's checks up to and including
-    decompression (header, lengths, offset, checksum, codec), not those of the payload's boundaries.
-
-    None if ``end`` cuts it off, unless ``complete`` says ``end`` is the committed end (corrupt);
-    errors as :func:`decode_unit`'s.
-    """
-    sealed = sealed_unit(buf, pos, base_offset, end, stream=stream, complete=complete)
-    return None if sealed is None else opened_unit(sealed, stream=stream)
 
 
 class SealedUnit(NamedTuple):

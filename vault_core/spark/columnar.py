@@ -18,8 +18,8 @@ refuse. Where a record does not verify, decoding stops there and ``decode`` itse
 it, so the error raised is the reference one, word for word.
 
 3. **Units.** A version 2 unit (docs/FORMAT.md §11) is checked and decompressed by
-   :func:`vault_core.unitformat.unit_payload`; its payload already has Arrow's binary layout
-   (offsets buffer, data buffer), so its key and value columns are Arrow arrays over the
+   :func:`vault_core.unitformat.sealed_unit` and ``opened_unit``; its payload already has
+   Arrow's binary layout (offsets buffer, data buffer), so its key and value columns are Arrow arrays over the
    decompressed bytes, built without a loop per message once their boundaries pass the checks
    of :func:`~vault_core.unitformat.payload_ends` (done here by Arrow's own validation and one
    kernel per run of units; that function itself runs only on a unit that fails them, for the
@@ -58,7 +58,7 @@ from vault_core.recordformat import (
     Message,
     decode,
 )
-from vault_core.unitformat import StoredUnit, payload_ends, unit_payload
+from vault_core.unitformat import StoredUnit, opened_unit, payload_ends, sealed_unit
 
 BATCH_PAYLOAD_BYTES = 4 * 1024 * 1024
 """Consecutive units become one piece (one Arrow batch) until their payloads reach this: about 16
@@ -192,10 +192,11 @@ def _units(
     error: FormatError | None = None
     while size < BATCH_PAYLOAD_BYTES and _at_unit(buf, pos, end):
         try:
-            unit = unit_payload(buf, pos, base, end, stream=stream, complete=last)
-            if unit is None:
+            sealed = sealed_unit(buf, pos, base, end, stream=stream, complete=last)
+            if sealed is None:
                 cut_off = True
                 break
+            unit = opened_unit(sealed, stream=stream)
             unit_keys, unit_values = _unit_arrays(unit, stream)
         except FormatError as exc:
             error = exc
