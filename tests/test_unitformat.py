@@ -11,6 +11,7 @@ import itertools
 import random
 import struct
 import zlib
+from collections.abc import Iterator
 
 import pytest
 import zstandard
@@ -21,8 +22,9 @@ from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
-from vault_core.reader import ScanOptions, scan_log
-from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, NewMessage, decode
+from vault_core.messagebatch import batch_messages
+from vault_core.reader import FULL_SCAN, ScanOptions, scan_log
+from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, Message, NewMessage, decode
 from vault_core.span import Span
 from vault_core.unitformat import (
     COUNT_OFFSET,
@@ -314,15 +316,23 @@ def test_a_damaged_unit_stops_or_is_skipped_whole(mixed: Vault, batch: str, skip
         )
 
 
+@pytest.mark.parametrize("batches", [False, True], ids=["scan", "scan_batches"])
 @pytest.mark.parametrize("skip", [False, True])
 def test_a_unit_that_checks_but_does_not_open_stops_or_is_skipped_where_the_scan_reaches_it(
-    mixed: Vault, skip: bool
+    mixed: Vault, skip: bool, batches: bool
 ) -> None:
-    """A scan checks every unit's checksum before it hands on a message of the read, and opens a
+    """A scan checks every unit's checksum before it hands on anything of the read, and opens a
     unit as its consumer reaches it: a unit whose checksum holds but whose payload does not
     decompress to its declared length (a lying writer's) is reported there, after the messages
-    before it, or skipped whole by its checked length."""
-    everything = list(mixed.reader.scan(STREAM))
+    before it, or skipped whole by its checked length. Both scans alike."""
+    reader = mixed.reader
+
+    def scan(options: ScanOptions = FULL_SCAN) -> Iterator[Message]:
+        if batches:
+            return batch_messages(reader.scan_batches(STREAM, options=options))
+        return reader.scan(STREAM, options=options)
+
+    everything = list(scan())
     b1 = mixed.index.committed_batches(STREAM, ["b1"])["b1"]
     container = mixed.page_blobs
     assert isinstance(container, MemoryPageBlobs)
@@ -333,16 +343,14 @@ def test_a_unit_that_checks_but_does_not_open_stops_or_is_skipped_where_the_scan
     declared = struct.unpack_from("<I", forged, PAYLOAD_LENGTH_OFFSET)[0]
     struct.pack_into("<I", forged, PAYLOAD_LENGTH_OFFSET, declared + 1)
     data[at : at + length] = reseal(forged)
-    before = [m for m in everything if m.offset < at]
-    taken: list[object] = []
+    taken: list[Message] = []
     if not skip:
         with pytest.raises(CorruptRecord, match="does not decompress") as caught:
-            taken.extend(mixed.reader.scan(STREAM))
-        assert caught.value.offset == at and taken == before
+            taken.extend(scan())
+        assert caught.value.offset == at and taken == [m for m in everything if m.offset < at]
         return
     skipped: list[tuple[int, int]] = []
-    options = ScanOptions(skip_corrupt=True, on_skip=lambda offset, n: skipped.append((offset, n)))
-    got = list(mixed.reader.scan(STREAM, options=options))
+    got = list(scan(ScanOptions(skip_corrupt=True, on_skip=lambda offset, n: skipped.append((offset, n)))))
     assert got == [m for m in everything if not at <= m.offset < at + length]
     assert skipped == [(at, length)] and len(everything) - len(got) == b1.count
 

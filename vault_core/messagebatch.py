@@ -25,6 +25,7 @@ from vault_core.recordformat import (
     HEADER_SIZE,
     MAX_RECORD_BYTES,
     Message,
+    RecordRun,
     check_records,
     is_unit_at,
     raise_record_error,
@@ -194,10 +195,16 @@ def _record_run(
     the first record that fails or is cut off, :data:`RUN_BYTES` of log, or ``room`` records taken;
     their batch (their keys and values copied into one buffer each) and where they end."""
     run, pos = check_records(view, base_offset, start, min(end, start + RUN_BYTES), first, room)
+    return (records_batch(view, base_offset, run) if run.key_starts else None), pos
+
+
+def records_batch(buf: bytes | memoryview, base_offset: int, run: RecordRun) -> MessageBatch:
+    """The batch of a run of checked version 1 records (at least one) that
+    :func:`~vault_core.recordformat.check_records` found in ``buf`` (stream offset ``base_offset``):
+    their keys and values copied into one buffer each."""
+    view = memoryview(buf)
     starts, key_ends, value_ends = run.key_starts, run.key_ends, run.value_ends
-    if not starts:
-        return None, pos
-    batch = MessageBatch(
+    return MessageBatch(
         array("q", map(add, starts, repeat(base_offset - HEADER_SIZE))),
         run.timestamps,
         run.flags,
@@ -205,10 +212,9 @@ def _record_run(
         b"".join(map(view.__getitem__, map(slice, starts, key_ends))),
         array("I", accumulate(map(sub, value_ends, key_ends), initial=0)),
         b"".join(map(view.__getitem__, map(slice, key_ends, value_ends))),
-        pos + base_offset,
+        value_ends[-1] + base_offset,  # a record ends with its value
         False,
     )
-    return batch, pos
 
 
 def batch_messages(batches: Iterable[MessageBatch]) -> Iterator[Message]:

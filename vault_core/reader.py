@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
@@ -36,8 +36,9 @@ from vault_core.scanparts import (
     ScanPart,
     UnitPart,
     decode_parts,
+    part_batches,
     part_messages,
-    skipping_messages,
+    skipping,
 )
 from vault_core.span import Span
 from vault_core.unitformat import UNIT_HEADER_SIZE
@@ -53,6 +54,7 @@ SCAN_PREFETCH = 4
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
+X = TypeVar("X")
 _Decoded = tuple[bytes, Span, tuple[list[T], int] | CorruptRecord]
 """A scan's buffer, its span, and what a decoder made of it: its parts and the position after
 them, or its damage."""
@@ -154,7 +156,7 @@ def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL
     are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and ``zip``: taking
     the next message of a unit runs no Python code.
     """
-    return _messages(scan_parts(log, start, end, decode_parts, options), options)
+    return _taken(scan_parts(log, start, end, decode_parts, options), part_messages, options)
 
 
 def scan_log_batches(
@@ -166,7 +168,7 @@ def scan_log_batches(
     For bulk consumers (export, verify, columnar engines): a unit's batch is its decompressed
     payload as it is, so a scan of version 2 units does no Python work per message.
     """
-    return chain.from_iterable(scan_parts(log, start, end, decode_batches, options))
+    return _taken(scan_parts(log, start, end, decode_parts, options), part_batches, options)
 
 
 def scan_parts(
@@ -296,12 +298,15 @@ def _records_before(decoder: ScanDecoder[T], span: Span) -> list[T]:
     return records
 
 
-def _messages(parts: Iterator[list[ScanPart]], options: ScanOptions) -> Iterator[Message]:
-    """Every message of the parts, in order: a unit's each built as it is taken. A unit that does
-    not open (its checksum held) raises where it is reached, or with ``skip_corrupt`` is skipped
-    whole: its checked header says where the next frame starts, where the parts go on."""
-    messages = skipping_messages(options.on_skip) if options.skip_corrupt else part_messages
-    return chain.from_iterable(map(messages, chain.from_iterable(parts)))
+def _taken(
+    parts: Iterator[list[ScanPart]], take: Callable[[ScanPart], Iterable[X]], options: ScanOptions
+) -> Iterator[X]:
+    """What ``take`` makes of every part, in order (a unit's messages each built as it is taken,
+    or its batch). A unit that does not open (its checksum held) raises where it is reached, or
+    with ``skip_corrupt`` is skipped whole: its checked header says where the next frame starts,
+    where the parts go on."""
+    taker = skipping(take, options.on_skip) if options.skip_corrupt else take
+    return chain.from_iterable(map(taker, chain.from_iterable(parts)))
 
 
 def _before(part: list[T], end: int) -> list[T]:
@@ -485,7 +490,8 @@ class StreamReader:
 
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
-        return _messages(self._scan_parts(stream, from_offset, to_offset, decode_parts, options), options)
+        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, options)
+        return _taken(parts, part_messages, options)
 
     def scan_batches(
         self,
@@ -496,7 +502,8 @@ class StreamReader:
     ) -> Iterator[MessageBatch]:
         """:meth:`scan` as :class:`~vault_core.messagebatch.MessageBatch` columns (one per version 2
         unit or run of version 1 records): the same messages, for consumers that take columns."""
-        return chain.from_iterable(self._scan_parts(stream, from_offset, to_offset, decode_batches, options))
+        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, options)
+        return _taken(parts, part_batches, options)
 
     def _scan_parts(
         self,

@@ -1,12 +1,13 @@
-"""What the per-message scan makes of a buffer before it hands the messages on. Pure: bytes in,
-parts out.
+"""What a scan makes of a buffer before it hands its messages on, one at a time or as column
+batches. Pure: bytes in, parts out.
 
 :func:`decode_parts` walks every frame of a buffer and checks it as
 :func:`~vault_core.recordformat.decode` does up to each version 2 unit's checksum, and raises what
 ``decode`` raises, before any message of the buffer is handed on. It leaves each unit sealed, as a
 :class:`UnitPart` (its checked header and stored bytes, and which of its messages are wanted):
 :func:`part_messages` decompresses a unit, checks its payload's boundaries and builds its
-:class:`~vault_core.recordformat.Message` objects one at a time as the scan's consumer reaches it.
+:class:`~vault_core.recordformat.Message` objects one at a time as the scan's consumer reaches it
+(:func:`part_batches`: its :class:`~vault_core.messagebatch.MessageBatch`, over the payload).
 
 Why a unit is opened as it is taken, on the consumer's thread, and not with the checksums: a
 buffer's units decompressed together are the buffer four or five times over (a 4 MiB read of
@@ -30,9 +31,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterable, Iterator
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from vault_core.errors import CorruptRecord
+from vault_core.messagebatch import MessageBatch, records_batch, unit_batch
 from vault_core.recordformat import (
     HEADER_SIZE,
     Message,
@@ -44,7 +46,9 @@ from vault_core.recordformat import (
     record_messages,
 )
 from vault_core.span import Span
-from vault_core.unitformat import SealedUnit, opened_unit, sealed_unit, unpacked_unit
+from vault_core.unitformat import SealedUnit, Unit, opened_unit, sealed_unit, unpacked_unit
+
+X = TypeVar("X")
 
 
 class UnitPart(NamedTuple):
@@ -63,11 +67,17 @@ class UnitPart(NamedTuple):
             return None
         return self if stop == self.stop else self._replace(stop=stop)
 
+    def opened(self) -> Unit:
+        """The unit decompressed and its boundaries checked (:class:`CorruptRecord` if they fail)."""
+        return unpacked_unit(opened_unit(self.unit, stream=self.stream), stream=self.stream)
+
     def messages(self) -> Iterator[Message]:
-        """Its messages, the unit opened (decompressed, its boundaries checked: raises
-        :class:`CorruptRecord` if they fail) and each message built as it is taken."""
-        unit = unpacked_unit(opened_unit(self.unit, stream=self.stream), stream=self.stream)
-        return iter_unit_messages(unit, self.first, self.stop)
+        """Its messages, the unit opened and each message built as it is taken."""
+        return iter_unit_messages(self.opened(), self.first, self.stop)
+
+    def batches(self) -> tuple[MessageBatch]:
+        """Its messages as one batch over the opened unit's payload."""
+        return (unit_batch(self.opened(), self.first).head(self.stop - self.first),)
 
 
 class RecordsPart(NamedTuple):
@@ -90,6 +100,10 @@ class RecordsPart(NamedTuple):
     def messages(self) -> Iterator[Message]:
         """Its records as :class:`Message`, each built as it is taken (``map`` and ``zip`` in C)."""
         return record_messages(self.buf, self.base, self.run)
+
+    def batches(self) -> tuple[MessageBatch]:
+        """Its records as one batch, their keys and values copied into one buffer each."""
+        return (records_batch(self.buf, self.base, self.run),)
 
 
 ScanPart = RecordsPart | UnitPart
@@ -135,14 +149,21 @@ def part_messages(part: ScanPart) -> Iterator[Message]:
     return part.messages()
 
 
-def skipping_messages(on_skip: Callable[[int, int], None] | None) -> Callable[[ScanPart], Iterable[Message]]:
-    """:func:`part_messages` for a scan that skips corruption: a unit that does not open yields
-    nothing and is reported as ``on_skip(its offset, its length)``; its checked header proves
-    where the next frame starts, where the scan goes on."""
+def part_batches(part: ScanPart) -> tuple[MessageBatch]:
+    """The messages of a part as one batch; a unit opened first."""
+    return part.batches()
 
-    def messages(part: ScanPart) -> Iterable[Message]:
+
+def skipping(
+    take: Callable[[ScanPart], Iterable[X]], on_skip: Callable[[int, int], None] | None
+) -> Callable[[ScanPart], Iterable[X]]:
+    """``take`` (:func:`part_messages` or :func:`part_batches`) for a scan that skips corruption:
+    a unit that does not open yields nothing and is reported as ``on_skip(its offset, its
+    length)``; its checked header proves where the next frame starts, where the scan goes on."""
+
+    def taken(part: ScanPart) -> Iterable[X]:
         try:
-            return part.messages()
+            return take(part)
         except CorruptRecord:
             if not isinstance(part, UnitPart):
                 raise
@@ -150,4 +171,4 @@ def skipping_messages(on_skip: Callable[[int, int], None] | None) -> Callable[[S
                 on_skip(part.unit.offset, part.unit.length)
             return ()
 
-    return messages
+    return taken
