@@ -185,10 +185,11 @@ def scan_parts(
     ``resync``: proven boundaries (ascending) where reading may resume after a corrupt record;
     ``first``: messages before this offset (inside the unit at ``start``) are left out.
 
-    Each buffer is decoded on a thread of its own while the consumer takes the parts of the one
-    before it (the messages of a unit are built as they are taken, on the consumer's thread), so
-    at most two buffers' parts are held. A buffer that does not decode raises when the consumer
-    has taken every part of the one before, as it would decoded in turn.
+    Each buffer is waited for and decoded on a thread of its own while the consumer takes the
+    parts of the one before it, which go on as soon as they are decoded (a unit's messages are
+    built as they are taken, on the consumer's thread), so at most two buffers' parts are held.
+    A buffer that does not decode raises when the consumer has taken every part of the one
+    before, as it would decoded in turn.
     """
     if start >= end:
         return
