@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import chain
-from typing import Any, NamedTuple, Protocol, TypeVar, cast
+from typing import NamedTuple, Protocol, TypeVar, cast
 
 from vault_core.boundaries import Boundaries
 from vault_core.clock import Clock, SystemClock
@@ -32,9 +32,7 @@ from vault_core.prefetch import PendingRead, prefetched_reads
 from vault_core.recordformat import HEADER_SIZE, Message, decode, decode_span, frame_at, record_length_at
 from vault_core.retry import Backoff
 from vault_core.scanparts import (
-    RecordsPart,
     ScanPart,
-    UnitPart,
     decode_parts,
     part_batches,
     part_messages,
@@ -55,9 +53,9 @@ DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
 X = TypeVar("X")
-_Decoded = tuple[bytes, Span, tuple[list[T], int] | CorruptRecord]
-"""A scan's buffer, its span, and what a decoder made of it: its parts and the position after
-them, or its damage."""
+_Decoded = tuple[bytes, Span, tuple[list[ScanPart], int] | CorruptRecord]
+"""A scan's buffer, its span, and what :func:`decode_parts` made of it: its parts and the
+position after them, or its damage."""
 MIN_READ = max(HEADER_SIZE, UNIT_HEADER_SIZE)
 """The fewest bytes a read fetches: a whole header, whichever the version, so that a read with a
 tiny ``max_bytes`` learns the length of what it must return at least one message of."""
@@ -120,13 +118,6 @@ class _Page(NamedTuple):
     max_count: int
 
 
-class ScanDecoder(Protocol[T]):
-    """What a scan decodes a buffer with: :func:`~vault_core.scanparts.decode_parts` (the
-    per-message scan) or :func:`~vault_core.messagebatch.decode_batches` (the batch scan)."""
-
-    def __call__(self, span: Span) -> tuple[list[T], int]: ...
-
-
 class Decoder(Protocol[T]):
     """What a read decodes a buffer with: :func:`~vault_core.recordformat.decode_span` (messages)
     or :func:`~vault_core.messagebatch.decode_batches` (batches), which take the same arguments."""
@@ -156,7 +147,7 @@ def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL
     are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and ``zip``: taking
     the next message of a unit runs no Python code.
     """
-    return _taken(scan_parts(log, start, end, decode_parts, options), part_messages, options)
+    return _taken(scan_parts(log, start, end, options), part_messages, options)
 
 
 def scan_log_batches(
@@ -168,19 +159,19 @@ def scan_log_batches(
     For bulk consumers (export, verify, columnar engines): a unit's batch is its decompressed
     payload as it is, so a scan of version 2 units does no Python work per message.
     """
-    return _taken(scan_parts(log, start, end, decode_parts, options), part_batches, options)
+    return _taken(scan_parts(log, start, end, options), part_batches, options)
 
 
 def scan_parts(
     log: ReadableLog,
     start: int,
     end: int,
-    decoder: ScanDecoder[T],
     options: ScanOptions = FULL_SCAN,
     resync: Sequence[int] = (),
     first: int = 0,
-) -> Iterator[list[T]]:
-    """What :func:`scan_log` reads, as the lists ``decoder`` makes of each buffer (in order).
+) -> Iterator[list[ScanPart]]:
+    """What both scans read, as the parts :func:`~vault_core.scanparts.decode_parts` makes of
+    each buffer (in order).
 
     ``resync``: proven boundaries (ascending) where reading may resume after a corrupt record;
     ``first``: messages before this offset (inside the unit at ``start``) are left out.
@@ -198,7 +189,7 @@ def scan_parts(
     )
     ahead = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"mv-decode-{log.stream}")
 
-    def taken(read: PendingRead, last: bool, carry: bytes, base: int, skip_to: int) -> _Decoded[T]:
+    def taken(read: PendingRead, last: bool, carry: bytes, base: int, skip_to: int) -> _Decoded:
         # On ``ahead``: waits for the read, then decodes it while the consumer takes the one before.
         data = read.result()
         buf = carry + data if carry else data
@@ -206,23 +197,23 @@ def scan_parts(
             drop = min(len(buf), skip_to - base)
             buf, base = buf[drop:], base + drop
         span = Span(buf, base, 0, len(buf), log.stream, last, first)
-        return buf, span, _decoded(decoder, span)
+        return buf, span, _decoded(span)
 
     try:
         carry = b""
         base = start
         skip_to = start  # after a corrupt record: the proven boundary where reading resumes
-        pending: Future[_Decoded[T]] | None = ahead.submit(taken, *next(reads), carry, base, skip_to)
+        pending: Future[_Decoded] | None = ahead.submit(taken, *next(reads), carry, base, skip_to)
         while pending is not None:
             buf, span, decoded = pending.result()
             base = span.base
             pos = 0
-            records: list[T] | None = None
+            records: list[ScanPart] | None = None
             while isinstance(decoded, CorruptRecord):
                 if not options.skip_corrupt:
                     raise decoded
                 bad = max(pos, decoded.offset - base if decoded.offset is not None else pos)
-                yield _records_before(decoder, span._replace(start=pos, end=bad))
+                yield _records_before(span._replace(start=pos, end=bad))
                 over = _walk_over(buf, base, bad, end, log.read)
                 skip_to = base + over if over is not None else _next_boundary(resync, base + bad, end)
                 if options.on_skip:
@@ -230,7 +221,7 @@ def scan_parts(
                 pos = min(skip_to - base, len(buf))
                 if skip_to - base > len(buf):
                     break
-                decoded = _decoded(decoder, span._replace(start=pos))
+                decoded = _decoded(span._replace(start=pos))
             if not isinstance(decoded, CorruptRecord):
                 records, pos = decoded
             carry = buf[pos:]
@@ -252,9 +243,9 @@ def scan_parts(
         ahead.shutdown(wait=False, cancel_futures=True)
 
 
-def _decoded(decoder: ScanDecoder[T], span: Span) -> tuple[list[T], int] | CorruptRecord:
+def _decoded(span: Span) -> tuple[list[ScanPart], int] | CorruptRecord:
     try:
-        return decoder(span)
+        return decode_parts(span)
     except CorruptRecord as exc:
         return exc
 
@@ -291,11 +282,11 @@ def _next_boundary(resync: Sequence[int], after: int, end: int) -> int:
     return min(resync[i], end) if i < len(resync) else end
 
 
-def _records_before(decoder: ScanDecoder[T], span: Span) -> list[T]:
+def _records_before(span: Span) -> list[ScanPart]:
     # decoding raised at ``span.end``: the whole records from ``span.start`` up to it are good.
     if span.end <= span.start:
         return []
-    records, _ = decoder(span._replace(complete=False))
+    records, _ = decode_parts(span._replace(complete=False))
     return records
 
 
@@ -310,29 +301,16 @@ def _taken(
     return chain.from_iterable(map(taker, chain.from_iterable(parts)))
 
 
-def _before(part: list[T], end: int) -> list[T]:
-    """The messages (or batches or parts of a read, cut inside) of ``part`` that start before
-    offset ``end``."""
-    kept: list[Any] = []
-    item: Any
+def _before(part: list[ScanPart], end: int) -> list[ScanPart]:
+    """The parts of a read, cut inside where it ends, whose messages start before offset ``end``."""
+    kept: list[ScanPart] = []
     for item in part:
-        if isinstance(item, MessageBatch):
-            n = bisect.bisect_left(item.offsets, end)
-            if n:
-                kept.append(item.head(n))
-            if n < len(item):
-                break
-        elif isinstance(item, (UnitPart, RecordsPart)):
-            cut = item.before(end)
-            if cut is not None:
-                kept.append(cut)
-            if cut is not item:
-                break
-        elif item.offset < end:
-            kept.append(item)
-        else:
+        cut = item.before(end)
+        if cut is not None:
+            kept.append(cut)
+        if cut is not item:
             break
-    return cast(list[T], kept)
+    return kept
 
 
 def _within_bytes(records: list[T], max_bytes: int) -> list[T]:
@@ -491,7 +469,7 @@ class StreamReader:
 
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
-        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, options)
+        parts = self._scan_parts(stream, from_offset, to_offset, options)
         return _taken(parts, part_messages, options)
 
     def scan_batches(
@@ -503,7 +481,7 @@ class StreamReader:
     ) -> Iterator[MessageBatch]:
         """:meth:`scan` as :class:`~vault_core.messagebatch.MessageBatch` columns (one per version 2
         unit or run of version 1 records): the same messages, for consumers that take columns."""
-        parts = self._scan_parts(stream, from_offset, to_offset, decode_parts, options)
+        parts = self._scan_parts(stream, from_offset, to_offset, options)
         return _taken(parts, part_batches, options)
 
     def _scan_parts(
@@ -511,9 +489,8 @@ class StreamReader:
         stream: str,
         from_offset: int,
         to_offset: int | None,
-        decoder: ScanDecoder[T],
         options: ScanOptions,
-    ) -> Iterator[list[T]]:
+    ) -> Iterator[list[ScanPart]]:
         log = self.log(stream)
         committed = log.state().committed
         end = committed if to_offset is None else to_offset
@@ -534,7 +511,7 @@ class StreamReader:
         resync: list[int] = []
         if options.skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
-        parts = scan_parts(log, start, stop, decoder, options, resync, from_offset)
+        parts = scan_parts(log, start, stop, options, resync, from_offset)
         if stop == end:
             yield from parts
             return
