@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import json
 import random
+import threading
 from itertools import chain
 from pathlib import Path
 from typing import cast
@@ -20,11 +21,12 @@ from hypothesis import strategies as st
 
 from vault_client.exporters import exporter_for
 from vault_client.wire import message_json
-from vault_core import codecs
+from vault_core import codecs, scanparts, unitformat
 from vault_core.clock import ManualClock
 from vault_core.errors import FormatError
 from vault_core.memory import MemoryAccount, MemoryPageBlobs
 from vault_core.messagebatch import MessageBatch, batch_messages, decode_batches
+from vault_core.pagelog import CommitState
 from vault_core.reader import ScanOptions, scan_log, scan_log_batches
 from vault_core.recordformat import MAX_KEY_BYTES, Frame, Message, NewMessage, decode, frame_at
 from vault_core.scanparts import decode_parts, part_messages
@@ -337,3 +339,70 @@ def test_a_read_decoded_ahead_fails_only_once_the_read_before_is_taken(
         taken.extend(scan_log(mixed.blob(STREAM), 0, committed, ScanOptions(chunk=chunk)))
     assert caught.value.offset == bad
     assert taken == [m for m in good if m.next_offset <= base] and base < bad
+
+
+class _HeldLog:
+    """A stream's log whose reads after the first wait until ``release`` is set (as a slow storage
+    would): what a scan can hand on while its next read is still under way."""
+
+    def __init__(self, vault: Vault) -> None:
+        self.blob = vault.blob(STREAM)
+        self.release = threading.Event()
+
+    @property
+    def stream(self) -> str:
+        return STREAM
+
+    def state(self) -> CommitState:
+        return self.blob.state()
+
+    def read(self, start: int, length: int) -> bytes:
+        if start > 0:
+            assert self.release.wait(10), "the scan waited for a read it did not need yet"
+        return self.blob.read(start, length)
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self.read(start, length), self.state()
+
+
+@pytest.mark.parametrize("batches", [False, True], ids=["scan", "scan_batches"])
+def test_a_read_is_handed_on_before_the_next_read_arrives(mixed: Vault, batches: bool) -> None:
+    """Both scans hand on a read's messages as soon as the read is checked, while the next read is
+    still under way (they waited for it once, costing a whole read's download at the start)."""
+    log = _HeldLog(mixed)
+    committed = log.state().committed
+    first = log.blob.read(0, 8192)
+    in_first, _ = decode(first, 0)  # the messages whole in the first 8 KiB
+    options = ScanOptions(chunk=8192, prefetch=2)
+    scan = (
+        batch_messages(scan_log_batches(log, 0, committed, options))
+        if batches
+        else scan_log(log, 0, committed, options)
+    )
+    taken = [next(scan) for _ in range(len(in_first))]  # with every later read held back
+    assert taken == in_first
+    log.release.set()
+    assert taken + list(scan) == list(mixed.reader.scan(STREAM))
+
+
+def test_the_scan_opens_a_unit_only_when_its_consumer_reaches_it(
+    mixed: Vault, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read's units are checked together but decompressed one at a time, as the consumer reaches
+    each: the scan holds one unit's payload, not the read's."""
+    opened: list[int] = []
+    real = unitformat.opened_unit
+
+    def counted(unit: unitformat.SealedUnit, *, stream: str | None = None) -> unitformat.StoredUnit:
+        opened.append(unit.offset)
+        return real(unit, stream=stream)
+
+    monkeypatch.setattr(scanparts, "opened_unit", counted)
+    units = [m.offset for m in mixed.reader.scan(STREAM) if m.next_offset != m.offset + 1]
+    first_v2 = mixed.index.committed_batches(STREAM, ["f2-0"])["f2-0"].first_offset
+    opened.clear()
+    scan = mixed.reader.scan(STREAM, first_v2)  # one read holds every unit
+    first = next(scan)
+    assert first.offset == first_v2 and opened == [first_v2]
+    rest = list(scan)
+    assert len(opened) == len([u for u in units if u >= first_v2]) and len(rest) > 0
