@@ -626,27 +626,20 @@ def test_read_streams_without_the_data_source_api(
     stream, want = big, big_rows
     first = len(want) - 100  # ~900 KB: seven partitions of 128 KiB
     lo = want[first][1]
-    df = read_streams(
-        spark,
-        azurite.connection_string,
-        streams=[stream],
-        from_offset=lo,
-        max_partition_bytes=128 * KiB,
-        arrow=False,
-    )
-    assert df.schema == SPARK_SCHEMA
-    assert rows(df) == want[first:]
-    # mapInArrow, the transfer chosen where pandas is installed (the test venv has it, as Synapse does)
-    df = read_streams(
-        spark,
-        azurite.connection_string,
-        streams=[stream],
-        from_offset=lo,
-        max_partition_bytes=128 * KiB,
-    )
-    assert "MapInArrow" in df._jdf.queryExecution().analyzed().toString()
-    assert df.schema == SPARK_SCHEMA
-    assert rows(df) == want[first:]
+    # rows pickled (arrow=False), and mapInArrow: the transfer chosen where pandas is installed
+    # (the test venv has it, as Synapse does)
+    for arrow in (False, None):
+        df = read_streams(
+            spark,
+            azurite.connection_string,
+            streams=[stream],
+            from_offset=lo,
+            max_partition_bytes=128 * KiB,
+            arrow=arrow,
+        )
+        assert ("MapInArrow" in df._jdf.queryExecution().analyzed().toString()) == (arrow is None)
+        assert df.schema == SPARK_SCHEMA
+        assert rows(df) == want[first:]
 
 
 def test_the_older_spark_path_never_imports_the_data_source_api() -> None:
