@@ -47,7 +47,9 @@ SCAN_FIRST_CHUNK = SCAN_CHUNK
 (512 KiB, doubling) let a scan's consumer start before the larger reads behind it are in, but on
 a quiet machine they made the whole scan slower (v2 0.88x at 100 B, 0.68x at 1 KiB, v1 0.91x and
 0.95x: BENCHMARKS.md, core_format): every read pays its request and its check, and the prefetch
-already overlaps the reads. So a scan reads whole chunks from its start unless told otherwise."""
+already overlaps the reads. So a scan reads whole chunks from its start unless told otherwise.
+Timed again on another machine kind, with reads handed on as soon as they are checked: mixed
+(format 2 0.87-1.29x at 1 KiB, format 1 0.92-1.17x; BENCHMARKS.md, core_format_opened)."""
 SCAN_PREFETCH = 4
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES

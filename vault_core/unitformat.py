@@ -231,10 +231,6 @@ class SealedUnit(NamedTuple):
     stored: bytes | memoryview
     """The stored bytes (``stored_length`` of them), compressed by the codec in ``flags``."""
 
-    @property
-    def end(self) -> int:
-        return self.offset + self.length
-
 
 def sealed_unit(
     buf: bytes | bytearray | memoryview,
