@@ -5,7 +5,7 @@ The scan's threads live only as long as one scan (its pools are shut down at its
 CPU is taken as each one ends: while a :class:`ScanCPU` is entered, every thread started records
 ``time.thread_time()`` when its ``run`` returns, under its role (the name's second word:
 ``mv-read-<stream>_0`` is ``read``). The thread that iterates the scan is the ``consumer``
-(it also checks the scan's first read, and opens every unit). Azurite's CPU is its process's, from ``/proc``.
+(it also checks the scan's first read). Azurite's CPU is its process's, from ``/proc``.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ from types import TracebackType
 
 from bench.common import cpu_seconds
 
-ROLES = ("consumer", "read", "decode")
-"""The scan's threads: the caller's (which opens each unit as it reaches it and builds the
-messages); the ranged reads (vault_core.prefetch); the thread that walks and checks the next
-read's frames and units' checksums (``mv-decode``)."""
+ROLES = ("consumer", "read", "decode", "open")
+"""The scan's threads: the caller's (which builds the messages, checks each unit's boundaries,
+and decompresses the units the helper has not started); the ranged reads (vault_core.prefetch);
+the thread that walks and checks the next read's frames and units' checksums (``mv-decode``);
+the helper that decompresses units a few ahead of the consumer (``mv-open``)."""
 
 
 class ScanCPU:

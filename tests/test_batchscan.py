@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from vault_client.exporters import exporter_for
 from vault_client.wire import message_json
-from vault_core import codecs, scanparts, unitformat
+from vault_core import codecs, reader, scanparts, unitformat
 from vault_core.clock import ManualClock
 from vault_core.errors import FormatError
 from vault_core.memory import MemoryAccount, MemoryPageBlobs
@@ -385,11 +385,12 @@ def test_a_read_is_handed_on_before_the_next_read_arrives(mixed: Vault, batches:
     assert taken + list(scan) == list(mixed.reader.scan(STREAM))
 
 
-def test_the_scan_opens_a_unit_only_when_its_consumer_reaches_it(
+def test_the_scan_opens_units_a_few_ahead_of_its_consumer_and_each_once(
     mixed: Vault, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A read's units are checked together but decompressed one at a time, as the consumer reaches
-    each: the scan holds one unit's payload, not the read's."""
+    """A read's units are checked together but decompressed at most ``SCAN_OPEN_AHEAD`` ahead of
+    the consumer (on a helper thread, or by the consumer when the helper is behind), each once: the
+    scan holds a few units' payloads, not the read's."""
     opened: list[int] = []
     real = unitformat.opened_unit
 
@@ -398,11 +399,28 @@ def test_the_scan_opens_a_unit_only_when_its_consumer_reaches_it(
         return real(unit, stream=stream)
 
     monkeypatch.setattr(scanparts, "opened_unit", counted)
-    units = [m.offset for m in mixed.reader.scan(STREAM) if m.next_offset != m.offset + 1]
+    monkeypatch.setattr(reader, "SCAN_OPEN_AHEAD", 1)  # the stream's read holds three units
     first_v2 = mixed.index.committed_batches(STREAM, ["f2-0"])["f2-0"].first_offset
-    opened.clear()
-    scan = mixed.reader.scan(STREAM, first_v2)  # one read holds every unit
-    first = next(scan)
-    assert first.offset == first_v2 and opened == [first_v2]
-    rest = list(scan)
-    assert len(opened) == len([u for u in units if u >= first_v2]) and len(rest) > 0
+    ends = [m.offset for m in mixed.reader.scan(STREAM, first_v2) if m.ends_frame]  # a unit's last
+    assert len(ends) > reader.SCAN_OPEN_AHEAD + 1
+    for scan in (mixed.reader.scan, mixed.reader.scan_batches):
+        opened.clear()
+        taken = scan(STREAM, first_v2)  # one read holds every unit
+        next(taken)
+        assert first_v2 in opened and len(opened) <= reader.SCAN_OPEN_AHEAD + 1
+        rest = list(taken)
+        assert len(opened) == len(set(opened)) == len(ends) and len(rest) > 0
+
+
+def test_a_scan_closed_early_ends_its_helper_thread(mixed: Vault) -> None:
+    """The thread that opens units ahead lives as long as the scan: a consumer that stops after
+    one message leaves nothing running once it closes the scan."""
+    first_v2 = mixed.index.committed_batches(STREAM, ["f2-0"])["f2-0"].first_offset
+    before = set(threading.enumerate())
+    scan = mixed.reader.scan(STREAM, first_v2)
+    next(scan)
+    helpers = [t for t in set(threading.enumerate()) - before if t.name.startswith(f"mv-open-{STREAM}")]
+    assert len(helpers) == 1
+    del scan  # what a consumer that stops does: it drops the iterator
+    helpers[0].join(timeout=10)
+    assert not helpers[0].is_alive()

@@ -34,6 +34,7 @@ from vault_core.retry import Backoff
 from vault_core.scanparts import (
     ScanPart,
     decode_parts,
+    opening_ahead,
     part_batches,
     part_messages,
     skipping,
@@ -51,6 +52,9 @@ already overlaps the reads. So a scan reads whole chunks from its start unless t
 Timed again on another machine kind, with reads handed on as soon as they are checked: mixed
 (format 2 0.87-1.29x at 1 KiB, format 1 0.92-1.17x; BENCHMARKS.md, core_format_opened)."""
 SCAN_PREFETCH = 4
+SCAN_OPEN_AHEAD = 3
+"""Units a scan decompresses on a helper thread ahead of its consumer
+(:func:`~vault_core.scanparts.opening_ahead`)."""
 DEFAULT_MAX_BYTES = DEFAULT_READ_BYTES
 DEFAULT_MAX_COUNT = DEFAULT_READ_MESSAGES
 T = TypeVar("T")
@@ -145,11 +149,12 @@ def scan_log(log: ReadableLog, start: int, end: int, options: ScanOptions = FULL
 
     A buffer is checked before any of its messages is handed on, every frame and every unit's
     checksum (on a thread, while the consumer takes the buffer before: :func:`scan_parts`); a
-    unit is opened as the consumer reaches it and its messages are built one at a time as they
-    are taken (:mod:`vault_core.scanparts`), by ``itertools.chain``, ``map`` and ``zip``: taking
+    unit is decompressed a few units ahead of the consumer, on a helper thread, and its messages
+    are built one at a time as they are taken (:mod:`vault_core.scanparts`), by
+    ``itertools.chain``, ``map`` and ``zip``: taking
     the next message of a unit runs no Python code.
     """
-    return _taken(scan_parts(log, start, end, options), part_messages, options)
+    return _taken(scan_parts(log, start, end, options), part_messages, options, log.stream)
 
 
 def scan_log_batches(
@@ -161,7 +166,7 @@ def scan_log_batches(
     For bulk consumers (export, verify, columnar engines): a unit's batch is its decompressed
     payload as it is, so a scan of version 2 units does no Python work per message.
     """
-    return _taken(scan_parts(log, start, end, options), part_batches, options)
+    return _taken(scan_parts(log, start, end, options), part_batches, options, log.stream)
 
 
 def scan_parts(
@@ -293,14 +298,19 @@ def _records_before(span: Span) -> list[ScanPart]:
 
 
 def _taken(
-    parts: Iterator[list[ScanPart]], take: Callable[[ScanPart], Iterable[X]], options: ScanOptions
+    parts: Iterator[list[ScanPart]],
+    take: Callable[[ScanPart], Iterable[X]],
+    options: ScanOptions,
+    stream: str,
 ) -> Iterator[X]:
     """What ``take`` makes of every part, in order (a unit's messages each built as it is taken,
-    or its batch). A unit that does not open (its checksum held) raises where it is reached, or
-    with ``skip_corrupt`` is skipped whole: its checked header says where the next frame starts,
-    where the parts go on."""
+    or its batch), the units decompressed a few ahead of the consumer on a helper thread
+    (:func:`~vault_core.scanparts.opening_ahead`). A unit that does not open (its checksum held)
+    raises where it is reached, or with ``skip_corrupt`` is skipped whole: its checked header
+    says where the next frame starts, where the parts go on."""
     taker = skipping(take, options.on_skip) if options.skip_corrupt else take
-    return chain.from_iterable(map(taker, chain.from_iterable(parts)))
+    ahead = opening_ahead(parts, SCAN_OPEN_AHEAD, f"mv-open-{stream}")
+    return chain.from_iterable(map(taker, ahead))
 
 
 def _before(part: list[ScanPart], end: int) -> list[ScanPart]:
@@ -472,7 +482,7 @@ class StreamReader:
         Checks the range when iteration starts; taking each message then runs no Python code.
         """
         parts = self._scan_parts(stream, from_offset, to_offset, options)
-        return _taken(parts, part_messages, options)
+        return _taken(parts, part_messages, options, stream)
 
     def scan_batches(
         self,
@@ -484,7 +494,7 @@ class StreamReader:
         """:meth:`scan` as :class:`~vault_core.messagebatch.MessageBatch` columns (one per version 2
         unit or run of version 1 records): the same messages, for consumers that take columns."""
         parts = self._scan_parts(stream, from_offset, to_offset, options)
-        return _taken(parts, part_batches, options)
+        return _taken(parts, part_batches, options, stream)
 
     def _scan_parts(
         self,

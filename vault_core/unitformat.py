@@ -220,7 +220,7 @@ def unpacked_unit(stored_unit: StoredUnit, *, stream: str | None = None) -> Unit
 class SealedUnit(NamedTuple):
     """A unit whose header and checksum passed §11.5's checks, its payload still as stored: what a
     scan checks of a whole read before it hands any message on, and opens (:func:`opened_unit`)
-    one unit at a time as its consumer reaches it."""
+    a few units ahead of its consumer."""
 
     offset: int
     timestamp: int
