@@ -234,9 +234,31 @@ def test_the_compressed_golden_units_hold_the_documented_events(name: str) -> No
     data = (ROOT / "tests" / "data" / name).read_bytes()
     messages, end = fmt.decode(data, 0, complete=True)
     assert end == len(data) and len(messages) == 8 and {m.key for m in messages} == {b"orders"}
-    assert messages[0].value == b'{"id":1000,"user":"u-000","amount":0.00,"ts":"2023-11-14T22:13:20Z"}'
+    described = [  # §11.9's rule for message i
+        f'{{"id":{1000 + i},"user":"u-{17 * i % 97:03d}","amount":{13.07 * i:.2f},'
+        f'"ts":"2023-11-14T22:13:2{i}Z"}}'
+        for i in range(8)
+    ]
+    assert [m.value.decode() for m in messages] == described
+    assert all(f"`{v}`" in FORMAT_MD for v in (described[0], described[7]))
+    assert {m.timestamp for m in messages} == {TS} and [m.offset for m in messages] == list(range(8))
+    assert f"`{messages[0].id}` to `{messages[7].id}`" in FORMAT_MD
+    assert messages[7].next_offset == len(data) and data[9] == (0x09 if "zstd" in name else 0x0A)
     if name == "unit-v2-zstd.bin":
         assert f"the unit is {len(data)} bytes" in FORMAT_MD and data[38:42] == bytes.fromhex("28b52ffd")
+        assert f"`crc` 0x{struct.unpack_from('<I', data, 4)[0]:08X}" in FORMAT_MD
+    else:
+        stored = struct.unpack_from("<I", data, 18)[0]
+        assert f"{stored} stored bytes, a\nunit of {len(data)} bytes" in FORMAT_MD
+
+
+def test_the_corrupt_golden_record_fails_its_checksum_as_section_10_1_says() -> None:
+    bad = (ROOT / "tests" / "data" / "record-v1-corrupt.bin").read_bytes()
+    assert [i for i in range(len(GOLDEN)) if GOLDEN[i] != bad[i]] == [37] and len(bad) == len(GOLDEN)
+    with pytest.raises(fmt.CorruptRecord) as caught:
+        fmt.decode(bad, 100, complete=True)
+    stored, computed = caught.value.stored_crc, caught.value.computed_crc
+    assert f"stored CRC 0x{stored:08X}, computed 0x{computed:08X}" in FORMAT_MD
 
 
 def test_the_mixed_golden_log_reads_as_section_11_9_says() -> None:
@@ -247,6 +269,7 @@ def test_the_mixed_golden_log_reads_as_section_11_9_says() -> None:
         (o, b'{"n":%d}' % i) for i, o in enumerate([0, 40, 80, 120, 121, 122])
     ]
     assert [m.timestamp for m in messages] == [TS] * 3 + [TS + 1500] * 3
+    assert f"`{messages[0].id}` (offset 0) to\n`{messages[-1].id}` (offset 122)" in FORMAT_MD
     assert data[8] == 1 and data[120 + 8] == 2 and data[120 + 9] == 0x08
 
 

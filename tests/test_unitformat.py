@@ -24,7 +24,7 @@ from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.messagebatch import batch_messages
 from vault_core.reader import FULL_SCAN, ScanOptions, scan_log
-from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, Message, NewMessage, decode
+from vault_core.recordformat import MAX_KEY_BYTES, MAX_VALUE_BYTES, Message, NewMessage, decode, encode
 from vault_core.span import Span
 from vault_core.unitformat import (
     COUNT_OFFSET,
@@ -185,6 +185,27 @@ def test_a_decompression_bomb_is_refused_without_allocating_it() -> None:
     header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD, 1, 4096, len(small), 0, TS)
     unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(small, zlib.crc32(header))) + header + small
     with pytest.raises(CorruptRecord, match="declares 1048576 bytes, the unit 4096"):
+        decode(unit, 0, complete=True)
+
+
+@pytest.mark.parametrize(
+    ("tail", "reason"),
+    [(b"junk", "unused data"), ("frame", "unused data"), ("skippable", "declares 0 bytes")],
+)
+def test_zstd_stored_bytes_are_exactly_one_frame(tail: bytes | str, reason: str) -> None:
+    """§11.4: one Zstandard frame that names its size, nothing after it and no skippable frame,
+    even where the checksum holds (a faulty or forged writer)."""
+    value = b'{"n":1}' * 40
+    payload = struct.pack("<4I", 0, 1, 0, len(value)) + b"k" + value  # §11.3, one message
+    frame = zstandard.ZstdCompressor(write_content_size=True).compress(payload)
+    if tail == "skippable":
+        stored = b"\x50\x2a\x4d\x18" + struct.pack("<I", 4) + b"skip" + frame
+    else:
+        stored = frame + (frame if tail == "frame" else tail if isinstance(tail, bytes) else b"")
+    assert len(stored) <= len(payload)  # as step 3 requires: the checks reach the codec
+    header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD, 1, len(payload), len(stored), 0, TS)
+    unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(stored, zlib.crc32(header))) + header + stored
+    with pytest.raises(CorruptRecord, match=reason):
         decode(unit, 0, complete=True)
 
 
@@ -447,6 +468,46 @@ def test_the_columnar_decoder_refuses_lying_boundaries_with_the_reference_error(
         decode(bytes(reseal(unit)), len(log), complete=True)
     cols = Decoder(log + bytes(reseal(unit)), 0, last=True, stream=None).pieces().joined()
     assert cols.rows == 5 * good and cols.end == len(log) and str(cols.error) == str(reference.value)
+
+
+def test_a_text_key_that_is_not_utf8_is_delivered_not_refused() -> None:
+    """The key-is-text bit is the writer's word, not a check (FORMAT.md §2): a faulty writer's
+    text key that is not UTF-8 reads as its bytes, and the column readers give it no text."""
+    from vault_core.spark.columnar import Decoder, messages_to_columns
+
+    bad = b"\xff\xfe"
+    record = bytearray(encode([NewMessage(b"v1", "k")], 0, TS))  # a version 1 text key, made bad
+    record[32] = 0xFF
+    struct.pack_into("<I", record, 4, zlib.crc32(record[8:]))
+    unit = encode_unit([b"ok", bad], [b"a", b"b"], len(record), TS, codec=codecs.CODEC_ZSTD, key_is_text=True)
+    log = bytes(record) + unit
+    messages, _ = decode(log, 0, complete=True)
+    assert [(m.key, m.key_is_text) for m in messages] == [(b"\xff", True), (b"ok", True), (bad, True)]
+    cols = Decoder(log, 0, last=True, stream=STREAM).pieces().joined()
+    assert cols.error is None and cols.arrays[2].to_pylist() == [b"\xff", b"ok", bad]
+    assert cols.arrays[4].to_pylist() == [None, "ok", None]
+    assert messages_to_columns(messages)[4].to_pylist() == [None, "ok", None]
+
+
+@pytest.mark.parametrize("damage", ["unknown version", "count past the length"])
+def test_a_walk_proves_nothing_past_a_frame_it_cannot_measure(clock: ManualClock, damage: str) -> None:
+    """A walk measures a frame by its version's layout: past a frame of a version it does not
+    know, or a unit whose count is not below its length, no offset is proven."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"first", "k")])])
+        w.append([Batch([NewMessage(b"second", "k")])])
+    after = [m.offset for m in vault.reader.scan(STREAM)][1]
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    data = container.blobs[STREAM].data
+    if damage == "unknown version":
+        data[VERSION_OFFSET] = 3
+    else:
+        struct.pack_into("<I", data, COUNT_OFFSET, after + 1)
+    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, after)
 
 
 def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:

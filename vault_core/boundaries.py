@@ -24,7 +24,8 @@ from collections.abc import Callable, Iterable
 
 from vault_core.errors import InvalidOffset
 from vault_core.index import IndexTables
-from vault_core.recordformat import frame_at
+from vault_core.prefix import UNIT_VERSION, VERSION_OFFSET
+from vault_core.recordformat import FORMAT_VERSION, frame_at
 from vault_core.unitformat import UNIT_HEADER_SIZE
 
 PROOF_CHUNK = 4 * 1024 * 1024
@@ -118,8 +119,15 @@ class Boundaries:
                 frame = frame_at(data, at)
                 if frame is None:
                     break  # the next header is in the next chunk
-                if not frame.magic_ok or frame.offset != pos or frame.length <= 0:
-                    return None  # not the log the writer laid out (corrupt): prove nothing
+                if (
+                    not frame.magic_ok
+                    or frame.offset != pos
+                    or frame.length <= frame.size  # a unit is longer than its count (FORMAT.md §11.2)
+                    or data[at + VERSION_OFFSET] not in (FORMAT_VERSION, UNIT_VERSION)
+                ):
+                    # not the log the writer laid out (corrupt), or a frame of a version whose
+                    # length this reader cannot know: prove nothing past it
+                    return None
                 if pos < target < pos + frame.size:
                     return pos  # a message inside a version 2 unit
                 at += frame.length

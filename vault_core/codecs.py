@@ -59,7 +59,10 @@ def decompress(codec: int, stored: bytes | memoryview, length: int) -> bytes:
             claimed = zstandard.frame_content_size(stored)
             if claimed != length:
                 raise DecompressionFailed(f"zstd frame declares {claimed} bytes, the unit {length}")
-            out = zstandard.ZstdDecompressor().decompress(stored, max_output_size=length)
+            # exactly one frame: bytes after it (another frame, or anything) are refused, not ignored
+            out = zstandard.ZstdDecompressor().decompress(
+                stored, max_output_size=length, allow_extra_data=False
+            )
         elif codec == CODEC_LZ4:
             out = lz4.block.decompress(stored, uncompressed_size=length)
         elif codec == CODEC_NONE:

@@ -295,15 +295,12 @@ def _units_columns(
     timestamp = _int64s(_TIMESTAMP, rows, stamps)
     text = [bool(u.flags & FLAG_KEY_IS_TEXT) for u in units]
     if all(text):
-        key_text = joined_keys.cast(pa.string())
+        key_text = _as_text(joined_keys)
     elif not any(text):
         key_text = pa.nulls(rows, pa.string())
     else:  # text keys and others in one run: unit by unit
         key_text = pa.concat_arrays(
-            [
-                k.cast(pa.string()) if t else pa.nulls(len(k), pa.string())
-                for k, t in zip(keys, text, strict=True)
-            ]
+            [_as_text(k) if t else pa.nulls(len(k), pa.string()) for k, t in zip(keys, text, strict=True)]
         )
     return offset, timestamp, joined_keys, joined_values, key_text
 
@@ -443,7 +440,7 @@ def _assemble(
     keys, values = _keys_and_values(bodies, klen)
     timestamp = pc.multiply(_int64(ts_lo, ts_hi), _MS_TO_US).cast(_TIMESTAMP)
     is_text = pc.not_equal(pc.bit_wise_and(vf_klen, _i64(_TEXT_BIT)), _ZERO)
-    key_text = pc.if_else(is_text, keys, pa.scalar(None, _BINARY)).cast(pa.string())
+    key_text = _as_text(pc.if_else(is_text, keys, pa.scalar(None, _BINARY)))
     return (offset, timestamp, keys, values, key_text), rows
 
 
@@ -495,6 +492,23 @@ def _reference_error(
     return None
 
 
+def _as_text(keys: pa.Array) -> pa.Array:
+    """Keys marked as text, as strings. The flag is the writer's word, not a check (FORMAT.md §2):
+    a key whose bytes are not UTF-8, which only a faulty writer marks as text, is null here and
+    keeps its bytes in the ``key`` column, rather than failing the read."""
+    try:
+        return keys.cast(pa.string())
+    except pa.ArrowInvalid:
+        return pa.array([None if k is None else _utf8(k) for k in keys.to_pylist()], pa.string())
+
+
+def _utf8(key: bytes) -> str | None:
+    try:
+        return key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
 def messages_to_columns(messages: Sequence[Message]) -> tuple[pa.Array, ...]:
     """The same columns from decoded :class:`Message` objects (for comparisons and small reads)."""
     return (
@@ -502,7 +516,7 @@ def messages_to_columns(messages: Sequence[Message]) -> tuple[pa.Array, ...]:
         pa.array([m.timestamp * 1000 for m in messages], pa.int64()).cast(_TIMESTAMP),
         pa.array([m.key for m in messages], _BINARY),
         pa.array([m.value for m in messages], _BINARY),
-        pa.array([m.key.decode("utf-8") if m.key_is_text else None for m in messages], pa.string()),
+        pa.array([_utf8(m.key) if m.key_is_text else None for m in messages], pa.string()),
     )
 
 
