@@ -22,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
-from vault_core.errors import InvalidOffset
+from vault_core.errors import InvalidOffset, UnsupportedVersion
 from vault_core.index import IndexTables
 from vault_core.prefix import UNIT_VERSION, VERSION_OFFSET
 from vault_core.recordformat import FORMAT_VERSION, frame_at
@@ -119,14 +119,17 @@ class Boundaries:
                 frame = frame_at(data, at)
                 if frame is None:
                     break  # the next header is in the next chunk
-                if (
-                    not frame.magic_ok
-                    or frame.offset != pos
-                    or frame.length <= frame.size  # a unit is longer than its count (FORMAT.md §11.2)
-                    or data[at + VERSION_OFFSET] not in (FORMAT_VERSION, UNIT_VERSION)
-                ):
-                    # not the log the writer laid out (corrupt), or a frame of a version whose
-                    # length this reader cannot know: prove nothing past it
+                if not frame.magic_ok:
+                    return None  # not the log the writer laid out (corrupt): prove nothing
+                version = data[at + VERSION_OFFSET]
+                if version not in (FORMAT_VERSION, UNIT_VERSION):
+                    # a newer writer's frame, whose length this reader cannot know (FORMAT.md §9)
+                    raise UnsupportedVersion(
+                        f"record format version {version} is not supported by this reader",
+                        stream=stream,
+                        offset=pos,
+                    )
+                if frame.offset != pos or frame.length <= frame.size:  # a unit is longer than its count
                     return None
                 if pos < target < pos + frame.size:
                     return pos  # a message inside a version 2 unit
