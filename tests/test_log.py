@@ -26,6 +26,7 @@ from vault_core.azure import StorageAccount, azurite_connection_string
 from vault_core.clock import ManualClock
 from vault_core.errors import (
     CorruptRecord,
+    FormatError,
     InvalidOffset,
     InvalidStreamName,
     LeaseLost,
@@ -36,7 +37,7 @@ from vault_core.errors import (
     UnsupportedVersion,
 )
 from vault_core.pageblob import StreamBlob
-from vault_core.pagelog import PAGE_SIZE
+from vault_core.pagelog import PAGE_SIZE, CommitState
 from vault_core.reader import ScanOptions, scan_log
 from vault_core.recordformat import HEADER_SIZE, MAX_VALUE_BYTES, NewMessage
 from vault_core.vault import Vault
@@ -323,6 +324,18 @@ def test_a_commit_record_of_an_unknown_format_is_rejected(vault: Vault, stream: 
     client.set_blob_metadata({**client.get_blob_properties().metadata, "mv_format": "3"})
     with pytest.raises(UnsupportedVersion, match="format '3'"):
         vault.reader.read(stream, 0)
+
+
+@pytest.mark.parametrize("committed", ["+40", " 40", "4_0", "0x28", "forty"])
+def test_a_commit_record_whose_length_is_not_digits_is_refused(committed: str) -> None:
+    """FORMAT.md §6.2: writers write digits only; a reader refuses anything else rather than guess."""
+    meta = {"mv_format": "1", "mv_committed": committed, "mv_count": "1"}
+    with pytest.raises(FormatError, match=r"mv_committed=.* is not a decimal number"):
+        CommitState.from_metadata(meta, None, 512)
+    assert CommitState.from_metadata({**meta, "mv_committed": "40"}, None, 512).committed == 40
+    for entry in ("b1:0:40:1", "b1:0:+40:1:1700000000000", "b1:0:40:1:17e11"):
+        with pytest.raises(FormatError, match="mv_batches entry"):
+            CommitState.from_metadata({**meta, "mv_committed": "40", "mv_batches": entry}, None, 512)
 
 
 @pytest.mark.parametrize("max_bytes", [1024 * 1024 + 1, 4 * 1024 * 1024, 16 * 1024 * 1024])

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from vault_core.errors import UnsupportedVersion
+from vault_core.errors import FormatError, UnsupportedVersion
 from vault_core.recordformat import MAX_OFFSET
 
 PAGE_SIZE = 512
@@ -75,8 +75,12 @@ class CommittedBatch:
 
     @classmethod
     def decode(cls, text: str) -> CommittedBatch:
-        batch_id, first, nxt, count, ts = text.split(":")
-        return cls(batch_id, int(first), int(nxt), int(count), int(ts))
+        fields = text.split(":")
+        numbers = fields[1:]
+        if len(fields) != 5 or not all(n.isascii() and n.isdigit() for n in numbers):
+            raise FormatError(f"commit record mv_batches entry {text!r} is not id:first:next:count:ts")
+        first, nxt, count, ts = map(int, numbers)
+        return cls(fields[0], first, nxt, count, ts)
 
 
 @dataclass(frozen=True)
@@ -113,8 +117,14 @@ class CommitState:
 
     @classmethod
     def from_metadata(cls, meta: dict[str, str], etag: str | None, blob_size: int) -> CommitState:
+        def number(key: str, text: str) -> int:
+            # digits only, as writers write them: int() would also take signs, spaces and "1_0"
+            if not (text.isascii() and text.isdigit()):
+                raise FormatError(f"commit record {key}={text!r} is not a decimal number")
+            return int(text)
+
         def opt(key: str) -> int | None:
-            return int(meta[key]) if meta.get(key) else None
+            return number(key, meta[key]) if meta.get(key) else None
 
         if meta.get(META_FORMAT, "1") not in KNOWN_FORMATS:
             raise UnsupportedVersion(
@@ -123,8 +133,8 @@ class CommitState:
             )
         batches = tuple(CommittedBatch.decode(t) for t in meta.get(META_BATCHES, "").split(",") if t)
         return cls(
-            committed=int(meta.get(META_COMMITTED, "0")),
-            count=int(meta.get(META_COUNT, "0")),
+            committed=number(META_COMMITTED, meta.get(META_COMMITTED, "0")),
+            count=number(META_COUNT, meta.get(META_COUNT, "0")),
             first_ts=opt(META_FIRST_TS),
             last_ts=opt(META_LAST_TS),
             batches=batches,
