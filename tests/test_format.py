@@ -139,6 +139,9 @@ def test_message_ids_sort_by_time_then_offset_and_round_trip() -> None:
     ids = [message_id(ts, off) for ts, off in [(1, 900), (2, 5), (2, 10), (TS, 0)]]
     assert ids == sorted(ids)
     assert parse_message_id(ids[-1]) == (TS, 0)
+    for not_an_id in (ids[-1][:-1], ids[-1] + "0", "+" + ids[-1][1:], ids[-1][:12] + "00000000000_"):
+        with pytest.raises(ValueError, match="24 hex digits"):
+            parse_message_id(not_an_id)
 
 
 @pytest.mark.parametrize(

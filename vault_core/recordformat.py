@@ -117,9 +117,12 @@ def message_id(timestamp: int, offset: int) -> str:
     return f"{timestamp:012x}{offset:012x}"
 
 
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+
+
 def parse_message_id(mid: str) -> tuple[int, int]:
     """Inverse of :func:`message_id`: ``(timestamp, offset)``."""
-    if len(mid) != 24:
+    if len(mid) != 24 or not all(c in _HEX_DIGITS for c in mid):  # int() would take "+" and "_"
         raise ValueError(f"message id must be 24 hex digits, got {mid!r}")
     return int(mid[:12], 16), int(mid[12:], 16)
 
