@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+import zlib
 from pathlib import Path
 
 import pytest
@@ -123,10 +125,17 @@ def test_checksum_error_names_offset_and_both_checksums() -> None:
 def test_unknown_versions_and_features_are_rejected_clearly(
     field_offset: int, value: int, error: type
 ) -> None:
+    """A newer writer's record (its checksum holds) is §9's clear error; the same flags with a
+    checksum that fails are damage, which a skipping reader may skip (FORMAT.md §7.2 step 6)."""
     buf = bytearray(encode([NewMessage(b"x")], 0, TS))
     buf[field_offset] = value
+    struct.pack_into("<I", buf, fmt.CRC_OFFSET, zlib.crc32(buf[fmt.CRC_COVERAGE_START :]))
     with pytest.raises(error, match=r"not supported|does not know"):
         decode(bytes(buf), 0)
+    if field_offset == fmt.FLAGS_OFFSET:
+        buf[fmt.CRC_OFFSET] ^= 0xFF
+        with pytest.raises(CorruptRecord, match="checksum mismatch"):
+            decode(bytes(buf), 0)
 
 
 def test_a_torn_record_is_left_for_more_bytes_not_returned() -> None:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
+from vault_core.index import IndexPoint
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.messagebatch import batch_messages
 from vault_core.reader import FULL_SCAN, ScanOptions, scan_log
@@ -207,6 +208,15 @@ def test_zstd_stored_bytes_are_exactly_one_frame(tail: bytes | str, reason: str)
     unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(stored, zlib.crc32(header))) + header + stored
     with pytest.raises(CorruptRecord, match=reason):
         decode(unit, 0, complete=True)
+
+
+@pytest.mark.parametrize("value", [0x07, 0x40, 0x0B])
+def test_a_flipped_flag_bit_is_damage_that_skipping_passes_over(unit: bytearray, value: int) -> None:
+    """Flags are checked after the checksum (FORMAT.md §11.5): a flag changed by damage fails the
+    checksum and is corrupt, which a skipping scan passes over by the unit's length."""
+    unit[FLAGS_OFFSET] = value  # the checksum is left as the writer wrote it
+    with pytest.raises(CorruptRecord, match="checksum mismatch"):
+        decode(bytes(unit), 0, complete=True)
 
 
 @pytest.mark.parametrize(
@@ -487,6 +497,21 @@ def test_a_text_key_that_is_not_utf8_is_delivered_not_refused() -> None:
     assert cols.error is None and cols.arrays[2].to_pylist() == [b"\xff", b"ok", bad]
     assert cols.arrays[4].to_pylist() == [None, "ok", None]
     assert messages_to_columns(messages)[4].to_pylist() == [None, "ok", None]
+
+
+def test_a_wrong_index_point_does_not_make_good_offsets_unreadable(clock: ManualClock) -> None:
+    """FORMAT.md §8: the index is not relied on for correctness. A point whose offset holds no
+    frame sends the proof back to the start of the log, which proves the offset all the same."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        for i in range(3):
+            w.append([Batch([NewMessage(b"m%d" % i, "k")])])
+    messages = list(vault.reader.scan(STREAM))
+    wrong = messages[1].offset + 1  # inside the second unit's bytes: no frame starts there
+    assert vault.index is not None
+    vault.index.record_index(STREAM, [IndexPoint(wrong, messages[1].timestamp, 1)], [])
+    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
+    assert [m.value for m in fresh.read(STREAM, messages[2].offset).messages] == [b"m2"]
 
 
 @pytest.mark.parametrize("damage", ["unknown version", "count past the length"])

@@ -85,6 +85,10 @@ class Boundaries:
             return known
         start = self._start_below(stream, offset)
         unit = self._walk(stream, start, offset, read)
+        if unit is None and start > 0 and not self._frame_at(start, read):
+            # no frame where the index said one starts: the index is not relied on for
+            # correctness (FORMAT.md §8), so the proof walks from the start of the log instead
+            unit = self._walk(stream, 0, offset, read)
         if unit is None:
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")
         self.learn(stream, [offset], unit=unit if unit != offset else None)
@@ -106,6 +110,12 @@ class Boundaries:
             best = max((start for o, start in known.items() if o <= offset), default=0) if known else 0
         point = self.index.point_at_or_before(stream, offset) if self.index else None
         return max(best, point.offset if point else 0)
+
+    @staticmethod
+    def _frame_at(position: int, read: Read) -> bool:
+        """Whether the header at ``position`` is a frame's that sits there (magic and own offset)."""
+        frame = frame_at(read(position, UNIT_HEADER_SIZE), 0)
+        return frame is not None and frame.magic_ok and frame.offset == position
 
     @staticmethod
     def _walk(stream: str, start: int, target: int, read: Read) -> int | None:

@@ -335,7 +335,7 @@ def raise_record_error(span: Span, pos: int) -> None:
             raise CorruptRecord("a partial record header at the committed end", stream=stream, offset=at)
         return
     magic, crc, version, flags, klen, vlen, offset, _ = HEADER.unpack_from(buf, pos)
-    _check_header(magic, version, flags, klen, vlen, offset, at, stream)
+    _check_header(magic, version, klen, vlen, offset, at, stream)
     rec_end = pos + HEADER_SIZE + klen + vlen
     if rec_end > end:
         if complete:
@@ -347,6 +347,11 @@ def raise_record_error(span: Span, pos: int) -> None:
     if computed != crc:
         raise CorruptRecord(
             "record checksum mismatch", stream=stream, offset=offset, stored_crc=crc, computed_crc=computed
+        )
+    # flags after the checksum: a flipped flag bit is damage (skippable), a checked one a newer feature
+    if flags & ~KNOWN_FLAGS or (flags & FLAG_COMPRESSION_MASK) not in SUPPORTED_COMPRESSION:
+        raise UnsupportedVersion(
+            f"record flags {flags:#04x} use a feature this reader does not know", stream=stream, offset=at
         )
     raise AssertionError(f"the record at offset {at} checks, but check_records did not take it")
 
@@ -405,7 +410,6 @@ def _decode_unit(span: Span, pos: int, room: int) -> tuple[list[Message], int | 
 def _check_header(
     magic: bytes,
     version: int,
-    flags: int,
     klen: int,
     vlen: int,
     offset: int,
@@ -417,12 +421,6 @@ def _check_header(
     if version != FORMAT_VERSION:
         raise UnsupportedVersion(
             f"record format version {version} is not supported by this reader (it knows 1 and 2)",
-            stream=stream,
-            offset=position,
-        )
-    if flags & ~KNOWN_FLAGS or (flags & FLAG_COMPRESSION_MASK) not in SUPPORTED_COMPRESSION:
-        raise UnsupportedVersion(
-            f"record flags {flags:#04x} use a feature this reader does not know",
             stream=stream,
             offset=position,
         )

@@ -262,17 +262,10 @@ def sealed_unit(
             f"record format version {version} is not supported by this reader", stream=stream, offset=at
         )
     codec = flags & FLAG_COMPRESSION_MASK
-    if flags & ~KNOWN_UNIT_FLAGS or codec not in SUPPORTED_CODECS:
-        raise UnsupportedVersion(
-            f"unit flags {flags:#04x} use a codec or feature this reader does not know",
-            stream=stream,
-            offset=at,
-        )
     if not (
         count > 0
         and 8 * (count + 1) <= payload_length <= MAX_PAYLOAD_BYTES
         and stored_length <= payload_length
-        and (codec != codecs.CODEC_NONE or stored_length == payload_length)
         and UNIT_HEADER_SIZE + stored_length > count
     ):
         raise CorruptRecord(
@@ -294,6 +287,19 @@ def sealed_unit(
     if computed != crc:
         raise CorruptRecord(
             "unit checksum mismatch", stream=stream, offset=at, stored_crc=crc, computed_crc=computed
+        )
+    # flags after the checksum: a flipped flag bit is damage (skippable), a checked one a newer feature
+    if flags & ~KNOWN_UNIT_FLAGS or codec not in SUPPORTED_CODECS:
+        raise UnsupportedVersion(
+            f"unit flags {flags:#04x} use a codec or feature this reader does not know",
+            stream=stream,
+            offset=at,
+        )
+    if codec == codecs.CODEC_NONE and stored_length != payload_length:
+        raise CorruptRecord(
+            f"unit lengths out of range (count {count}, payload {payload_length}, stored {stored_length})",
+            stream=stream,
+            offset=at,
         )
     return SealedUnit(
         offset, ts, flags, count, unit_end - pos, payload_length, view[pos + STORED_OFFSET : unit_end]
