@@ -13,6 +13,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 
+import lz4.block
 import pytest
 import zstandard
 from hypothesis import HealthCheck, given, settings
@@ -207,6 +208,18 @@ def test_zstd_stored_bytes_are_exactly_one_frame(tail: bytes | str, reason: str)
     header = struct.pack("<BBIIIQq", 2, codecs.CODEC_ZSTD, 1, len(payload), len(stored), 0, TS)
     unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(stored, zlib.crc32(header))) + header + stored
     with pytest.raises(CorruptRecord, match=reason):
+        decode(unit, 0, complete=True)
+
+
+@pytest.mark.parametrize("tail", [b"\x00", b"junk"])
+def test_lz4_stored_bytes_are_exactly_one_block(tail: bytes) -> None:
+    """§11.4: the block ends at the last stored byte; bytes after it are corrupt, not ignored."""
+    value = b'{"n":1}' * 40
+    payload = struct.pack("<4I", 0, 1, 0, len(value)) + b"k" + value
+    stored = bytes(lz4.block.compress(payload, store_size=False)) + tail
+    header = struct.pack("<BBIIIQq", 2, codecs.CODEC_LZ4, 1, len(payload), len(stored), 0, TS)
+    unit = b"\xf5MVL" + struct.pack("<I", zlib.crc32(stored, zlib.crc32(header))) + header + stored
+    with pytest.raises(CorruptRecord, match="does not decompress"):
         decode(unit, 0, complete=True)
 
 
