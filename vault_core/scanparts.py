@@ -1,5 +1,5 @@
 """What a scan makes of a buffer before it hands its messages on, one at a time or as column
-batches. Pure: bytes in, parts out.
+batches. Pure, bytes in and parts out, but for :func:`opening_ahead`'s one helper thread.
 
 :func:`decode_parts` walks every frame of a buffer and checks it as
 :func:`~vault_core.recordformat.decode` does up to each version 2 unit's checksum, and raises what
