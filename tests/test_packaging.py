@@ -60,18 +60,38 @@ def _type_checking_only(node: ast.If) -> bool:
     )
 
 
+def _import_error_guarded(node: ast.Try) -> bool:
+    """``try: import x`` / ``except ImportError:``: an optional package, used where it is installed."""
+    names = {"ImportError", "ModuleNotFoundError"}
+    caught = [h.type for h in node.handlers if h.type is not None]
+    return any(
+        (isinstance(t, ast.Name) and t.id in names)
+        or (isinstance(t, ast.Tuple) and any(isinstance(e, ast.Name) and e.id in names for e in t.elts))
+        for t in caught
+    )
+
+
 @functools.cache
-def imported_modules(path: Path, module_level_only: bool = False) -> frozenset[str]:
+def imported_modules(path: Path, module_level_only: bool = False, optional: bool = False) -> frozenset[str]:
     """Absolute imports that run: ``if TYPE_CHECKING:`` blocks are left out; function-level
-    (lazy) imports count unless ``module_level_only``. Each file's once: the tests below ask
-    again and again about the same files."""
+    (lazy) imports count unless ``module_level_only``. Imports guarded by ``except ImportError``
+    (optional packages) are left out, or with ``optional`` are the only ones found. Each file's
+    once: the tests below ask again and again about the same files."""
     found: set[str] = set()
 
-    def visit(node: ast.AST) -> None:
+    def visit(node: ast.AST, guarded: bool = False) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _type_checking_only(child):
                 continue
             if module_level_only and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            if isinstance(child, ast.Try) and _import_error_guarded(child):
+                for statement in child.body:
+                    visit(ast.Module(body=[statement], type_ignores=[]), True)
+                for rest in (*child.handlers, *child.orelse, *child.finalbody):
+                    visit(rest, guarded)
+                continue
+            if guarded != optional and isinstance(child, (ast.Import, ast.ImportFrom)):
                 continue
             if isinstance(child, ast.Import):
                 found.update(alias.name for alias in child.names)
@@ -79,7 +99,7 @@ def imported_modules(path: Path, module_level_only: bool = False) -> frozenset[s
                 # ``from opentelemetry import trace``: a namespace package is owned by no one
                 # distribution; the submodules it names are (or, for names, the package is).
                 found.update(f"{child.module}.{alias.name}" for alias in child.names)
-            visit(child)
+            visit(child, guarded)
 
     visit(ast.parse(path.read_text(), str(path)))
     return frozenset(found)
@@ -119,11 +139,13 @@ def distribution_of(module: str) -> str | None:
     raise AssertionError(f"no installed distribution provides {module!r}: is it declared and installed?")
 
 
-def imported_distributions(paths: list[Path], module_level_only: bool = False) -> dict[str, set[str]]:
-    """Distribution -> the files importing it."""
+def imported_distributions(
+    paths: list[Path], module_level_only: bool = False, optional: bool = False
+) -> dict[str, set[str]]:
+    """Distribution -> the files importing it (``optional``: only where ``except ImportError`` guards it)."""
     found: dict[str, set[str]] = {}
     for path in paths:
-        for module in imported_modules(path, module_level_only):
+        for module in imported_modules(path, module_level_only, optional):
             dist = distribution_of(module)
             if dist:
                 found.setdefault(dist, set()).add(path.relative_to(ROOT).as_posix())
@@ -185,6 +207,8 @@ def test_the_core_declares_exactly_what_it_imports() -> None:
     extras = {name: set(requirements(reqs)) for name, reqs in core["optional-dependencies"].items()}
     uses = imported_distributions(CORE_FILES)
     assert set(uses) == base | extras["queue"], uses
+    # what the core uses where it is installed (the Function App does without) has an extra of its own
+    assert set(imported_distributions(CORE_FILES, optional=True)) == extras["arrow"]
     spark_only = set(imported_distributions(SPARK_FILES)) - set(uses)
     assert spark_only == extras["spark"]
 

@@ -211,6 +211,17 @@ def test_zstd_stored_bytes_are_exactly_one_frame(tail: bytes | str, reason: str)
         decode(unit, 0, complete=True)
 
 
+def test_a_thread_decompresses_good_frames_after_bad_ones() -> None:
+    """Each thread keeps one zstd decompressor (making one per unit costs a tenth of the work): a
+    frame that fails (cut off, or with bytes after it) leaves it ready for the next."""
+    payload = b"".join(b'{"n":%d,"text":"some words"}' % i for i in range(500))
+    frame = codecs.compress(codecs.CODEC_ZSTD, payload)
+    for bad in (frame[: len(frame) // 2], frame + b"x", frame[:-1]):
+        with pytest.raises(codecs.DecompressionFailed):
+            codecs.decompress(codecs.CODEC_ZSTD, bad, len(payload))
+        assert codecs.decompress(codecs.CODEC_ZSTD, frame, len(payload)) == payload
+
+
 @pytest.mark.parametrize("tail", [b"\x00", b"junk"])
 def test_lz4_stored_bytes_are_exactly_one_block(tail: bytes) -> None:
     """§11.4: the block ends at the last stored byte; bytes after it are corrupt, not ignored."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from itertools import accumulate, chain, repeat
 from operator import add, sub
 
+from vault_core.binaryitems import binary_items
 from vault_core.prefix import FLAG_KEY_IS_TEXT
 from vault_core.recordformat import (
     HEADER_SIZE,
@@ -86,15 +87,16 @@ class MessageBatch:
     def iter_messages(self) -> Iterator[Message]:
         """:meth:`messages`, each built as it is taken.
 
-        No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
+        No bytecode runs per message: ``map`` and ``zip`` drive the tuple building in C, and the
+        keys and values are cut in C too (:func:`~vault_core.binaryitems.binary_items`).
         And no list holds them: a :class:`Message` is a tuple subclass, which the cyclic collector
         tracks for as long as it lives (it stops tracking only plain tuples), so a list of thousands
         of them sets off collections, each a pass over the heap, that cost as much as building
         them; a consumer that drops each message before taking the next sets off none.
         """
-        ke, ve, keys, values = self.key_ends, self.value_ends, self.keys, self.values
-        key_list = map(keys.__getitem__, map(slice, ke[:-1], ke[1:]))
-        value_list = map(values.__getitem__, map(slice, ve[:-1], ve[1:]))
+        n = len(self.offsets)
+        key_list = binary_items(self.keys, self.key_ends, 0, n)
+        value_list = binary_items(self.values, self.value_ends, 0, n)
         first = self.offsets[0]
         ends = (
             chain(range(first + 1, first + len(self.offsets)), (self.next_offset,))

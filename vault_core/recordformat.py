@@ -26,6 +26,7 @@ from itertools import chain, repeat
 from operator import add
 from typing import NamedTuple
 
+from vault_core.binaryitems import binary_items
 from vault_core.errors import CorruptRecord, MessageTooLarge, UnsupportedVersion
 from vault_core.prefix import (
     CRC_COVERAGE_START,
@@ -43,7 +44,7 @@ from vault_core.prefix import (
 from vault_core.prefix import MAGIC_OFFSET as MAGIC_OFFSET
 from vault_core.prefix import VERSION_OFFSET as VERSION_OFFSET
 from vault_core.span import Span
-from vault_core.unitformat import Unit, decode_unit, unit_length_at
+from vault_core.unitformat import StoredUnit, Unit, decode_unit, unit_length_at
 
 FORMAT_VERSION = 1
 
@@ -363,25 +364,46 @@ def unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> list[M
 
 def iter_unit_messages(unit: Unit, first: int = 0, stop: int | None = None) -> Iterator[Message]:
     """:func:`unit_messages`, each built as it is taken (what the per-message scan hands on:
-    see :meth:`~vault_core.messagebatch.MessageBatch.iter_messages` for why no list holds them).
-
-    No bytecode runs per message: ``map`` and ``zip`` drive the slicing and tuple building in C.
-    """
+    see :meth:`~vault_core.messagebatch.MessageBatch.iter_messages` for why no list holds them)."""
     stop = unit.size if stop is None else stop
-    ke, ve, keys, values = unit.key_ends, unit.value_ends, unit.keys, unit.values
-    key_list = map(keys.__getitem__, map(slice, ke[first:stop], ke[first + 1 : stop + 1]))
-    value_list = map(values.__getitem__, map(slice, ve[first:stop], ve[first + 1 : stop + 1]))
-    start, after = unit.offset + first, unit.offset + stop
+    keys = binary_items(unit.keys, unit.key_ends, first, stop)
+    values = binary_items(unit.values, unit.value_ends, first, stop)
+    offset, timestamp, flags, size = unit.offset, unit.timestamp, unit.flags, unit.size
+    return _unit_messages(offset, timestamp, flags, unit.end, keys, values, first, stop, size)
+
+
+def stored_unit_messages(
+    unit: StoredUnit, key_ends: array[int], value_ends: array[int], first: int, stop: int
+) -> Iterator[Message]:
+    """:func:`iter_unit_messages` of a decompressed unit and its checked boundaries
+    (:func:`~vault_core.unitformat.payload_ends`): the keys and values are cut from the payload
+    itself, with no copy of its two sections first (at 1 KiB events ~0.1 µs a message)."""
+    keys_start = 8 * (unit.size + 1)
+    values_start = keys_start + key_ends[-1]
+    keys = binary_items(unit.payload, key_ends, first, stop, keys_start)
+    values = binary_items(unit.payload, value_ends, first, stop, values_start)
+    end = unit.offset + unit.length
+    return _unit_messages(unit.offset, unit.timestamp, unit.flags, end, keys, values, first, stop, unit.size)
+
+
+def _unit_messages(
+    offset: int,
+    timestamp: int,
+    flags: int,
+    end: int,
+    keys: Iterable[bytes],
+    values: Iterable[bytes],
+    first: int,
+    stop: int,
+    size: int,
+) -> Iterator[Message]:
+    """Messages ``first`` to ``stop`` of the unit at ``offset`` (``size`` of them, the next frame at
+    ``end``) with these keys and values. No bytecode runs per message: ``map`` and ``zip`` drive
+    the tuple building in C."""
+    start, after = offset + first, offset + stop
     # each message's successor is the next offset, the last one's the next frame
-    ends = chain(range(start + 1, after), (unit.end,)) if stop == unit.size else range(start + 1, after + 1)
-    fields = zip(
-        range(start, after),
-        repeat(unit.timestamp),
-        key_list,
-        value_list,
-        repeat(unit.flags & FLAG_KEY_IS_TEXT),
-        ends,
-    )
+    ends = chain(range(start + 1, after), (end,)) if stop == size else range(start + 1, after + 1)
+    fields = zip(range(start, after), repeat(timestamp), keys, values, repeat(flags & FLAG_KEY_IS_TEXT), ends)
     # tuple.__new__ straight from C: a named tuple's own __new__ is Python (~1 µs a call)
     return map(tuple.__new__, repeat(Message), fields)  # type: ignore[arg-type]
 

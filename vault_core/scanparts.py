@@ -43,12 +43,19 @@ from vault_core.recordformat import (
     RecordRun,
     check_records,
     is_unit_at,
-    iter_unit_messages,
     raise_record_error,
     record_messages,
+    stored_unit_messages,
 )
 from vault_core.span import Span
-from vault_core.unitformat import SealedUnit, StoredUnit, Unit, opened_unit, sealed_unit, unpacked_unit
+from vault_core.unitformat import (
+    SealedUnit,
+    StoredUnit,
+    opened_unit,
+    payload_ends,
+    sealed_unit,
+    unpacked_unit,
+)
 
 X = TypeVar("X")
 
@@ -71,22 +78,23 @@ class UnitPart(NamedTuple):
             return None
         return self if stop == self.stop else self._replace(stop=stop)
 
-    def opened(self) -> Unit:
-        """The unit decompressed and its boundaries checked (:class:`CorruptRecord` if they fail):
-        by the helper thread if it has started on it, else here (the helper is behind)."""
+    def opened(self) -> StoredUnit:
+        """The unit decompressed (:class:`CorruptRecord` if it does not): by the helper thread if
+        it has started on it, else here (the helper is behind)."""
         if self.opening is not None and not self.opening.cancel():
-            stored = self.opening.result()
-        else:
-            stored = opened_unit(self.unit, stream=self.stream)
-        return unpacked_unit(stored, stream=self.stream)
+            return self.opening.result()
+        return opened_unit(self.unit, stream=self.stream)
 
     def messages(self) -> Iterator[Message]:
-        """Its messages, the unit opened and each message built as it is taken."""
-        return iter_unit_messages(self.opened(), self.first, self.stop)
+        """Its messages, the unit opened, its boundaries checked, each message built as it is taken."""
+        stored = self.opened()
+        key_ends, value_ends = payload_ends(stored, stream=self.stream)
+        return stored_unit_messages(stored, key_ends, value_ends, self.first, self.stop)
 
     def batches(self) -> tuple[MessageBatch]:
         """Its messages as one batch over the opened unit's payload."""
-        return (unit_batch(self.opened(), self.first).head(self.stop - self.first),)
+        unit = unpacked_unit(self.opened(), stream=self.stream)
+        return (unit_batch(unit, self.first).head(self.stop - self.first),)
 
 
 class RecordsPart(NamedTuple):
