@@ -5,14 +5,17 @@ unit's keys and values (and of a :class:`~vault_core.messagebatch.MessageBatch`'
 A column is Arrow's binary layout (docs/FORMAT.md §11.3): ``n + 1`` boundaries into one buffer,
 item ``i`` the bytes from boundary ``i`` to boundary ``i + 1``. Python has no call that cuts one
 buffer at many places, so the plain way costs a slice object and a call per item (~120 ns at
-100 B). Where pyarrow and numpy are installed (the ``arrow`` extra; the ``spark`` extra has them),
-Arrow wraps the same buffers without a copy and makes every item in one C++ loop (~10 ns an item,
-plus ~2 µs a call): a unit's column of a few hundred or thousand items is cut six to ten times
-faster, which is most of what a per-message scan of 100 B events costs (BENCHMARKS.md,
-core_format). The two ways return equal items; a column of a few items takes the plain way,
-which is faster below ``ARROW_MIN_ITEMS``.
+100 B). Where pyarrow 26 or later is installed (the ``arrow`` extra), Arrow wraps the same buffers
+without a copy and ``to_pylist`` makes every item in one C++ loop (~60 ns an item, plus ~2 µs a
+call): a unit's column of a few hundred or thousand items is cut two to six times faster, which
+is most of what a per-message scan of 100 B events costs (BENCHMARKS.md, core_format). Earlier
+pyarrow builds a scalar object per item there (~400 ns), slower than slicing, and its other fast
+route, ``to_numpy``, imports pandas where it is installed (~50 MiB): with those, slicing it is.
+The two ways return equal items; a column of a few items is sliced, which is faster below
+``ARROW_MIN_ITEMS``.
 
-Pure: bytes in, bytes out. pyarrow is imported on first use, never by ``import vault_core``.
+Pure: bytes in, bytes out. pyarrow is imported on first use, never by ``import vault_core``
+(with numpy, which it loads, ~40 MiB of a process's resident memory, once).
 """
 
 from __future__ import annotations
@@ -25,18 +28,22 @@ from types import ModuleType
 ARROW_MIN_ITEMS = 16
 """Fewer items than this are cut by slicing: Arrow's fixed cost per call (~2 µs) outweighs it."""
 
+ARROW_MIN_VERSION = 26
+"""The first pyarrow whose ``to_pylist`` builds binary items in C++ rather than a scalar each."""
+
 USE_ARROW: bool | None = None
-"""None: Arrow when pyarrow and numpy import; False: never (the tests run both ways)."""
+"""None: Arrow where pyarrow ``ARROW_MIN_VERSION`` or later imports; False: never (the tests run
+both ways; a process may set it to keep pyarrow's libraries out of its memory)."""
 
 
 @functools.cache
 def _pyarrow() -> ModuleType | None:
     try:
-        import numpy  # noqa: F401  (Arrow's conversion to objects needs it)
         import pyarrow
     except ImportError:
         return None
-    return pyarrow
+    major = pyarrow.__version__.split(".", 1)[0]
+    return pyarrow if major.isdigit() and int(major) >= ARROW_MIN_VERSION else None
 
 
 def binary_items(data: bytes, ends: array[int], first: int, stop: int, start: int = 0) -> Iterable[bytes]:
@@ -57,5 +64,4 @@ def binary_items(data: bytes, ends: array[int], first: int, stop: int, start: in
     )
     # the boundaries are checked already, but Arrow trusts them with memory: check again (~1 ns an item)
     column.validate(full=True)
-    # to_numpy, not to_pylist: before pyarrow 26 to_pylist builds a scalar per item (~400 ns)
-    return column.to_numpy(zero_copy_only=False)  # type: ignore[no-any-return]
+    return column.to_pylist()  # type: ignore[no-any-return]
