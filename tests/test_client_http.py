@@ -161,8 +161,8 @@ def test_a_write_only_producer_gets_every_offset_of_a_batch_in_several_units(
     vault_host: HostProcess, dev_issuer: DevIssuer, api: ApiClient, stream: str
 ) -> None:
     token = dev_issuer.mint("writer-only", roles=[f"Vault.Write.{stream}"])
-    sent = [f"{i:05d}" + "x" * 200 for i in range(1500)]  # one batch of two 256 KiB units
-    options: dict[str, Any] = {"batch_max_messages": 1500, "linger": 5, "wait": COMMIT_WAIT}
+    sent = [f"{i:05d}" + "x" * 200 for i in range(2500)]  # one batch of two units (2,048 messages at most)
+    options: dict[str, Any] = {"batch_max_messages": 2500, "linger": 5, "wait": COMMIT_WAIT}
     with Producer(vault_host.url, token=token, **options) as producer:
         results = [producer.send(stream, v) for v in sent]
     assert [r.result().offset for r in results] == [m.offset for m in Consumer.connect(None, stream, api=api)]

@@ -21,6 +21,7 @@ from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.pagelog import CommitState, HeldLease
 from vault_core.reader import ScanOptions
 from vault_core.recordformat import MAX_VALUE_BYTES, NewMessage
+from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch, StreamWriter, WriterSettings
 
@@ -112,6 +113,25 @@ def test_writer_settings_refuse_a_record_format_or_codec_the_writer_does_not_kno
         WriterSettings(record_format=3)
     with pytest.raises(ValueError, match="codec 99"):
         WriterSettings(codec=99)
+
+
+def test_a_unit_closes_at_its_target_bytes_or_messages_whichever_comes_first(vault: Vault) -> None:
+    """Small messages fill a unit in messages (UNIT_TARGET_MESSAGES), large ones in payload bytes
+    (UNIT_TARGET_BYTES: the unit closes before it would pass them); a batch's pieces say where."""
+    with vault.writer(STREAM) as w:
+        [small] = w.append([Batch(msgs(5000, size=20))])
+        [large] = w.append([Batch(msgs(2500, size=1000))])
+    assert [n for _, n in small.pieces] == [
+        UNIT_TARGET_MESSAGES,
+        UNIT_TARGET_MESSAGES,
+        5000 - 2 * UNIT_TARGET_MESSAGES,
+    ]
+    per_message = 8 + len(b"k") + len(msgs(1, size=1000)[0].value)
+    fits = (UNIT_TARGET_BYTES - 8) // per_message  # the payload's two leading zero boundaries
+    assert [n for _, n in large.pieces] == [fits, fits, 2500 - 2 * fits]
+    assert [m.offset for m in vault.reader.scan(STREAM)][5000:] == [
+        o + i for o, n in large.pieces for i in range(n)
+    ]
 
 
 def test_the_blob_grows_in_large_steps_and_oversize_batches_write_nothing(vault: Vault) -> None:

@@ -35,8 +35,9 @@ CATALOG_PARTITION = "stream"
 MINUTE_MS = 60_000
 MAX_STORED_PIECES = 1000
 """Pieces a batch row keeps at most (about 24 characters each: well within a Tables property).
-A batch of units spans one unit per 256 KiB of payload, and more only where its keys switch
-between text and binary; a batch of more pieces keeps none (its offsets are then unknown)."""
+A batch of units spans one unit per 1 MiB of payload or 2,048 messages, and more only where its
+keys switch between text and binary; a batch of more pieces keeps none (its offsets are then
+unknown)."""
 
 
 @dataclass(frozen=True)

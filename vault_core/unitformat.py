@@ -65,10 +65,19 @@ SUPPORTED_CODECS = frozenset(codecs.CODEC_NAMES)
 
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 """Largest payload a unit may declare: what a reader may have to allocate for one unit."""
-UNIT_TARGET_BYTES = 256 * 1024
-"""A writer closes a unit once its payload reaches this (a unit of one large message may be
-larger, up to MAX_PAYLOAD_BYTES): big enough to compress well, small enough that a read that
-wants a few messages does not decompress much more than it returns."""
+UNIT_TARGET_BYTES = 1024 * 1024
+"""A writer closes a unit before its payload would pass this (a unit of one larger message holds
+just that message, up to MAX_PAYLOAD_BYTES), or at UNIT_TARGET_MESSAGES messages, whichever comes
+first. A reader pays a fixed cost per unit (its decompression handed to a helper thread and back,
+its boundaries checked, its columns wrapped), some 50-70 µs on the bench machine: a unit of 1 KiB
+events needs about a thousand messages for that to fall below a twentieth of what they cost
+(256 KiB units: a scan of 1 KiB events 15-20 % slower, 5 % more bytes; BENCHMARKS.md, core_format).
+Parquet's data pages are 1 MiB for the same reason."""
+UNIT_TARGET_MESSAGES = 2048
+"""The other bound of a unit a writer closes: small messages fill a unit in messages long before
+bytes (100 B events: 2,048 of them are ~230 KiB), and a read that starts inside a unit
+decompresses all of it, so this bounds what a page of small messages decompresses for the few
+it returns; the fixed cost per unit is long amortized by then."""
 assert 8 * 2 + MAX_KEY_BYTES + MAX_VALUE_BYTES <= MAX_PAYLOAD_BYTES  # any one message fits a unit
 
 if sys.byteorder == "little":

@@ -52,7 +52,7 @@ from vault_core.recordformat import (
     encoded_fields,
     restamp,
 )
-from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_VERSION, encode_unit
+from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES, UNIT_VERSION, encode_unit
 
 log = logging.getLogger(__name__)
 
@@ -503,8 +503,9 @@ class StreamWriter:
         """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
 
         Units hold consecutive messages, across batch boundaries, up to UNIT_TARGET_BYTES of
-        payload, and only text keys or only binary keys. A message's offset is its unit's position
-        plus its index there, known once the unit is compressed. Returns the new offset, count
+        payload or UNIT_TARGET_MESSAGES messages, and only text keys or only binary keys. A
+        message's offset is its unit's position plus its index there, known once the unit is
+        compressed. Returns the new offset, count
         and write position, and each batch's ``(i, batch, first, next, pieces)`` (its pieces: one
         run of consecutive offsets per unit it spans); index points (at unit positions only:
         decoding starts there) go to ``index``.
@@ -536,7 +537,8 @@ class StreamWriter:
             g0 = seen
             for key, is_text, value in _keyed(batch):
                 grown = size + 8 + len(key) + len(value)
-                if values and (is_text != text or grown > UNIT_TARGET_BYTES):
+                full = grown > UNIT_TARGET_BYTES or len(values) == UNIT_TARGET_MESSAGES
+                if values and (is_text != text or full):
                     close()
                     grown = size + 8 + len(key) + len(value)
                 text = is_text
