@@ -285,6 +285,7 @@ def format_main(mib: int, long_mib: int) -> None:
         if long_mib:
             figures |= _long_scan_figures(vault, long_mib, azurite.process.pid)
         figures |= _codec_figures()
+        figures |= _unit_size_figures()
         figures["load average at the end"] = os.getloadavg()[0]
         figures["benchmark seconds"] = time.monotonic() - t0
         command = f"./dev bench core --format --format-mib {mib} --long-scan-mib {long_mib}"
@@ -491,9 +492,10 @@ class _BytesLog:
         return self.read(start, length), self.state()
 
 
-def _events_log(total: int) -> bytes:
+def _events_log(total: int, unit_bytes: int = UNIT_TARGET_BYTES) -> bytes:
     """Format 2 units of ``total`` bytes of 1 KiB events: the pool of :func:`write_events` encoded
-    once, laid out again and again, each unit given its new offset and checksum."""
+    once in units of ``unit_bytes`` of payload, laid out again and again, each unit given its new
+    offset and checksum."""
     pool = events(20_000, "large", seed=3)
     units: list[bytes] = []
     keys: list[bytes] = []
@@ -504,7 +506,7 @@ def _events_log(total: int) -> bytes:
         values.append(m.value)
         filled += 8 + len(keys[-1]) + len(m.value)
         # as the writer cuts units
-        if filled >= UNIT_TARGET_BYTES or len(values) == UNIT_TARGET_MESSAGES or i == len(pool) - 1:
+        if filled >= unit_bytes or len(values) == UNIT_TARGET_MESSAGES or i == len(pool) - 1:
             units.append(encode_unit(keys, values, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True))
             keys, values, filled = [], [], 0
     per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
@@ -517,6 +519,40 @@ def _events_log(total: int) -> bytes:
             crc = zlib.crc32(memoryview(out)[at + unitformat.CRC_COVERAGE_START :])
             struct.pack_into("<I", out, at + unitformat.CRC_OFFSET, crc)
     return bytes(out)
+
+
+UNIT_SIZES = (64 * 1024, 256 * 1024, UNIT_TARGET_BYTES)
+"""Units' payload sizes of :func:`_unit_size_figures`: the writer's target and smaller ones."""
+
+
+def _unit_size_figures(mib: int = 32) -> dict[str, float | str]:
+    """The per-message scan of the same 1 KiB events held in memory (``mib`` MiB of them), in units
+    of each of ``UNIT_SIZES``: rows/s, CPU per message (every thread of the process) and blob bytes
+    per message; and from the smallest and largest units, what a reader pays per unit whatever its
+    size (the CPU per message falls as ``fixed / messages per unit``)."""
+    out: dict[str, float | str] = {}
+    cpu: dict[int, float] = {}
+    per_unit: dict[int, float] = {}
+    for size in UNIT_SIZES:
+        log = _BytesLog(_events_log(mib * MIB, size))
+        n = sum(1 for _ in scan_log(log, 0, len(log.data)))
+        units = sum(1 for _ in scan_log_batches(log, 0, len(log.data)))
+        walls, cpus = [], []
+        for _ in range(FORMAT_ROUNDS):
+            start, before = time.perf_counter(), time.process_time()
+            _scan_in_memory(log, n)
+            walls.append(time.perf_counter() - start)
+            cpus.append(time.process_time() - before)
+        label = f"1 KiB events in units of {size // 1024} KiB"
+        cpu[size], per_unit[size] = statistics.median(cpus) / n, n / units
+        out[f"{label}: messages per unit"] = per_unit[size]
+        out[f"{label}: blob bytes/message"] = len(log.data) / n
+        out[f"{label}: scan held in memory, rows/s"] = n / statistics.median(walls)
+        out[f"{label}: scan held in memory, CPU µs/message"] = cpu[size] * 1e6
+    small, large = UNIT_SIZES[0], UNIT_SIZES[-1]
+    fixed = (cpu[small] - cpu[large]) / (1 / per_unit[small] - 1 / per_unit[large])
+    out["a reader's fixed CPU per unit, µs (from the smallest and largest units)"] = fixed * 1e6
+    return out
 
 
 def _traced_figures(big_mib: int) -> dict[str, float | str]:
@@ -555,6 +591,15 @@ LONG_SCAN_ROUNDS = 5
 takes 0.2-0.6 s, and this shared machine moves one round's ratio by 10-15 %."""
 
 
+OLD_UNIT_BYTES = 256 * 1024
+"""The writer's unit target before units of 1 MiB or 2,048 messages: the long scans compare."""
+SMALLER_UNITS = "v2 in 256 KiB units"
+
+
+def _long_stream(size: str, name: str) -> str:
+    return f"long-{size}-{name.replace(' ', '-').lower()}"
+
+
 def _long_scan_figures(vault: Vault, mib: int, azurite_pid: int) -> dict[str, float | str]:
     """Full scans of longer streams (``mib`` MiB of events per size and format, written once,
     scanned ``LONG_SCAN_ROUNDS`` times by both scans): long enough that a scan's 4 MiB reads
@@ -564,28 +609,35 @@ def _long_scan_figures(vault: Vault, mib: int, azurite_pid: int) -> dict[str, fl
     for size, label in (("small", "100 B"), ("large", "1 KiB")):
         messages = events(mib * MIB // (110 if size == "small" else 1010), size, seed=4)
         n = len(messages)
-        for name in ("v1", "v2"):
-            record_format, codec = FORMATS[name]
-            with vault.writer(
-                f"long-{size}-{name}", WriterSettings(record_format=record_format, codec=codec)
-            ) as w:
+        # 1 KiB events also in the units of earlier releases (100 B ones fill 2,048 messages first)
+        names = ("v1", "v2", SMALLER_UNITS) if size == "large" else ("v1", "v2")
+        for name in names:
+            record_format, codec = FORMATS[name.split(" ")[0]]
+            unit_bytes = OLD_UNIT_BYTES if name == SMALLER_UNITS else UNIT_TARGET_BYTES
+            settings = WriterSettings(record_format=record_format, codec=codec, unit_bytes=unit_bytes)
+            with vault.writer(_long_stream(size, name), settings) as w:
                 _append_all(w, [Batch(messages[i : i + 1000]) for i in range(0, n, 1000)])
         del messages
         seconds: dict[tuple[str, str], list[float]] = {}
-        for _ in range(LONG_SCAN_ROUNDS):  # the formats in turn, so drift hits both alike
-            for name in ("v1", "v2"):
-                stream = f"long-{size}-{name}"
+        for r in range(LONG_SCAN_ROUNDS):
+            # The formats in turn, so drift hits both alike, and in the other order every other
+            # round: what a scan leaves Azurite to collect (its garbage after 140 MiB read) then
+            # falls on each format's scans alike.
+            order = names if r % 2 == 0 else names[::-1]
+            for name in order:
                 seconds.setdefault((name, "scan"), []).append(
-                    timed(functools.partial(_scan_all, vault, stream))
+                    timed(functools.partial(_scan_all, vault, _long_stream(size, name)))
                 )
-                seconds.setdefault((name, "batch scan"), []).append(
-                    timed(functools.partial(_scan_batches_all, vault, stream, n))
-                )
-                if name == "v2":
-                    committed = vault.reader.state(stream).committed
-                    seconds.setdefault((name, "download + decompress"), []).append(
-                        timed(functools.partial(_download_and_decompress, vault, stream, committed, n))
+            for name in order:
+                if name != SMALLER_UNITS:
+                    seconds.setdefault((name, "batch scan"), []).append(
+                        timed(functools.partial(_scan_batches_all, vault, _long_stream(size, name), n))
                     )
+            stream = _long_stream(size, "v2")
+            committed = vault.reader.state(stream).committed
+            seconds.setdefault(("v2", "download + decompress"), []).append(
+                timed(functools.partial(_download_and_decompress, vault, stream, committed, n))
+            )
         head = f"{label}, {mib} MiB of events"
         out[f"{head}: messages per stream"] = float(n)
         for (name, scan), runs in seconds.items():
@@ -597,6 +649,12 @@ def _long_scan_figures(vault: Vault, mib: int, azurite_pid: int) -> dict[str, fl
         )
         out |= _at_blob_target(head, vault, size, n, seconds)
         if size == "large":
+            for name in ("v2", SMALLER_UNITS):
+                per_message = vault.reader.state(_long_stream(size, name)).committed / n
+                out[f"{head} {name}: blob bytes/message"] = per_message
+            out[f"{head}: scan rows/s v2 / {SMALLER_UNITS}"] = _paired(
+                seconds[SMALLER_UNITS, "scan"], seconds["v2", "scan"]
+            )
             out |= _azurite_read_cost(vault, "long-large-v1", azurite_pid)
         ceiling = seconds["v2", "download + decompress"]
         out[f"{head} v2: scan / download + decompress ceiling"] = _paired(ceiling, seconds["v2", "scan"])

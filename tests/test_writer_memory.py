@@ -108,11 +108,14 @@ def after_lease_expiry(clock: ManualClock) -> None:
 
 
 # -- the protocol ------------------------------------------------------------------------------
-def test_writer_settings_refuse_a_record_format_or_codec_the_writer_does_not_know() -> None:
+def test_writer_settings_refuse_a_record_format_codec_or_unit_size_the_writer_cannot_write() -> None:
     with pytest.raises(ValueError, match="record format 3"):
         WriterSettings(record_format=3)
     with pytest.raises(ValueError, match="codec 99"):
         WriterSettings(codec=99)
+    for size in (0, 4 * 1024 * 1024 + 1):
+        with pytest.raises(ValueError, match="unit_bytes"):
+            WriterSettings(unit_bytes=size)
 
 
 def test_a_unit_closes_at_its_target_bytes_or_messages_whichever_comes_first(vault: Vault) -> None:
@@ -132,6 +135,11 @@ def test_a_unit_closes_at_its_target_bytes_or_messages_whichever_comes_first(vau
     assert [m.offset for m in vault.reader.scan(STREAM)][5000:] == [
         o + i for o, n in large.pieces for i in range(n)
     ]
+    smaller = 256 * 1024
+    with vault.writer(STREAM, WriterSettings(unit_bytes=smaller)) as w:  # a writer asked for smaller units
+        [third] = w.append([Batch(msgs(600, size=1000))])
+    fits = (smaller - 8) // per_message
+    assert [n for _, n in third.pieces] == [fits, fits, 600 - 2 * fits]
 
 
 def test_the_blob_grows_in_large_steps_and_oversize_batches_write_nothing(vault: Vault) -> None:

@@ -69,10 +69,10 @@ UNIT_TARGET_BYTES = 1024 * 1024
 """A writer closes a unit before its payload would pass this (a unit of one larger message holds
 just that message, up to MAX_PAYLOAD_BYTES), or at UNIT_TARGET_MESSAGES messages, whichever comes
 first. A reader pays a fixed cost per unit (its decompression handed to a helper thread and back,
-its boundaries checked, its columns wrapped), some 50-70 µs on the bench machine: a unit of 1 KiB
-events needs about a thousand messages for that to fall below a twentieth of what they cost
-(256 KiB units: a scan of 1 KiB events 15-20 % slower, 5 % more bytes; BENCHMARKS.md, core_format).
-Parquet's data pages are 1 MiB for the same reason."""
+its boundaries checked, its columns set up), 70-90 µs of CPU on the bench machine, so a unit
+needs about a thousand messages before that is a small part of what they cost (1 KiB events in
+256 KiB units: a scan 7-20 % slower on Azurite, 5 % more bytes; BENCHMARKS.md, "Units of 1 MiB or
+2,048 messages"). Parquet's data pages are 1 MiB for the same trade."""
 UNIT_TARGET_MESSAGES = 2048
 """The other bound of a unit a writer closes: small messages fill a unit in messages long before
 bytes (100 B events: 2,048 of them are ~230 KiB), and a read that starts inside a unit

@@ -52,7 +52,13 @@ from vault_core.recordformat import (
     encoded_fields,
     restamp,
 )
-from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES, UNIT_VERSION, encode_unit
+from vault_core.unitformat import (
+    MAX_PAYLOAD_BYTES,
+    UNIT_TARGET_BYTES,
+    UNIT_TARGET_MESSAGES,
+    UNIT_VERSION,
+    encode_unit,
+)
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +89,14 @@ class WriterSettings:
     """1: version 1 records, one per message; 2: version 2 units (a commit at a time)."""
     codec: int = codecs.CODECS[codecs.DEFAULT_CODEC]
     """How version 2 units are compressed (``vault_core.codecs``)."""
+    unit_bytes: int = UNIT_TARGET_BYTES
+    """The payload a version 2 unit closes before passing (the format bench compares sizes)."""
 
     def __post_init__(self) -> None:
         if self.record_format not in (1, UNIT_VERSION) or self.codec not in codecs.CODEC_NAMES:
             raise ValueError(f"record format {self.record_format} / codec {self.codec} unknown")
+        if not 0 < self.unit_bytes <= MAX_PAYLOAD_BYTES:
+            raise ValueError(f"unit_bytes must be 1-{MAX_PAYLOAD_BYTES}, got {self.unit_bytes}")
 
 
 @dataclass(frozen=True)
@@ -502,8 +512,8 @@ class StreamWriter:
     ) -> tuple[int, int, int, list[tuple[int, Batch, int, int, Pieces]]]:
         """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
 
-        Units hold consecutive messages, across batch boundaries, up to UNIT_TARGET_BYTES of
-        payload or UNIT_TARGET_MESSAGES messages, and only text keys or only binary keys. A
+        Units hold consecutive messages, across batch boundaries, up to ``unit_bytes`` of payload
+        (UNIT_TARGET_BYTES) or UNIT_TARGET_MESSAGES messages, and only text keys or only binary keys. A
         message's offset is its unit's position plus its index there, known once the unit is
         compressed. Returns the new offset, count
         and write position, and each batch's ``(i, batch, first, next, pieces)`` (its pieces: one
@@ -537,7 +547,7 @@ class StreamWriter:
             g0 = seen
             for key, is_text, value in _keyed(batch):
                 grown = size + 8 + len(key) + len(value)
-                full = grown > UNIT_TARGET_BYTES or len(values) == UNIT_TARGET_MESSAGES
+                full = grown > self.settings.unit_bytes or len(values) == UNIT_TARGET_MESSAGES
                 if values and (is_text != text or full):
                     close()
                     grown = size + 8 + len(key) + len(value)
