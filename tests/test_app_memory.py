@@ -617,7 +617,7 @@ def test_a_write_only_producer_learns_every_offset_from_the_wait_answer(record_f
     batch's status has the same; format 1: the record sizes do, as before. No read of the stream."""
     runtime = handlers_runtime(VAULT_RECORD_FORMAT=str(record_format))
     try:
-        sent = [f"{i:05d}" + "x" * 200 for i in range(2500)]  # 2,500 x 206 bytes: a unit closes at 2,048
+        sent = [f"{i:05d}" + "x" * 200 for i in range(2500)]  # 2,500 messages: a unit closes at 2,048
         body = json.dumps({"messages": [{"key": "k", "value": v} for v in sent]}).encode()
         queue = runtime.services.queue_for(STREAM)
 

@@ -513,12 +513,11 @@ class StreamWriter:
         """Encode the group's messages as version 2 units after ``buf`` (docs/FORMAT.md §11.7).
 
         Units hold consecutive messages, across batch boundaries, up to ``unit_bytes`` of payload
-        (UNIT_TARGET_BYTES) or UNIT_TARGET_MESSAGES messages, and only text keys or only binary keys. A
-        message's offset is its unit's position plus its index there, known once the unit is
-        compressed. Returns the new offset, count
-        and write position, and each batch's ``(i, batch, first, next, pieces)`` (its pieces: one
-        run of consecutive offsets per unit it spans); index points (at unit positions only:
-        decoding starts there) go to ``index``.
+        (UNIT_TARGET_BYTES) or UNIT_TARGET_MESSAGES messages, and only text keys or only binary
+        keys. A message's offset is its unit's position plus its index there, known once the unit
+        is compressed. Returns the new offset, count and write position, and each batch's
+        ``(i, batch, first, next, pieces)`` (its pieces: one run of consecutive offsets per unit it
+        spans); index points (at unit positions only: decoding starts there) go to ``index``.
         """
         keys: list[bytes] = []
         values: list[bytes] = []
