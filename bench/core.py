@@ -17,7 +17,7 @@ messages/s, full-scan rows/s by both scans (``scan``, one Message per message, a
 ``scan_batches``, one column batch per unit or run of records; each also against a raw download
 of the same blob), paged reads of 1,000 messages (what the read API does per request), per
 codec the compression ratio and the CPU per MiB of payload to compress and to decompress, and
-both scans again on longer streams (``--long-scan-mib``, 64 MiB of events per size and format),
+both scans again on longer streams (``--long-scan-mib`` MiB of events per size and format),
 and the per-message scan's ceilings, in the same rounds: building the same Message objects from
 the stream's columns already decoded (no I/O, no checksum, no decompression), and format 2's
 decode ceiling (each unit's stored bytes, held in memory, decompressed and its messages built:
@@ -25,9 +25,12 @@ no I/O, no checks, one thread) next to both formats' scans of their blobs held i
 check and thread of the real scan, no storage), and the least any format 2 scan does with every
 core (the scan's downloads and each unit decompressed on a thread per core: no check, no message).
 With the long scans, what a ranged read costs Azurite by its size (it hashes every range up to
-4 MiB), and v2 / v1 derived at Azure's 60 MiB/s per-blob target. Each round writes
-and reads every format in turn, and a v2 / v1 ratio of speeds is the median of the rounds' ratios,
-so that the load of a shared machine, which drifts over minutes, weighs on both alike.
+4 MiB), v2 / v1 derived at Azure's 60 MiB/s per-blob target, and the 1 KiB events also written in
+256 KiB units (the writer's target before 1 MiB or 2,048 messages). And a reader's fixed CPU per
+unit: the same 1 KiB events held in memory, scanned in units of 64 KiB, 256 KiB and 1 MiB. Each
+round writes and reads every format in turn (the long scans in the other order every other
+round), and a v2 / v1 ratio of speeds is the median of the rounds' ratios, so that the load of a
+shared machine, which drifts over minutes, weighs on both alike.
 
     ./dev bench core --format-memory   (results: core_format_memory)
 
@@ -587,8 +590,8 @@ def _traced_figures(big_mib: int) -> dict[str, float | str]:
 
 
 LONG_SCAN_ROUNDS = 5
-"""Rounds of the long scans, whose ratios are each round's median: a scan of 128 MiB of 1 KiB events
-takes 0.2-0.6 s, and this shared machine moves one round's ratio by 10-15 %."""
+"""Rounds of the long scans (a ratio is the median of the rounds' ratios): a scan of 128 MiB of
+1 KiB events takes 0.2-0.6 s, and this shared machine moves one round's ratio by 10-15 %."""
 
 
 OLD_UNIT_BYTES = 256 * 1024
