@@ -495,23 +495,39 @@ class _BytesLog:
         return self.read(start, length), self.state()
 
 
+def _unit_columns(
+    messages: list[NewMessage], unit_bytes: int = UNIT_TARGET_BYTES
+) -> list[tuple[list[bytes], list[bytes]]]:
+    """The keys and values of ``messages`` cut into units as the writer cuts them: a unit closes
+    before its payload would pass ``unit_bytes`` or at UNIT_TARGET_MESSAGES messages."""
+    units: list[tuple[list[bytes], list[bytes]]] = []
+    keys: list[bytes] = []
+    values: list[bytes] = []
+    size = 8  # the payload's two leading zero boundaries
+    for m in messages:
+        key = str(m.key).encode()
+        grown = size + 8 + len(key) + len(m.value)
+        if values and (grown > unit_bytes or len(values) == UNIT_TARGET_MESSAGES):
+            units.append((keys, values))
+            keys, values, size = [], [], 8
+            grown = size + 8 + len(key) + len(m.value)
+        keys.append(key)
+        values.append(m.value)
+        size = grown
+    if values:
+        units.append((keys, values))
+    return units
+
+
 def _events_log(total: int, unit_bytes: int = UNIT_TARGET_BYTES) -> bytes:
     """Format 2 units of ``total`` bytes of 1 KiB events: the pool of :func:`write_events` encoded
     once in units of ``unit_bytes`` of payload, laid out again and again, each unit given its new
     offset and checksum."""
     pool = events(20_000, "large", seed=3)
-    units: list[bytes] = []
-    keys: list[bytes] = []
-    values: list[bytes] = []
-    filled = 0
-    for i, m in enumerate(pool):
-        keys.append(str(m.key).encode())
-        values.append(m.value)
-        filled += 8 + len(keys[-1]) + len(m.value)
-        # as the writer cuts units
-        if filled >= unit_bytes or len(values) == UNIT_TARGET_MESSAGES or i == len(pool) - 1:
-            units.append(encode_unit(keys, values, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True))
-            keys, values, filled = [], [], 0
+    units = [
+        encode_unit(keys, values, 0, TS, codec=codecs.CODEC_ZSTD, key_is_text=True)
+        for keys, values in _unit_columns(pool, unit_bytes)
+    ]
     per_pass = sum(len(m.value) + len(str(m.key)) for m in pool)
     out = bytearray()
     for _ in range(-(-total // per_pass)):
@@ -841,16 +857,7 @@ def _codec_figures() -> dict[str, float | str]:
     writer's target size built from the same events."""
     out: dict[str, float | str] = {}
     for size, label in (("small", "100 B"), ("large", "1 KiB")):
-        messages = events(8 * MIB // (110 if size == "small" else 1010), size, seed=2)
-        units: list[tuple[list[bytes], list[bytes]]] = [([], [])]
-        filled = 0
-        for m in messages:
-            if filled >= UNIT_TARGET_BYTES or len(units[-1][1]) == UNIT_TARGET_MESSAGES:
-                units.append(([], []))
-                filled = 0
-            units[-1][0].append(str(m.key).encode())
-            units[-1][1].append(m.value)
-            filled += 8 + len(m.value) + len(str(m.key))
+        units = _unit_columns(events(8 * MIB // (110 if size == "small" else 1010), size, seed=2))
         for name, codec in codecs.CODECS.items():
             start = time.process_time()
             encoded = [encode_unit(k, v, 0, 0, codec=codec, key_is_text=True) for k, v in units]

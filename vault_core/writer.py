@@ -524,6 +524,7 @@ class StreamWriter:
         text = False
         size = 8  # the payload's two leading zero boundaries
         seen = 0  # messages of the group so far
+        unit_bytes = self.settings.unit_bytes
         unit_offsets: list[int] = []
         unit_firsts: list[int] = []  # index in the group of each unit's first message
         ranges: list[tuple[int, Batch, int, int]] = []
@@ -546,7 +547,7 @@ class StreamWriter:
             g0 = seen
             for key, is_text, value in _keyed(batch):
                 grown = size + 8 + len(key) + len(value)
-                full = grown > self.settings.unit_bytes or len(values) == UNIT_TARGET_MESSAGES
+                full = grown > unit_bytes or len(values) == UNIT_TARGET_MESSAGES
                 if values and (is_text != text or full):
                     close()
                     grown = size + 8 + len(key) + len(value)
