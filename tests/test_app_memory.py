@@ -47,6 +47,7 @@ from vault_core.errors import StreamLeased, StreamNotFound
 from vault_core.memory import MemoryAccount
 from vault_core.pagelog import CommittedBatch
 from vault_core.recordformat import HEADER_SIZE, NewMessage, encode
+from vault_core.stagedunits import staged_units
 from vault_core.writer import Batch, WriterSettings
 
 STREAM = "orders"
@@ -212,6 +213,79 @@ def test_a_large_batch_travels_as_a_claim_check_blob_deleted_after_its_commit(
     run_trigger(runtime, queue)
     assert values(services) == big
     assert services.claimcheck.download(claim) is None
+
+
+def events(n: int, tag: str) -> list[str]:
+    """JSON events of ~100 bytes, each other: what a codec meets in a real batch."""
+    rng = random.Random(tag)
+    return [json.dumps({"tag": tag, "i": i, "id": rng.getrandbits(64), "x": rng.random()}) for i in range(n)]
+
+
+def test_a_large_batch_is_staged_as_the_compressed_units_its_writer_copies(
+    runtime: Runtime, services: Services, queue: StagingQueue
+) -> None:
+    """Format 2 (the default): the HTTP tier compresses, the writer copies the units as they are."""
+    big = events(3000, "big")  # a full unit of 2,048 and a unit of 952: both copied
+    stage(services, "big", big)
+    claim = json.loads(queue.staging.peek(1)[0].body)["claim"]
+    body = services.claimcheck.download(claim)
+    assert body is not None and body[8] == 2  # units (FORMAT.md §6.8)
+    staged = staged_units(body)
+    assert [u.size for u in staged.units] == [2048, 952]
+    assert len(body) < 0.5 * len(encode(messages(big), 0, NOW_MS))  # compressed where it is staged
+    run_trigger(runtime, queue)
+    assert values(services) == big
+    log = services.vault.blob(STREAM).read(0, services.vault.reader.state(STREAM).committed)
+    for unit in staged.units:  # each stored byte of the log's units is the staged unit's
+        assert bytes(unit.stored) in log
+    assert services.claimcheck.download(claim) is None
+
+
+@pytest.mark.parametrize(("staged_as", "written_as"), [(1, 2), (2, 1)])
+def test_a_claim_check_staged_in_one_format_is_written_by_a_writer_of_the_other(
+    staged_as: int, written_as: int
+) -> None:
+    """The format setting changed while a batch waited: the writer takes the body it finds."""
+    account = MemoryAccount()
+    runtimes = [
+        Runtime(
+            Services(
+                load_settings({"VAULT_STAGING_QUEUES": "1", "VAULT_RECORD_FORMAT": str(fmt)}),
+                connect=lambda _name: account,
+            )
+        )
+        for fmt in (staged_as, written_as)
+    ]
+    try:
+        runtimes[0].services.ensure()
+        batch = [*messages(events(1500, "switch")), NewMessage(b"with a binary key", b"\x00")]
+        Stager(runtimes[0].services, clock=lambda: NOW_MS).stage(STREAM, "b", batch)
+        writer = runtimes[1].services
+        run_trigger(runtimes[1], writer.queue_for(STREAM))
+        got = list(writer.vault.reader.scan(STREAM))
+        assert [(m.key, m.value) for m in got] == [(m.key_bytes()[0], m.value) for m in batch]
+        assert writer.vault.reader.state(STREAM).format == written_as
+    finally:
+        for r in runtimes:
+            r.close()
+
+
+def test_a_damaged_claim_check_unit_rejects_its_batch_and_the_stream_keeps_flowing(
+    runtime: Runtime, services: Services, queue: StagingQueue
+) -> None:
+    """A unit whose checksum fails (or that does not open) is never copied into the log."""
+    stage(services, "big", events(1000, "damaged"))
+    claim = json.loads(queue.staging.peek(1)[0].body)["claim"]
+    body = bytearray(services.claimcheck.download(claim) or b"")
+    body[len(body) // 2] ^= 0x10
+    services.claimcheck.delete_many([claim])
+    services.claimcheck.upload_new(claim, bytes(body))
+    stage(services, "ok", ["still flowing"])
+    while run_trigger(runtime, queue):
+        pass
+    status = services.batch_table.status(STREAM, "big")
+    assert status is not None and status.status == REJECTED and "corrupt" in (status.reason or "")
+    assert values(services) == ["still flowing"] and queue.poison.approximate_count() == 1
 
 
 def test_a_redelivered_batch_is_appended_once_even_after_its_claim_check_blob_is_gone(

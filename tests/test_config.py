@@ -14,7 +14,9 @@ from vault_app.envelope import EnvelopeError
 from vault_app.services import Services
 from vault_core.azure import StorageAccount, azurite_connection_string
 from vault_core.positive import positive
-from vault_core.recordformat import NewMessage, decode
+from vault_core.recordformat import EncodedBatch, NewMessage, decode
+from vault_core.stagedunits import StagedUnits, unit_fields
+from vault_core.writer import WriterSettings
 
 CONN = azurite_connection_string()
 
@@ -122,18 +124,28 @@ def test_the_writer_reads_only_the_claim_check_blob_of_the_message_s_own_batch()
     assert downloads == []
 
 
-def test_a_claim_check_body_must_hold_the_announced_messages() -> None:
+@pytest.mark.parametrize("record_format", [1, 2])
+def test_a_claim_check_body_must_hold_the_announced_messages(record_format: int) -> None:
+    """As the app's writer writes: version 1 records, or version 2 units (checked whole, their
+    payloads too); the writer takes either whatever it writes."""
+    settings = WriterSettings(record_format=record_format)
     msgs = [NewMessage(b"v" * 100, "k")] * 3
     ref = envelope.decode(envelope.encode_claim("b2", "s", 5, "b2.records", 3))
-    claimed = envelope.decode_claimed(ref, envelope.encode_claim_body(msgs, 5))
-    assert claimed.records is not None and len(claimed.records.starts) == 3
-    assert [(m.key, m.value) for m in decode(claimed.records.data, 0)[0]] == [(b"k", b"v" * 100)] * 3
+    claimed = envelope.decode_claimed(ref, envelope.encode_claim_body(msgs, 5, settings))
+    records = claimed.records
+    if record_format == 1:
+        assert isinstance(records, EncodedBatch) and len(records.starts) == 3
+        assert [(m.key, m.value) for m in decode(records.data, 0)[0]] == [(b"k", b"v" * 100)] * 3
+    else:
+        assert isinstance(records, StagedUnits) and records.messages == 3 and len(records.units) == 1
+        assert list(unit_fields(records.units[0])) == [(b"k", True, b"v" * 100)] * 3
     with pytest.raises(EnvelopeError, match="holds 2 messages"):
-        envelope.decode_claimed(ref, envelope.encode_claim_body(msgs[:2], 5))
-    body = bytearray(envelope.encode_claim_body(msgs, 5))
-    body[-1] ^= 1
-    with pytest.raises(EnvelopeError, match="corrupt"):
-        envelope.decode_claimed(ref, bytes(body))
+        envelope.decode_claimed(ref, envelope.encode_claim_body(msgs[:2], 5, settings))
+    for at in (-1, 12, 40):  # the last stored byte; a unit's count, its stored bytes
+        body = bytearray(envelope.encode_claim_body(msgs, 5, settings))
+        body[at] ^= 1
+        with pytest.raises(EnvelopeError, match="corrupt"):
+            envelope.decode_claimed(ref, bytes(body))
 
 
 @pytest.mark.parametrize(

@@ -23,6 +23,9 @@ from vault_core import recordformat as fmt
 from vault_core.index import minute_key, offset_key, time_key
 from vault_core.pagelog import CommitState, CommittedBatch
 from vault_core.recordformat import NewMessage, encode, message_id
+from vault_core.stagedunits import COPY_FRACTION, StagedUnits
+from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES
+from vault_core.writer import WriterSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMAT_MD = (ROOT / "docs" / "FORMAT.md").read_text(encoding="utf-8")
@@ -382,18 +385,26 @@ def test_the_sharding_example(accounts: int, account: int, queue: str) -> None:
     assert f"{zlib.crc32(b'orders'):,}" in ARCHITECTURE_MD
 
 
-def test_claim_check_blobs_are_records_from_offset_zero_as_format_md_says() -> None:
+@pytest.mark.parametrize("record_format", [1, 2])
+def test_claim_check_blobs_are_frames_from_offset_zero_as_format_md_says(record_format: int) -> None:
     from vault_app import envelope
 
     assert "### 6.8 Claim-check blobs" in FORMAT_MD
+    assert "at least a quarter of either target of §11.7 (512 messages, or 256 KiB of payload)" in FORMAT_MD
+    assert UNIT_TARGET_MESSAGES // COPY_FRACTION == 512 and UNIT_TARGET_BYTES // COPY_FRACTION == 256 * 1024
     messages = [NewMessage(b"v" * 70_000, "k"), NewMessage(b"\x00", b"\x01")]
-    body = envelope.encode_claim_body(messages, TS)
-    records, end = fmt.decode(body, 0, complete=True)
-    assert end == len(body) and records[0].offset == 0
-    assert [(r.value, r.timestamp) for r in records] == [(m.value, TS) for m in messages]
+    body = envelope.encode_claim_body(messages, TS, WriterSettings(record_format=record_format))
+    frames, end = fmt.decode(body, 0, complete=True)
+    assert end == len(body) and frames[0].offset == 0
+    assert [(r.value, r.timestamp) for r in frames] == [(m.value, TS) for m in messages]
+    assert {body[8]} == {record_format}  # the first frame's version; one version a blob
     pointer = envelope.decode(envelope.encode_claim("big-1", "orders", TS, "big-1.records", len(messages)))
     claimed = envelope.decode_claimed(pointer, body).records
-    assert claimed is not None and claimed.data == body and claimed.starts == [0, records[1].offset]
+    assert claimed is not None and claimed.data == body
+    if record_format == 1:
+        assert isinstance(claimed, fmt.EncodedBatch) and claimed.starts == [0, frames[1].offset]
+    else:  # text keys, then binary ones: two units (§11.7)
+        assert isinstance(claimed, StagedUnits) and [u.offset for u in claimed.units] == [0, frames[1].offset]
 
 
 # -- API.md ---------------------------------------------------------------------------------------

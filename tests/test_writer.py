@@ -16,6 +16,7 @@ import threading
 
 import pytest
 
+from vault_core import codecs
 from vault_core import recordformat as fmt
 from vault_core.clock import ManualClock
 from vault_core.errors import InvalidOffset, StreamLeased
@@ -23,6 +24,7 @@ from vault_core.memory import MemoryAccount
 from vault_core.pagelog import MAX_PAGE_WRITE, PAGE_SIZE
 from vault_core.recordformat import HEADER_SIZE, NewMessage
 from vault_core.rows import KeyRange
+from vault_core.stagedunits import encode_units, message_fields, staged_units
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch, WriterSettings
 
@@ -84,20 +86,26 @@ def test_batches_straddling_page_and_4mib_boundaries_read_back_exactly(vault: Va
 def test_encoded_batches_append_like_messages_and_duplicates_are_not_appended(
     vault: Vault, stream: str
 ) -> None:
-    """A claim-check body (records from offset 0) is copied and re-stamped, mixed with messages."""
+    """Claim-check bodies (records or units from offset 0) are copied and re-stamped, mixed with
+    messages, in commits over several 4 MiB writes."""
     rng = random.Random(11)
     sent: list[bytes] = []
     batches = []
-    for i, size in enumerate((3, 2 * MAX_PAGE_WRITE // 1000, 1, 700)):
+    for i, size in enumerate((3, 2 * MAX_PAGE_WRITE // 1000, 1, 700, 3000)):
         batch = [NewMessage(rng.randbytes(rng.randint(0, 2000)), f"k{i}") for _ in range(size)]
         sent += [m.value for m in batch]
-        encoded = fmt.encoded_batch(fmt.encode(batch, 0, 1))
-        batches.append(Batch.of_records(encoded, f"b{i}") if i % 2 == 0 else Batch(batch, f"b{i}"))
+        if i == 4:  # units, compressed where they were staged: the large ones copied as they are
+            body = encode_units(message_fields(batch), 1, codec=codecs.CODEC_ZSTD)
+            batches.append(Batch.of_units(staged_units(body), f"b{i}"))
+        elif i % 2 == 0:
+            batches.append(Batch.of_records(fmt.encoded_batch(fmt.encode(batch, 0, 1)), f"b{i}"))
+        else:
+            batches.append(Batch(batch, f"b{i}"))
     with vault.writer(stream) as w:
         results = w.append(batches)
-        again = w.append([batches[1], Batch(msgs(1), "new"), batches[0]])
-    assert [r.count for r in results] == [len(b.messages) or len(b.encoded.starts) for b in batches]  # type: ignore[union-attr]
-    assert [r.duplicate for r in results + again] == [False] * 4 + [True, False, True]
+        again = w.append([batches[1], Batch(msgs(1), "new"), batches[0], batches[4]])
+    assert [r.count for r in results] == [3, 2 * MAX_PAGE_WRITE // 1000, 1, 700, 3000]
+    assert [r.duplicate for r in results + again] == [False] * 5 + [True, False, True, True]
     assert again[0].first_offset == results[1].first_offset and again[2].first_offset == 0
     got = list(vault.reader.scan(stream))
     assert [m.value for m in got[:-1]] == sent and got[-1].value == msgs(1)[0].value
@@ -161,7 +169,7 @@ def test_the_blob_grows_in_large_steps(vault: Vault, stream: str) -> None:
     assert sizes == {MIN_GROWTH}
 
 
-@pytest.mark.parametrize(("record_format", "claim_checks"), [(1, False), (1, True), (2, False)])
+@pytest.mark.parametrize(("record_format", "claim_checks"), [(1, False), (1, True), (2, False), (2, True)])
 def test_the_index_is_rebuilt_from_the_log_when_lost(
     vault: Vault, stream: str, record_format: int, claim_checks: bool
 ) -> None:
@@ -170,8 +178,12 @@ def test_the_index_is_rebuilt_from_the_log_when_lost(
     with vault.writer(stream, WriterSettings(index_spacing=8192, record_format=record_format)) as w:
         for i in range(30):  # a format 2 commit is one unit: points fall on unit positions
             batch = msgs(10, size=200, tag=f"c{i}")
-            records = fmt.encoded_batch(fmt.encode(batch, 0, 1))
-            w.append([Batch.of_records(records) if claim_checks else Batch(batch)])
+            if not claim_checks:
+                w.append([Batch(batch)])
+            elif record_format == 1:
+                w.append([Batch.of_records(fmt.encoded_batch(fmt.encode(batch, 0, 1)))])
+            else:  # staged units: small ones, re-packed (a large one copied is tests/test_stagedunits.py's)
+                w.append([Batch.of_units(staged_units(encode_units(message_fields(batch), 1, codec=1)))])
     before = vault.index.points(stream)
     for row in vault.index.index.query(KeyRange(stream)):
         vault.index.index.delete(row.partition, row.key)

@@ -10,7 +10,9 @@ written, read back by the writer and deleted after the commit.
   that picked the same id on different streams) never share a blob.
 * **Write**: conditional (``If-None-Match: *``): a blob is never overwritten, so a queue message
   always finds the bytes its own attempt wrote.
-* **Body**: the batch in the vault's record format with offsets from 0 (docs/FORMAT.md §6.8).
+* **Body**: the batch in the vault's record format with offsets from 0 (docs/FORMAT.md §6.8):
+  compressed version 2 units where the app writes format 2, which the writer copies into the
+  log as they are; version 1 records where it writes format 1. The writer reads either.
 * **Delete**: after the commit that made the batch durable (or recognised it as a duplicate),
   up to 256 per Blob Batch request; anything left behind is removed by the container's
   lifecycle rule and is harmless meanwhile.
@@ -29,6 +31,7 @@ from vault_core.errors import VaultError
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
 from vault_core.vault import Vault
+from vault_core.writer import WriterSettings
 
 _ATTEMPT = re.compile(r"[0-9a-f]{32}")
 
@@ -51,9 +54,11 @@ class AlreadyCommitted(Exception):
 
 
 class ClaimChecks:
-    def __init__(self, container: BlobStore, vault: Vault) -> None:
+    def __init__(self, container: BlobStore, vault: Vault, settings: WriterSettings | None = None) -> None:
         self.container = container
         self.vault = vault
+        self.settings = settings or WriterSettings()
+        """The app's writer settings: a claim-check body is laid out as its writer writes."""
 
     # -- the HTTP tier ---------------------------------------------------------------------
     def queue_text(
@@ -76,7 +81,7 @@ class ClaimChecks:
             if len(text) <= envelope.INLINE_LIMIT:
                 return text, False
         name = claim_name(stream, batch_id)
-        body = envelope.encode_claim_body(messages, received_ms)
+        body = envelope.encode_claim_body(messages, received_ms, self.settings)
         with_retries(lambda: self._upload(name, body))
         return envelope.encode_claim(batch_id, stream, received_ms, name, len(messages), trace), True
 

@@ -14,8 +14,11 @@ writer has re-sent the batch as a fresh queue message (:func:`refreshed`); absen
 
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
 over :data:`INLINE_LIMIT` goes to a claim-check blob and the queue message carries only its
-name. The blob holds the batch in the vault's own record format (docs/FORMAT.md) with offsets
-from 0: binary, checksummed, and decoded by the same code as the log, with no base64 or JSON.
+name. The blob holds the batch in the vault's own record format (docs/FORMAT.md §6.8) with
+offsets from 0: binary, checksummed, and decoded by the same code as the log, with no base64 or
+JSON. An app that writes format 2 stages it as compressed version 2 units, which its writer
+copies into the log as they are (:mod:`vault_core.stagedunits`); one that writes format 1 as
+version 1 records. The writer takes either, whatever it writes itself.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from vault_core import recordformat
 from vault_core.errors import FormatError, InvalidInput
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.recordformat import NewMessage
+from vault_core.stagedunits import StagedUnits, encode_units, message_fields, staged_units
+from vault_core.unitformat import UNIT_VERSION
+from vault_core.writer import WriterSettings
 
 VERSION = 1
 INLINE_LIMIT = 60_000
@@ -56,8 +62,8 @@ class Envelope:
     messages: list[NewMessage] | None = None
     claim: str | None = None
     count: int = 0
-    records: recordformat.EncodedBatch | None = None
-    """A claim-check batch once its blob is read: already in record form, checked."""
+    records: recordformat.EncodedBatch | StagedUnits | None = None
+    """A claim-check batch once its blob is read: already in record form (records or units), checked."""
     trace: str | None = None
     """The ``traceparent`` of the POST that staged the batch, if it carried one."""
 
@@ -152,19 +158,29 @@ def _valid(validate: Callable[[str], str], value: Any) -> str | None:
         return None
 
 
-def encode_claim_body(messages: list[NewMessage], received_ms: int) -> bytes:
+def encode_claim_body(messages: list[NewMessage], received_ms: int, settings: WriterSettings) -> bytes:
+    """A claim-check body: the batch as ``settings`` would write it (units or records), from 0."""
+    if settings.record_format == UNIT_VERSION:
+        return encode_units(message_fields(messages), received_ms, codec=settings.codec)
     return recordformat.encode(messages, 0, received_ms)
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
-    """The records of a claim-check blob, checked; their count must match the queue message."""
+    """The records or units of a claim-check blob, checked (every unit's payload too); their
+    count must match the queue message's."""
     try:
-        records = recordformat.encoded_batch(blob_body)
+        records: recordformat.EncodedBatch | StagedUnits
+        if recordformat.is_unit_at(memoryview(blob_body), 0, len(blob_body)):
+            records = units = staged_units(blob_body)
+            count = units.messages
+        else:
+            records = encoded = recordformat.encoded_batch(blob_body)
+            count = len(encoded.starts)
     except FormatError as exc:
         raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
-    if len(records.starts) != envelope.count:
+    if count != envelope.count:
         raise EnvelopeError(
-            f"claim-check blob {envelope.claim!r} holds {len(records.starts)} messages, "
+            f"claim-check blob {envelope.claim!r} holds {count} messages, "
             f"the queue message says {envelope.count}"
         )
     return replace(envelope, records=records)

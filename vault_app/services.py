@@ -87,7 +87,7 @@ class Services:
 
     @cached_property
     def claims(self) -> ClaimChecks:
-        return ClaimChecks(self.claimcheck, self.vault)
+        return ClaimChecks(self.claimcheck, self.vault, self.settings.writer_settings)
 
     @cached_property
     def batches(self) -> Table:

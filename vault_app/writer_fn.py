@@ -48,6 +48,7 @@ from vault_app.telemetry import event
 from vault_core.errors import StreamFull, VaultError, WriterConflict, retriable
 from vault_core.queueing import QueuedMessage
 from vault_core.retry import backed_off, note_backoff
+from vault_core.stagedunits import StagedUnits
 from vault_core.writer import AppendResult, Batch
 
 log = logging.getLogger("vault_app.writer")
@@ -436,6 +437,8 @@ def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.C
 
 
 def _batch(env: Envelope) -> Batch:
+    if isinstance(env.records, StagedUnits):
+        return Batch.of_units(env.records, env.batch_id)
     if env.records is not None:
         return Batch.of_records(env.records, env.batch_id)
     return Batch(env.messages or [], env.batch_id)

@@ -129,7 +129,20 @@ def encode_unit(
     if codec != codecs.CODEC_NONE and (len(stored) >= len(payload) or too_short):
         codec, stored = codecs.CODEC_NONE, payload
     flags = codec | (FLAG_KEY_IS_TEXT if key_is_text else 0)
-    covered = _COVERED_HEADER.pack(UNIT_VERSION, flags, count, len(payload), len(stored), offset, timestamp)
+    return _framed(flags, count, len(payload), stored, offset, timestamp)
+
+
+def restamped_unit(unit: SealedUnit, offset: int, timestamp: int) -> bytes:
+    """``unit`` (checked, and its payload too: :func:`~vault_core.stagedunits.staged_units`) as it
+    is, moved to stream ``offset`` and stamped ``timestamp``: only those two header fields and the
+    checksum change. The stored bytes are copied, not decompressed or compressed again."""
+    return _framed(unit.flags, unit.size, unit.payload_length, unit.stored, offset, timestamp)
+
+
+def _framed(
+    flags: int, count: int, payload_length: int, stored: bytes | memoryview, offset: int, timestamp: int
+) -> bytes:
+    covered = _COVERED_HEADER.pack(UNIT_VERSION, flags, count, payload_length, len(stored), offset, timestamp)
     crc = zlib.crc32(stored, zlib.crc32(covered))
     return b"".join((MAGIC, _CRC.pack(crc), covered, stored))
 

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from itertools import chain
 from types import TracebackType
 
 from vault_core import codecs
@@ -52,12 +53,21 @@ from vault_core.recordformat import (
     encoded_fields,
     restamp,
 )
+from vault_core.stagedunits import (
+    Field,
+    StagedUnits,
+    copies_as_is,
+    cut_units,
+    message_fields,
+    unit_fields,
+)
 from vault_core.unitformat import (
     MAX_PAYLOAD_BYTES,
     UNIT_TARGET_BYTES,
-    UNIT_TARGET_MESSAGES,
     UNIT_VERSION,
+    SealedUnit,
     encode_unit,
+    restamped_unit,
 )
 
 log = logging.getLogger(__name__)
@@ -109,13 +119,22 @@ class Batch:
     encoded: EncodedBatch | None = None
     """The batch already in record form (a claim-check body), instead of ``messages``: the
     writer copies its records and re-stamps offsets and time rather than encoding each one."""
+    units: StagedUnits | None = None
+    """The batch already as version 2 units (a claim-check body of a format 2 app), instead of
+    ``messages``: a version 2 writer copies each full enough unit and re-stamps its header."""
 
     @classmethod
     def of_records(cls, records: EncodedBatch, batch_id: str | None = None) -> Batch:
         return cls((), batch_id, records)
 
+    @classmethod
+    def of_units(cls, units: StagedUnits, batch_id: str | None = None) -> Batch:
+        return cls((), batch_id, units=units)
+
     @property
     def count(self) -> int:
+        if self.units is not None:
+            return self.units.messages
         return len(self.encoded.starts) if self.encoded is not None else len(self.messages)
 
 
@@ -451,7 +470,7 @@ class StreamWriter:
                         index.frame(offset + start, ts, count)
                         count += 1
                     offset += len(encoded.data)
-                for message in batch.messages:
+                for message in _messages(batch):
                     index.frame(offset, ts, count)
                     offset += encode_into(buf, message, offset, ts)
                     count += 1
@@ -514,51 +533,42 @@ class StreamWriter:
 
         Units hold consecutive messages, across batch boundaries, up to ``unit_bytes`` of payload
         (UNIT_TARGET_BYTES) or UNIT_TARGET_MESSAGES messages, and only text keys or only binary
-        keys. A message's offset is its unit's position plus its index there, known once the unit
-        is compressed. Returns the new offset, count and write position, and each batch's
-        ``(i, batch, first, next, pieces)`` (its pieces: one run of consecutive offsets per unit it
-        spans); index points (at unit positions only: decoding starts there) go to ``index``.
+        keys; a batch staged as units (``Batch.units``) has each unit that is full enough and
+        compressed with this writer's codec copied as it is, re-stamped (stagedunits), and the
+        messages of the others packed with their neighbours. A message's offset is its unit's
+        position plus its index there, known once the unit is compressed. Returns the new offset,
+        count and write position, and each batch's ``(i, batch, first, next, pieces)`` (its
+        pieces: one run of consecutive offsets per unit it spans); index points (at unit positions
+        only: decoding starts there) go to ``index``.
         """
-        keys: list[bytes] = []
-        values: list[bytes] = []
-        text = False
-        size = 8  # the payload's two leading zero boundaries
-        seen = 0  # messages of the group so far
-        unit_bytes = self.settings.unit_bytes
         unit_offsets: list[int] = []
         unit_firsts: list[int] = []  # index in the group of each unit's first message
         ranges: list[tuple[int, Batch, int, int]] = []
+        seen = 0  # messages of the group so far
+        for i, batch in group.batches:
+            ranges.append((i, batch, seen, seen + batch.count))
+            seen += batch.count
+        seen = 0
 
-        def close() -> None:
-            nonlocal offset, count, write_pos, size
+        def place(unit: bytes, messages: int) -> None:
+            nonlocal offset, count, write_pos, seen
             index.frame(offset, ts, count)
             unit_offsets.append(offset)
-            unit_firsts.append(seen - len(values))
-            unit = encode_unit(keys, values, offset, ts, codec=self.settings.codec, key_is_text=text)
+            unit_firsts.append(seen)
             buf.extend(unit)
             offset += len(unit)
-            count += len(values)
-            keys.clear()
-            values.clear()
-            size = 8
+            count += messages
+            seen += messages
             write_pos = self._send_full(pages, buf, write_pos)
 
-        for i, batch in group.batches:
-            g0 = seen
-            for key, is_text, value in _keyed(batch):
-                grown = size + 8 + len(key) + len(value)
-                full = grown > unit_bytes or len(values) == UNIT_TARGET_MESSAGES
-                if values and (is_text != text or full):
-                    close()
-                    grown = size + 8 + len(key) + len(value)
-                text = is_text
-                keys.append(key)
-                values.append(value)
-                size = grown
-                seen += 1
-            ranges.append((i, batch, g0, seen))
-        if values:
-            close()
+        codec, unit_bytes = self.settings.codec, self.settings.unit_bytes
+        for run in _unit_runs([batch for _, batch in group.batches], codec, unit_bytes):
+            if isinstance(run, SealedUnit):
+                place(restamped_unit(run, offset, ts), run.size)
+                continue
+            for keys, values, text in cut_units(run, unit_bytes):
+                place(encode_unit(keys, values, offset, ts, codec=codec, key_is_text=text), len(values))
+        assert seen == (ranges[-1][3] if ranges else 0)
 
         def offset_of(g: int) -> int:
             if g == seen:
@@ -673,16 +683,40 @@ class _PagePipeline:
             self._pending = None
 
 
-def _keyed(batch: Batch) -> Iterator[tuple[bytes, bool, bytes]]:
+def _unit_runs(batches: list[Batch], codec: int, unit_bytes: int) -> Iterator[SealedUnit | Iterator[Field]]:
+    """What a version 2 writer lays out for ``batches``, in order: a staged unit it copies as it
+    is (stagedunits.copies_as_is), or a run of messages, across batch boundaries, that it packs
+    into units of its own (a run ends only where a copied unit comes)."""
+    run: list[Iterable[Field]] = []
+    for batch in batches:
+        if batch.units is None:
+            run.append(_keyed(batch))
+            continue
+        for unit in batch.units.units:
+            if copies_as_is(unit, codec, unit_bytes):
+                if run:
+                    yield chain.from_iterable(run)
+                    run = []
+                yield unit
+            else:
+                run.append(unit_fields(unit))
+    if run:
+        yield chain.from_iterable(run)
+
+
+def _messages(batch: Batch) -> Iterable[NewMessage]:
+    """The messages of ``batch`` for a version 1 writer: those of a batch staged as units too."""
+    if batch.units is None:
+        return batch.messages
+    fields = chain.from_iterable(map(unit_fields, batch.units.units))
+    return (NewMessage(value, key.decode("utf-8") if text else key) for key, text, value in fields)
+
+
+def _keyed(batch: Batch) -> Iterator[Field]:
     """``(key bytes, key is text, value)`` of each message of ``batch``, in order."""
     if batch.encoded is not None:  # a claim-check body in version 1 records: take their fields
-        yield from encoded_fields(batch.encoded)
-        return
-    for value, key in batch.messages:
-        if isinstance(key, str):
-            yield key.encode("utf-8"), True, value
-        else:
-            yield key, False, value
+        return encoded_fields(batch.encoded)
+    return message_fields(batch.messages)
 
 
 def _duplicate(b: CommittedBatch) -> AppendResult:
