@@ -17,6 +17,10 @@ with the ratio v2 / v1:
   * end-to-end ingest messages/s: POST -> staging -> writer -> committed through two local hosts
     on one Azurite, one with ``VAULT_RECORD_FORMAT=1`` and one with ``2`` (own staging queues
     each); every batch holds other events, so no codec sees a repeat
+  * a claim-check batch of 1,000 events in this process, each format's way: the HTTP tier's CPU
+    to lay it out as the blob's body (format 1: records; format 2: compressed units), the
+    writer's to check it and append it to a stream (format 1: copied records re-stamped; format
+    2: units copied and re-stamped), and the body's bytes
   * the read API: the events written once in each format, read through the host as NDJSON
     pages of up to 10,000 messages; and its ceiling in the same rounds, the HTTP path alone: the
     same bytes as the NDJSON pages served through the same host by raw ``/log`` Range reads of
@@ -44,7 +48,9 @@ from azure.storage.blob import BlobLeaseClient
 from bench.anonymous_post import host_pids
 from bench.common import MIB, cpu_seconds, report, timed
 from bench.events import events
+from vault_app import envelope, writer_fn
 from vault_core.azure import StorageAccount
+from vault_core.memory import MemoryAccount
 from vault_core.pageblob import PageBlobs
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
@@ -318,6 +324,36 @@ def ingest_formats(
     return figures
 
 
+def claim_check_figures(rounds: int) -> dict[str, float]:
+    """CPU of a claim-check batch of 1,000 events on each side, in this process (best of
+    ``rounds``: what the code costs, not what the shared machine let it have)."""
+    figures: dict[str, float] = {}
+    for size, label in (("small", "100 B"), ("large", "1 KiB")):
+        messages = events(1000, size, seed=7)
+        for record_format in (1, 2):
+            settings = WriterSettings(record_format=record_format)
+            body = envelope.encode_claim_body(messages, 1, settings)
+            pointer = envelope.Envelope("b", "s", 1, claim="c", count=len(messages))
+            staging, writing = [], []
+            for _ in range(rounds):
+                start = time.process_time()
+                envelope.encode_claim_body(messages, 1, settings)
+                staging.append(time.process_time() - start)
+                vault = Vault(MemoryAccount()).ensure()
+                with vault.writer("s", settings) as w:
+                    start = time.process_time()
+                    w.append([writer_fn.batch_of(envelope.decode_claimed(pointer, body))])
+                    writing.append(time.process_time() - start)
+            tag = f"{label}: claim-check batch of 1,000, v{record_format}"
+            figures[f"{tag}: body bytes"] = float(len(body))
+            figures[f"{tag}: staging CPU ms (lay out the body)"] = min(staging) * 1e3
+            figures[f"{tag}: writer CPU ms (check and append)"] = min(writing) * 1e3
+        for side in ("body bytes", "staging CPU ms (lay out the body)", "writer CPU ms (check and append)"):
+            v1, v2 = (figures[f"{label}: claim-check batch of 1,000, v{f}: {side}"] for f in (1, 2))
+            figures[f"{label}: claim-check batch, {side.split(' (')[0]} v2 / v1"] = v2 / v1
+    return figures
+
+
 def host_cpu_seconds(host: HostProcess) -> float:
     """CPU the host and its language workers have used so far: what a figure costs the server,
     whatever share of the shared cores it got."""
@@ -394,6 +430,7 @@ def formats_main(rounds: int, mib: int, batches: int, producers: int, workers: i
             )
             for stream, _ in streams.values():
                 drop(vault, stream)
+        figures.update(claim_check_figures(rounds=7))
         figures[f"ingest: batches of 1,000 per producer and round, {producers} producers"] = float(batches)
         figures.update(ingest_formats(hosts, vault, rounds, batches, producers))
         figures["benchmark seconds"] = time.monotonic() - t0

@@ -392,7 +392,7 @@ def _append(
         home = runtime.services.queue_for(stream)
         dead = runtime.writers.inherited(queue) and (home.account, home.name) == (queue.account, queue.name)
         results = runtime.writers.append(
-            runtime.services, stream, [_batch(w.envelope) for w in work], break_dead_lease=dead
+            runtime.services, stream, [batch_of(w.envelope) for w in work], break_dead_lease=dead
         )
         tel.appended(stream, _commits(work, results), started_ns, time.time_ns())
     runtime.fault("after-commit")
@@ -436,7 +436,8 @@ def _commits(work: list[_Work], results: list[AppendResult]) -> list[telemetry.C
     ]
 
 
-def _batch(env: Envelope) -> Batch:
+def batch_of(env: Envelope) -> Batch:
+    """The writer's :class:`Batch` of a loaded envelope: messages, records or units."""
     if isinstance(env.records, StagedUnits):
         return Batch.of_units(env.records, env.batch_id)
     if env.records is not None:
