@@ -227,7 +227,9 @@ def test_a_large_batch_is_staged_as_the_compressed_units_its_writer_copies(
     """Format 2 (the default): the HTTP tier compresses, the writer copies the units as they are."""
     big = events(3000, "big")  # a full unit of 2,048 and a unit of 952: both copied
     stage(services, "big", big)
-    claim = json.loads(queue.staging.peek(1)[0].body)["claim"]
+    pointer = json.loads(queue.staging.peek(1)[0].body)
+    claim = pointer["claim"]
+    assert pointer["v"] == 2  # a writer that knows only records refuses it (ARCHITECTURE.md §2.2)
     body = services.claimcheck.download(claim)
     assert body is not None and body[8] == 2  # units (FORMAT.md §6.8)
     staged = staged_units(body)
@@ -261,6 +263,7 @@ def test_a_claim_check_staged_in_one_format_is_written_by_a_writer_of_the_other(
         batch = [*messages(events(1500, "switch")), NewMessage(b"with a binary key", b"\x00")]
         Stager(runtimes[0].services, clock=lambda: NOW_MS).stage(STREAM, "b", batch)
         writer = runtimes[1].services
+        assert json.loads(writer.queue_for(STREAM).staging.peek(1)[0].body)["v"] == staged_as
         run_trigger(runtimes[1], writer.queue_for(STREAM))
         got = list(writer.vault.reader.scan(STREAM))
         assert [(m.key, m.value) for m in got] == [(m.key_bytes()[0], m.value) for m in batch]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -90,6 +91,15 @@ def test_the_inline_envelope_round_trips_text_and_binary() -> None:
     msgs = [NewMessage(b"\x00\xffbin", b"\x01"), NewMessage("tëxt".encode(), "key")]
     env = envelope.decode(envelope.encode_messages("b1", "s", 5, msgs))
     assert (env.batch_id, env.stream, env.received_ms, env.messages) == ("b1", "s", 5, msgs)
+
+
+def test_envelope_version_2_is_a_claim_check_pointer_to_units_and_nothing_else() -> None:
+    units = envelope.encode_claim("b-1", "orders", 5, claim_name("orders", "b-1"), 3, units=True)
+    assert envelope.decode(units).claim is not None and json.loads(units)["v"] == 2
+    inline = json.loads(envelope.encode_messages("b-1", "orders", 5, [NewMessage(b"v", "k")]))
+    for doc in ({**inline, "v": 2}, {**json.loads(units), "v": 3}):
+        with pytest.raises(EnvelopeError, match="unknown staging envelope version"):
+            envelope.decode(json.dumps(doc))
 
 
 def test_the_writer_reads_only_the_claim_check_blob_of_the_message_s_own_batch() -> None:

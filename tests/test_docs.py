@@ -368,8 +368,9 @@ def test_the_envelope_examples_are_what_the_code_writes_and_reads() -> None:
     assert envelope.decode(inline).messages == messages
     claim = first_code_block(after(ARCHITECTURE_MD, "envelope:claim"))
     name = "orders/big-1/5f0c2d0e9a8b4c7e8d1f2a3b4c5d6e7f.records"
-    assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, name, 5000)
+    assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, name, 5000, units=True)
     assert envelope.decode(claim).claim == name
+    assert '"v":1' in envelope.encode_claim("big-1", "orders", TS + 1200, name, 5000)  # records
 
 
 @pytest.mark.parametrize(("accounts", "account", "queue"), [(1, 0, "mv-staging-2"), (2, 1, "mv-staging-2")])

@@ -30,6 +30,7 @@ from vault_core.blobstore import BlobStore
 from vault_core.errors import VaultError
 from vault_core.recordformat import NewMessage
 from vault_core.retry import with_retries
+from vault_core.unitformat import UNIT_VERSION
 from vault_core.vault import Vault
 from vault_core.writer import WriterSettings
 
@@ -83,7 +84,10 @@ class ClaimChecks:
         name = claim_name(stream, batch_id)
         body = envelope.encode_claim_body(messages, received_ms, self.settings)
         with_retries(lambda: self._upload(name, body))
-        return envelope.encode_claim(batch_id, stream, received_ms, name, len(messages), trace), True
+        units = self.settings.record_format == UNIT_VERSION
+        return envelope.encode_claim(
+            batch_id, stream, received_ms, name, len(messages), trace, units=units
+        ), True
 
     def _upload(self, name: str, body: bytes) -> None:
         self.container.upload_new(name, body)

@@ -6,6 +6,10 @@ Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` i
      "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
+A claim-check pointer whose blob holds version 2 units says ``"v": 2`` (:data:`UNITS_VERSION`):
+a writer of an earlier release knows only version 1, in which it would take the units for
+records, so it refuses the message to poison instead (replay it once every writer is upgraded).
+
 Either may end with ``"tp": TRACEPARENT``: the W3C trace context of the POST that staged the
 batch (only when telemetry is on, :mod:`vault_app.telemetry`), so the writer's commit continues
 its trace. Optional and never checked beyond its type: an envelope without it (or with one that
@@ -39,6 +43,8 @@ from vault_core.unitformat import UNIT_VERSION
 from vault_core.writer import WriterSettings
 
 VERSION = 1
+UNITS_VERSION = 2
+"""The version of a claim-check pointer whose blob holds units (this writer reads both)."""
 INLINE_LIMIT = 60_000
 """Queue messages are at most 64 KiB; keep a margin for the service's own encoding."""
 TRACE_MAX = 256
@@ -86,10 +92,19 @@ def encode_messages(
 
 
 def encode_claim(
-    batch_id: str, stream: str, received_ms: int, blob_name: str, count: int, trace: str | None = None
+    batch_id: str,
+    stream: str,
+    received_ms: int,
+    blob_name: str,
+    count: int,
+    trace: str | None = None,
+    *,
+    units: bool = False,
 ) -> str:
+    """A claim-check pointer; ``units``: its blob holds version 2 units (:data:`UNITS_VERSION`)."""
+    version = UNITS_VERSION if units else VERSION
     return _dump(
-        {"v": VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "claim": blob_name, "n": count},
+        {"v": version, "id": batch_id, "stream": stream, "ts": received_ms, "claim": blob_name, "n": count},
         trace,
     )
 
@@ -107,8 +122,9 @@ def decode(text: str | bytes) -> Envelope:
         raise EnvelopeError(f"staging message is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
         raise EnvelopeError("staging message is not a JSON object")
-    if doc.get("v") != VERSION:
-        raise EnvelopeError(f"unknown staging envelope version {doc.get('v')!r}")
+    version = doc.get("v")
+    if version not in (VERSION, UNITS_VERSION) or (version == UNITS_VERSION and "claim" not in doc):
+        raise EnvelopeError(f"unknown staging envelope version {version!r}")
     try:
         batch_id = validate_batch_id(doc["id"])
         stream = validate_stream_name(doc["stream"])
