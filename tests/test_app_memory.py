@@ -205,7 +205,8 @@ def test_batches_staged_while_the_writer_appends_are_drained_in_its_next_round(
 def test_a_large_batch_travels_as_a_claim_check_blob_deleted_after_its_commit(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
-    big = ["z" * 2000 + str(i) for i in range(3 * INLINE_LIMIT // 2000)]
+    rng = random.Random(5)  # values no codec makes smaller: inline they would not fit either
+    big = [rng.randbytes(1000).hex() + str(i) for i in range(3 * INLINE_LIMIT // 2000)]
     stage(services, "big", big)
     (staged,) = queue.staging.peek(1)
     claim = json.loads(staged.body)["claim"]
@@ -273,22 +274,71 @@ def test_a_claim_check_staged_in_one_format_is_written_by_a_writer_of_the_other(
             r.close()
 
 
-def test_a_damaged_claim_check_unit_rejects_its_batch_and_the_stream_keeps_flowing(
+def test_a_batch_over_the_inline_limit_whose_units_fit_travels_inline_as_units(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
+    """1,000 events of ~100 B: 140 KB as inline messages, ~45 KB as compressed units: no blob."""
+    batch = events(1000, "inline")
+    stage(services, "inline", batch)
+    (staged,) = queue.staging.peek(1)
+    doc = json.loads(staged.body)
+    assert (doc["v"], doc["n"], "claim" in doc) == (2, 1000, False) and len(staged.body) <= INLINE_LIMIT
+    units = staged_units(base64.b64decode(doc["u"]))
+    assert [u.size for u in units.units] == [1000]
+    run_trigger(runtime, queue)
+    assert values(services) == batch
+    log = services.vault.blob(STREAM).read(0, services.vault.reader.state(STREAM).committed)
+    assert bytes(units.units[0].stored) in log  # copied as it is
+    status = services.batch_table.status(STREAM, "inline")
+    assert status is not None and status.status == COMMITTED and status.count == 1000
+
+
+def test_a_format_1_app_sends_the_same_batch_as_a_claim_check_of_records() -> None:
+    runtime = Runtime(
+        Services(
+            load_settings({"VAULT_STAGING_QUEUES": "1", "VAULT_RECORD_FORMAT": "1"}),
+            connect=lambda _name: MemoryAccount(),
+        )
+    )
+    try:
+        runtime.services.ensure()
+        stage(runtime.services, "b", events(1000, "inline"))
+        doc = json.loads(runtime.services.queue_for(STREAM).staging.peek(1)[0].body)
+        assert doc["v"] == 1 and "claim" in doc
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize("travels", ["inline", "claim check"])
+def test_damaged_units_reject_their_batch_and_the_stream_keeps_flowing(
+    runtime: Runtime, services: Services, queue: StagingQueue, travels: str
+) -> None:
     """A unit whose checksum fails (or that does not open) is never copied into the log."""
-    stage(services, "big", events(1000, "damaged"))
-    claim = json.loads(queue.staging.peek(1)[0].body)["claim"]
-    body = bytearray(services.claimcheck.download(claim) or b"")
-    body[len(body) // 2] ^= 0x10
-    services.claimcheck.delete_many([claim])
-    services.claimcheck.upload_new(claim, bytes(body))
+    stage(services, "big", events(1000 if travels == "inline" else 3000, "damaged"))
+    (staged,) = queue.staging.peek(1)
+    doc = json.loads(staged.body)
+    if travels == "inline":
+        body = bytearray(base64.b64decode(doc["u"]))
+        body[len(body) // 2] ^= 0x10
+        doc["u"] = base64.b64encode(body).decode()
+        queue.staging.delete(queue.staging.receive(1, 60)[0])
+        queue.staging.send(json.dumps(doc))
+    else:
+        body = bytearray(services.claimcheck.download(doc["claim"]) or b"")
+        body[len(body) // 2] ^= 0x10
+        services.claimcheck.delete_many([doc["claim"]])
+        services.claimcheck.upload_new(doc["claim"], bytes(body))
     stage(services, "ok", ["still flowing"])
     while run_trigger(runtime, queue):
         pass
     status = services.batch_table.status(STREAM, "big")
     assert status is not None and status.status == REJECTED and "corrupt" in (status.reason or "")
     assert values(services) == ["still flowing"] and queue.poison.approximate_count() == 1
+    [listed] = list_poison(services, Selector()).messages
+    if travels == "inline":  # the envelope itself does not verify: listed with why
+        assert listed.parked.batch_id == "big" and "inline batch is corrupt" in (listed.parked.error or "")
+    else:
+        assert (listed.parked.count, listed.parked.claim_check) == (3000, True)
 
 
 def test_a_redelivered_batch_is_appended_once_even_after_its_claim_check_blob_is_gone(

@@ -93,12 +93,27 @@ def test_the_inline_envelope_round_trips_text_and_binary() -> None:
     assert (env.batch_id, env.stream, env.received_ms, env.messages) == ("b1", "s", 5, msgs)
 
 
-def test_envelope_version_2_is_a_claim_check_pointer_to_units_and_nothing_else() -> None:
+def test_envelope_version_2_carries_units_inline_or_points_to_them_and_nothing_else() -> None:
+    msgs = [NewMessage(b'{"n":%d}' % i, "k") for i in range(5)] + [NewMessage(b"\x00", b"\xff")]
+    body = envelope.encode_claim_body(msgs, 5, WriterSettings())
+    inline = envelope.decode(envelope.encode_units("b-1", "orders", 5, body, 6))
+    assert isinstance(inline.records, StagedUnits) and inline.claim is None and inline.count == 6
+    assert [f for u in inline.records.units for f in unit_fields(u)] == [
+        (m.key_bytes()[0], isinstance(m.key, str), m.value) for m in msgs
+    ]
     units = envelope.encode_claim("b-1", "orders", 5, claim_name("orders", "b-1"), 3, units=True)
     assert envelope.decode(units).claim is not None and json.loads(units)["v"] == 2
-    inline = json.loads(envelope.encode_messages("b-1", "orders", 5, [NewMessage(b"v", "k")]))
-    for doc in ({**inline, "v": 2}, {**json.loads(units), "v": 3}):
-        with pytest.raises(EnvelopeError, match="unknown staging envelope version"):
+    messages = json.loads(envelope.encode_messages("b-1", "orders", 5, [NewMessage(b"v", "k")]))
+    good = json.loads(envelope.encode_units("b-1", "orders", 5, body, 6))
+    for doc, why in (
+        ({**messages, "v": 2}, "unknown staging envelope version"),  # messages are version 1
+        ({**json.loads(units), "v": 3}, "unknown staging envelope version"),
+        ({**good, "n": 5}, "inline batch holds 6 messages, the queue message says 5"),
+        ({**good, "u": good["u"][:-4]}, "inline batch is corrupt"),
+        ({**good, "u": "not base64!"}, "malformed staging envelope"),
+        ({k: v for k, v in good.items() if k != "n"}, "malformed staging envelope"),
+    ):
+        with pytest.raises(EnvelopeError, match=why):
             envelope.decode(json.dumps(doc))
 
 

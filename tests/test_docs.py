@@ -366,6 +366,11 @@ def test_the_envelope_examples_are_what_the_code_writes_and_reads() -> None:
     messages = [NewMessage(b'{"total": 42}', "order-1"), NewMessage(b"\x00\x01", b"\xff")]
     assert inline == envelope.encode_messages("batch-B", "orders", TS + 1200, messages)
     assert envelope.decode(inline).messages == messages
+    units = first_code_block(after(ARCHITECTURE_MD, "envelope:units"))
+    body = envelope.encode_claim_body(messages, TS + 1200, WriterSettings())
+    assert units == envelope.encode_units("batch-B", "orders", TS + 1200, body, 2)
+    staged = envelope.decode(units).records
+    assert isinstance(staged, StagedUnits) and [u.size for u in staged.units] == [1, 1]
     claim = first_code_block(after(ARCHITECTURE_MD, "envelope:claim"))
     name = "orders/big-1/5f0c2d0e9a8b4c7e8d1f2a3b4c5d6e7f.records"
     assert claim == envelope.encode_claim("big-1", "orders", TS + 1200, name, 5000, units=True)

@@ -72,6 +72,8 @@ class ClaimChecks:
     ) -> tuple[str, bool]:
         """The queue message for a batch, uploading its claim-check blob first if it needs one.
 
+        Inline messages if they fit one queue message; else, where the app writes format 2, its
+        compressed units inline if they fit; else a claim-check blob of its units or records.
         Returns the text and whether a blob carries the batch. ``trace``: the POST's
         ``traceparent`` for the envelope to carry (telemetry on).
         """
@@ -81,13 +83,18 @@ class ClaimChecks:
             text = envelope.encode_messages(batch_id, stream, received_ms, messages, trace)
             if len(text) <= envelope.INLINE_LIMIT:
                 return text, False
-        name = claim_name(stream, batch_id)
         body = envelope.encode_claim_body(messages, received_ms, self.settings)
-        with_retries(lambda: self._upload(name, body))
         units = self.settings.record_format == UNIT_VERSION
-        return envelope.encode_claim(
+        if units and 4 * len(body) // 3 < envelope.INLINE_LIMIT:  # base64 of the body: about this
+            text = envelope.encode_units(batch_id, stream, received_ms, body, len(messages), trace)
+            if len(text) <= envelope.INLINE_LIMIT:
+                return text, False
+        name = claim_name(stream, batch_id)
+        with_retries(lambda: self._upload(name, body))
+        pointer = envelope.encode_claim(
             batch_id, stream, received_ms, name, len(messages), trace, units=units
-        ), True
+        )
+        return pointer, True
 
     def _upload(self, name: str, body: bytes) -> None:
         self.container.upload_new(name, body)

@@ -6,9 +6,14 @@ Version 1, compact JSON (the queue holds text; ``messageEncoding`` is ``none`` i
      "m": [[KEY, KEY_IS_TEXT, VALUE_B64], ...]}          # inline, or
     {"v": 1, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
 
-A claim-check pointer whose blob holds version 2 units says ``"v": 2`` (:data:`UNITS_VERSION`):
-a writer of an earlier release knows only version 1, in which it would take the units for
-records, so it refuses the message to poison instead (replay it once every writer is upgraded).
+Version 2 (:data:`UNITS_VERSION`) carries a batch as version 2 units, compressed where it is
+staged (an app that writes format 2 stages so whatever does not fit the inline messages)::
+
+    {"v": 2, "id": ..., "stream": ..., "ts": ..., "u": UNITS_B64, "n": COUNT}   # inline, or
+    {"v": 2, "id": ..., "stream": ..., "ts": ..., "claim": BLOB_NAME, "n": COUNT}
+
+A writer of an earlier release knows only version 1, in which it would take units for records,
+so it refuses version 2 to poison instead (replay it once every writer is upgraded).
 
 Either may end with ``"tp": TRACEPARENT``: the W3C trace context of the POST that staged the
 batch (only when telemetry is on, :mod:`vault_app.telemetry`), so the writer's commit continues
@@ -34,11 +39,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from vault_core import recordformat
+from vault_core import recordformat, stagedunits
 from vault_core.errors import FormatError, InvalidInput
 from vault_core.names import validate_batch_id, validate_stream_name
 from vault_core.recordformat import NewMessage
-from vault_core.stagedunits import StagedUnits, encode_units, message_fields, staged_units
+from vault_core.stagedunits import StagedUnits, message_fields, staged_units
 from vault_core.unitformat import UNIT_VERSION
 from vault_core.writer import WriterSettings
 
@@ -69,7 +74,8 @@ class Envelope:
     claim: str | None = None
     count: int = 0
     records: recordformat.EncodedBatch | StagedUnits | None = None
-    """A claim-check batch once its blob is read: already in record form (records or units), checked."""
+    """A batch of units (inline), or a claim-check batch once its blob is read: already in record
+    form (records or units), checked."""
     trace: str | None = None
     """The ``traceparent`` of the POST that staged the batch, if it carried one."""
 
@@ -115,6 +121,17 @@ def _dump(doc: dict[str, Any], trace: str | None) -> str:
     return json.dumps(doc, separators=(",", ":"))
 
 
+def encode_units(
+    batch_id: str, stream: str, received_ms: int, body: bytes, count: int, trace: str | None = None
+) -> str:
+    """A batch inline as version 2 units (``body``: :func:`encode_claim_body` of a format 2 app)."""
+    units = base64.b64encode(body).decode()
+    return _dump(
+        {"v": UNITS_VERSION, "id": batch_id, "stream": stream, "ts": received_ms, "u": units, "n": count},
+        trace,
+    )
+
+
 def decode(text: str | bytes) -> Envelope:
     try:
         doc = json.loads(text)
@@ -123,7 +140,7 @@ def decode(text: str | bytes) -> Envelope:
     if not isinstance(doc, dict):
         raise EnvelopeError("staging message is not a JSON object")
     version = doc.get("v")
-    if version not in (VERSION, UNITS_VERSION) or (version == UNITS_VERSION and "claim" not in doc):
+    if version not in (VERSION, UNITS_VERSION) or (version == UNITS_VERSION and "m" in doc):
         raise EnvelopeError(f"unknown staging envelope version {version!r}")
     try:
         batch_id = validate_batch_id(doc["id"])
@@ -134,7 +151,13 @@ def decode(text: str | bytes) -> Envelope:
             return Envelope(
                 batch_id, stream, received, claim=str(doc["claim"]), count=int(doc["n"]), trace=trace
             )
+        if version == UNITS_VERSION:
+            count = int(doc["n"])
+            inline = Envelope(batch_id, stream, received, count=count, trace=trace)
+            return _with_body(inline, base64.b64decode(doc["u"], validate=True), "inline batch")
         return Envelope(batch_id, stream, received, messages=[_message(row) for row in doc["m"]], trace=trace)
+    except EnvelopeError:
+        raise
     except (KeyError, TypeError, ValueError, binascii.Error, InvalidInput) as exc:
         raise EnvelopeError(f"malformed staging envelope: {exc!r}") from exc
 
@@ -177,13 +200,17 @@ def _valid(validate: Callable[[str], str], value: Any) -> str | None:
 def encode_claim_body(messages: list[NewMessage], received_ms: int, settings: WriterSettings) -> bytes:
     """A claim-check body: the batch as ``settings`` would write it (units or records), from 0."""
     if settings.record_format == UNIT_VERSION:
-        return encode_units(message_fields(messages), received_ms, codec=settings.codec)
+        return stagedunits.encode_units(message_fields(messages), received_ms, codec=settings.codec)
     return recordformat.encode(messages, 0, received_ms)
 
 
 def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
     """The records or units of a claim-check blob, checked (every unit's payload too); their
     count must match the queue message's."""
+    return _with_body(envelope, blob_body, f"claim-check blob {envelope.claim!r}")
+
+
+def _with_body(envelope: Envelope, blob_body: bytes, what: str) -> Envelope:
     try:
         records: recordformat.EncodedBatch | StagedUnits
         if recordformat.is_unit_at(memoryview(blob_body), 0, len(blob_body)):
@@ -193,12 +220,9 @@ def decode_claimed(envelope: Envelope, blob_body: bytes) -> Envelope:
             records = encoded = recordformat.encoded_batch(blob_body)
             count = len(encoded.starts)
     except FormatError as exc:
-        raise EnvelopeError(f"claim-check blob {envelope.claim!r} is corrupt: {exc}") from exc
+        raise EnvelopeError(f"{what} is corrupt: {exc}") from exc
     if count != envelope.count:
-        raise EnvelopeError(
-            f"claim-check blob {envelope.claim!r} holds {count} messages, "
-            f"the queue message says {envelope.count}"
-        )
+        raise EnvelopeError(f"{what} holds {count} messages, the queue message says {envelope.count}")
     return replace(envelope, records=records)
 
 

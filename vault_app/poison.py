@@ -116,7 +116,7 @@ def read_message(q: StagingQueue, message_id: str, inserted: datetime | None, bo
         stream, batch_id = envelope.identify(body)
         return Parked(**where, batch_id=batch_id, stream=stream, error=str(exc), preview=body[:PREVIEW_CHARS])
     claimed = env.claim is not None
-    count = env.count if claimed else len(env.messages or [])
+    count = env.count if env.messages is None else len(env.messages)
     return Parked(**where, batch_id=env.batch_id, stream=env.stream, count=count, claim_check=claimed)
 
 
