@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -208,16 +209,26 @@ def test_range_reads_serve_the_documented_format(
     assert beyond.status_code == 416 and beyond.headers["content-range"] == f"bytes */{committed}"
 
 
-def test_claim_check_batches_commit_and_their_blob_is_deleted(
-    http: httpx.Client, vault_host: HostProcess, stream: str
+@pytest.mark.parametrize("values", ["compressible", "random"])
+def test_batches_over_the_inline_limit_commit_and_leave_no_blob(
+    http: httpx.Client, vault_host: HostProcess, stream: str, values: str
 ) -> None:
-    big = [{"value": "z" * 2000 + str(i)} for i in range(3 * INLINE_LIMIT // 2000)]
+    """Compressible, they travel as compressed units inside the queue message; random, as a
+    claim-check blob of units, deleted after the commit (docs/ARCHITECTURE.md §2.2)."""
+    rng = random.Random(stream)
+    big = [
+        {"value": ("z" * 2000 if values == "compressible" else rng.randbytes(1000).hex()) + str(i)}
+        for i in range(3 * INLINE_LIMIT // 2000)
+    ]
     r = post(http, vault_host.key, stream, big, params={"wait": 30})
     assert r.status_code == 200, r.text
-    assert len(read_all(http, stream)) == len(big)
+    assert [m["value"] for m in read_all(http, stream)] == [m["value"] for m in big]
+    batch_id = r.json()["batch_id"]
+    [line] = [x for x in list(vault_host.lines) if '"event":"staged"' in x and batch_id in x]
+    assert json.loads(line[line.index("{") :])["claim_check"] == (values == "random")
     account = StorageAccount(connection_string=vault_host.connection_string)
     claims = account.blob_service().get_container_client("mv-claimcheck")
-    assert not [b.name for b in claims.list_blobs() if b.name.startswith(r.json()["batch_id"])]
+    assert not [b.name for b in claims.list_blobs(name_starts_with=f"{stream}/")]
 
 
 def test_catalog_lists_streams_and_queue_depths(
