@@ -214,7 +214,8 @@ def test_batches_over_the_inline_limit_commit_and_leave_no_blob(
     http: httpx.Client, vault_host: HostProcess, stream: str, values: str
 ) -> None:
     """Compressible, they travel as compressed units inside the queue message; random, as a
-    claim-check blob of units, deleted after the commit (docs/ARCHITECTURE.md §2.2)."""
+    claim-check blob of units, deleted after the commit (docs/ARCHITECTURE.md §2.2; which way
+    each goes is pinned in tests/test_app_memory.py, where the queue message can be looked at)."""
     rng = random.Random(stream)
     big = [
         {"value": ("z" * 2000 if values == "compressible" else rng.randbytes(1000).hex()) + str(i)}
@@ -223,9 +224,6 @@ def test_batches_over_the_inline_limit_commit_and_leave_no_blob(
     r = post(http, vault_host.key, stream, big, params={"wait": 30})
     assert r.status_code == 200, r.text
     assert [m["value"] for m in read_all(http, stream)] == [m["value"] for m in big]
-    batch_id = r.json()["batch_id"]
-    [line] = [x for x in list(vault_host.lines) if '"event":"staged"' in x and batch_id in x]
-    assert json.loads(line[line.index("{") :])["claim_check"] == (values == "random")
     account = StorageAccount(connection_string=vault_host.connection_string)
     claims = account.blob_service().get_container_client("mv-claimcheck")
     assert not [b.name for b in claims.list_blobs(name_starts_with=f"{stream}/")]
