@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
+from vault_core import codecs
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, LeaseLost, MessageTooLarge, StreamLeased
 from vault_core.memory import MemoryAccount, MemoryPageBlob, MemoryPageBlobs
 from vault_core.pagelog import CommitState, HeldLease
 from vault_core.reader import ScanOptions
 from vault_core.recordformat import MAX_VALUE_BYTES, NewMessage
+from vault_core.stagedunits import encode_units, message_fields, staged_units
 from vault_core.unitformat import UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES
 from vault_core.vault import Vault
 from vault_core.writer import MIN_GROWTH, Batch, StreamWriter, WriterSettings
@@ -196,32 +198,45 @@ def test_the_lease_is_renewed_during_a_long_append(vault: Vault, clock: ManualCl
 
 
 # -- crash windows -----------------------------------------------------------------------------
+FORMS = pytest.mark.parametrize("form", ["messages", "staged units"])
+"""A batch as messages, or as the units a format 2 app stages and the writer copies."""
+
+
+def batch(messages: list[NewMessage], batch_id: str | None = None, *, form: str = "messages") -> Batch:
+    if form == "messages":
+        return Batch(messages, batch_id)
+    body = encode_units(message_fields(messages), 1, codec=codecs.CODEC_ZSTD)
+    return Batch.of_units(staged_units(body), batch_id)
+
+
+@FORMS
 def test_killed_between_pages_and_commit_loses_nothing_and_exposes_nothing(
-    vault: Vault, clock: ManualClock
+    vault: Vault, clock: ManualClock, form: str
 ) -> None:
     with vault.writer(STREAM) as w:
         w.append([Batch(msgs(100, tag="committed"))])
     committed = vault.reader.state(STREAM).committed
     dying = faulty_writer(vault, crash_at("commit"))
     with pytest.raises(Crash):
-        dying.append([Batch(msgs(50, tag="lost"), "lost-batch")])
+        dying.append([batch(msgs(50, tag="lost"), "lost-batch", form=form)])
     abandon(dying)
     assert vault.reader.state(STREAM).committed == committed  # pages written, commit not
     with pytest.raises(StreamLeased):
         vault.writer(STREAM)  # the dead writer's lease holds until it expires
     after_lease_expiry(clock)
     with vault.writer(STREAM) as w:
-        [again] = w.append([Batch(msgs(5, tag="after"), "lost-batch")])
+        [again] = w.append([batch(msgs(5, tag="after"), "lost-batch", form=form)])
     assert not again.duplicate  # it never committed: appended now, once
     assert tags(vault) == [b"committed"] * 100 + [b"after"] * 5
 
 
+@FORMS
 def test_killed_between_two_page_writes_of_one_batch_exposes_nothing(
-    vault: Vault, clock: ManualClock
+    vault: Vault, clock: ManualClock, form: str
 ) -> None:
     dying = faulty_writer(vault, crash_at("write_pages", 2), max_write=64 * 1024)
     with pytest.raises(Crash):
-        dying.append([Batch(msgs(100, size=2000, tag="torn"))])
+        dying.append([batch(msgs(100, size=2000, tag="torn"), form=form)])
     abandon(dying)
     after_lease_expiry(clock)
     assert vault.reader.state(STREAM).committed == 0
@@ -230,7 +245,10 @@ def test_killed_between_two_page_writes_of_one_batch_exposes_nothing(
     assert tags(vault) == [b"next"] * 3
 
 
-def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: ManualClock) -> None:
+@FORMS
+def test_killed_after_commit_keeps_the_batch_exactly_once(
+    vault: Vault, clock: ManualClock, form: str
+) -> None:
     index = vault.index.index
 
     def lose_the_index_write(*args: Any, **kwargs: Any) -> None:
@@ -240,13 +258,13 @@ def test_killed_after_commit_keeps_the_batch_exactly_once(vault: Vault, clock: M
         w.append([Batch(msgs(10, tag="before"), "b0")])
     dying = vault.writer(STREAM, WriterSettings(lease_seconds=LEASE))
     index.replace_all = lose_the_index_write  # type: ignore[method-assign]
-    [first] = dying.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])  # committed
+    [first] = dying.append([batch(msgs(3000, tag="redelivered"), "batch-1", form=form)])  # committed
     abandon(dying)
     del index.replace_all  # the next process writes its index rows as usual
     assert not vault.index.committed_batches(STREAM, ["batch-1"])  # only the commit record knows it
     after_lease_expiry(clock)
     with vault.writer(STREAM) as w:
-        [again] = w.append([Batch(msgs(3000, tag="redelivered"), "batch-1")])
+        [again] = w.append([batch(msgs(3000, tag="redelivered"), "batch-1", form=form)])
     assert again.duplicate and again.first_offset == first.first_offset and again.count == 3000
     assert tags(vault) == [b"before"] * 10 + [b"redelivered"] * 3000
     entry = vault.index.catalog_entry(STREAM)
