@@ -81,6 +81,39 @@ def test_a_batch_goes_to_a_claim_check_where_the_app_sends_it() -> None:
     assert not model.claim_checked(Workload(1, 1024, 42)) and model.claim_checked(Workload(1, 1024, 43))
 
 
+@pytest.mark.parametrize(
+    ("size", "count"), [("small", 450), ("small", 1000), ("small", 3000), ("large", 150)]
+)
+def test_with_a_known_compression_the_model_sizes_inline_units_and_the_log_as_the_app_does(
+    size: str, count: int
+) -> None:
+    """The app's own units of generated events, and the compression they show: the model's
+    envelope and log bytes within 1 % of the app's (the unit headers are a share, not a count)."""
+    from bench.events import events
+    from vault_app import envelope
+    from vault_core.stagedunits import staged_units
+    from vault_core.writer import WriterSettings
+
+    messages = events(count, size, seed=3)
+    value_bytes = round(sum(len(m.value) for m in messages) / count)
+    body = envelope.encode_claim_body(messages, 1_700_000_000_000, WriterSettings())
+    units = staged_units(body).units
+    compression = sum(len(u.stored) for u in units) / sum(u.payload_length for u in units)
+    key_bytes = len(messages[0].key)
+    w = Workload(1, value_bytes, count, key_bytes=key_bytes, stream_name_bytes=16, compression=compression)
+    text = envelope.encode_units("key." + "a" * 40, "s" * 16, 1_700_000_000_000, body, count, TRACEPARENT)
+    assert model.units_envelope_chars(w) == pytest.approx(len(text), rel=0.01)
+    assert w.batch_bytes == pytest.approx(len(body), rel=0.01)
+    fits = len(text) <= 60_000
+    assert model.claim_checked(w) is (not fits) and model.inline_messages(w) is False
+    assert model.queue_envelope_chars(w) == (
+        model.units_envelope_chars(w) if fits else model.claim_envelope_chars(w)
+    )
+    assert model.claim_checked(
+        Workload(1, value_bytes, count, key_bytes=key_bytes)
+    )  # not known: a claim check
+
+
 def test_a_queue_does_four_operations_for_a_lone_batch_and_about_two_at_load() -> None:
     assert model.queue_operations(0) == 0
     assert model.queue_operations(1) == 4  # put, the host's get, an empty drain receive, delete
@@ -206,6 +239,7 @@ def test_json_has_every_figure_for_scripts() -> None:
     assert code == 0
     doc = json.loads(out)
     assert doc["workload"]["posts_per_second"] == 100 and doc["workload"]["claim_check"] is True
+    assert doc["workload"]["compression"] is None and doc["workload"]["inline_units"] is False
     assert doc["staging"] == {"accounts": 1, "queues_per_account": 1}
     resources = [x["resource"] for x in doc["loads"]]
     assert "the vault account" in resources and "the catalog partition" in resources
@@ -255,6 +289,8 @@ def test_the_text_names_the_first_limit_and_the_costs() -> None:
         (["--messages-per-second", "10", "--message-bytes", "2000000"], "at most 1,048,576 bytes"),
         (["--messages-per-second", "10", "--batch-messages", "20000"], "at most 10,000 messages"),
         (["--messages-per-second", "10", "--message-bytes", "4096", "--batch-messages", "5000"], "16 MiB"),
+        (["--messages-per-second", "10", "--compression", "0"], "--compression"),
+        (["--messages-per-second", "10", "--compression", "1.5"], "--compression"),
     ],
 )
 def test_bad_arguments_are_one_line_and_exit_2(args: list[str], fragment: str) -> None:

@@ -27,6 +27,7 @@ from vault_core.limits import DEFAULT_READ_BYTES
 from vault_core.pagelog import MAX_PAGE_BLOB_SIZE, MAX_PAGE_WRITE
 from vault_core.recordformat import HEADER_SIZE
 from vault_core.rows import TRANSACTION_LIMIT
+from vault_core.unitformat import UNIT_HEADER_SIZE, UNIT_TARGET_BYTES, UNIT_TARGET_MESSAGES
 from vault_core.writer import CATALOG_INTERVAL_MS, INDEX_SPACING, MAX_BATCHES_PER_COMMIT, MAX_GROWTH
 
 KiB = 1024
@@ -185,6 +186,11 @@ class Workload:
     stream_name_bytes: int = 16
     traced: bool = True
     """Telemetry on: every envelope carries the POST's traceparent."""
+    compression: float | None = None
+    """What the app's codec makes of these messages in format 2 units, stored ÷ payload bytes
+    (BENCHMARKS.md: zstd 0.30 for ~100 B JSON events, 0.22 for ~1 KiB ones). None: not known, so
+    the log is counted in format 1's bytes and every batch over the inline limit as a claim check
+    (upper bounds: a batch whose units fit travels inline, ARCHITECTURE.md §2.2)."""
 
     def __post_init__(self) -> None:
         if self.messages_per_second <= 0 or self.message_bytes < 0 or self.key_bytes < 0:
@@ -195,6 +201,8 @@ class Workload:
             raise ValueError("the hot stream's share must be above 0 and at most 1")
         if self.hot_share is not None and self.streams == 1 and self.hot_share != 1:
             raise ValueError("with one stream, the hot stream has every message")
+        if self.compression is not None and not (0 < self.compression <= 1):
+            raise ValueError("compression is stored ÷ payload bytes: above 0 and at most 1")
 
     @property
     def hot(self) -> float:
@@ -210,13 +218,19 @@ class Workload:
         return self.messages_per_second / self.batch_messages
 
     @property
-    def record_bytes(self) -> int:
-        """One message in the log (docs/FORMAT.md §2): header, key and value."""
-        return HEADER_SIZE + self.key_bytes + self.message_bytes
+    def record_bytes(self) -> float:
+        """One message in the log: format 1's header, key and value (docs/FORMAT.md §2); with a
+        ``compression``, its share of a format 2 unit (§11): its 8 bytes of boundaries, key and
+        value as compressed, and its share of the unit's header and leading boundaries."""
+        if self.compression is None:
+            return HEADER_SIZE + self.key_bytes + self.message_bytes
+        payload = 8 + self.key_bytes + self.message_bytes
+        per_unit = max(1, min(UNIT_TARGET_MESSAGES, UNIT_TARGET_BYTES // payload))
+        return self.compression * payload + (UNIT_HEADER_SIZE + 8) / per_unit
 
     @property
-    def batch_bytes(self) -> int:
-        """One batch in the log, and in its claim-check blob."""
+    def batch_bytes(self) -> float:
+        """One batch in the log, and in its claim-check blob (or inline units)."""
         return self.batch_messages * self.record_bytes
 
     @property
@@ -264,10 +278,33 @@ def claim_envelope_chars(w: Workload) -> int:
     return fixed + TIMESTAMP_DIGITS + name + len(str(w.batch_messages)) + trace
 
 
-def claim_checked(w: Workload) -> bool:
-    """Whether a batch travels as a claim-check blob (vault_app/claimcheck.py's two tests)."""
+def units_envelope_chars(w: Workload) -> int:
+    """Characters of a batch's inline units envelope (format 2, with a known ``compression``)."""
+    fixed = len('{"v":2,"id":"","stream":"","ts":,"u":"","n":}') + BATCH_ID_CHARS + w.stream_name_bytes
+    trace = len(',"tp":""') + TRACEPARENT_CHARS if w.traced else 0
+    units = _base64_chars(math.ceil(w.batch_bytes))
+    return fixed + TIMESTAMP_DIGITS + units + len(str(w.batch_messages)) + trace
+
+
+def inline_messages(w: Workload) -> bool:
+    """Whether a batch travels as inline messages (vault_app/claimcheck.py's first two tests)."""
     bound = w.batch_messages * (w.message_bytes + CLAIM_BOUND_PER_MESSAGE)
-    return bound > INLINE_LIMIT or envelope_chars(w) > INLINE_LIMIT
+    return bound <= INLINE_LIMIT and envelope_chars(w) <= INLINE_LIMIT
+
+
+def claim_checked(w: Workload) -> bool:
+    """Whether a batch travels as a claim-check blob: not as inline messages, nor as inline units
+    (which only a known ``compression`` tells; without it, every such batch is counted as one)."""
+    if inline_messages(w):
+        return False
+    return w.compression is None or units_envelope_chars(w) > INLINE_LIMIT
+
+
+def queue_envelope_chars(w: Workload) -> int:
+    """Characters of the queue message a batch travels in: messages, units or a pointer."""
+    if inline_messages(w):
+        return envelope_chars(w)
+    return claim_envelope_chars(w) if claim_checked(w) else units_envelope_chars(w)
 
 
 @dataclass(frozen=True)
@@ -421,7 +458,7 @@ def staging_loads(w: Workload, staging: Staging, targets: Targets, memory_mb: in
     else:
         hot_ops = queue_operations(batches * hot_queue)
         other_ops = queue_operations(batches * other_queue)
-    envelope = claim_envelope_chars(w) if claim_checked(w) else envelope_chars(w)
+    envelope = queue_envelope_chars(w)
     one_vcpu = min(1.0, FLEX_VCPUS[memory_mb])  # a queue's writer is one Python process
     t = targets
     return [
