@@ -22,8 +22,9 @@ does not parse) is appended all the same. Either may also carry ``"rf": N``: how
 writer has re-sent the batch as a fresh queue message (:func:`refreshed`); absent means 0.
 
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
-over :data:`INLINE_LIMIT` goes to a claim-check blob and the queue message carries only its
-name. The blob holds the batch in the vault's own record format (docs/FORMAT.md §6.8) with
+over :data:`INLINE_LIMIT` travels, in an app that writes format 2, as its compressed units
+inline if that envelope is within the limit; otherwise it goes to a claim-check blob and the
+queue message carries only its name (:mod:`vault_app.claimcheck` chooses). The blob holds the batch in the vault's own record format (docs/FORMAT.md §6.8) with
 offsets from 0: binary, checksummed, and decoded by the same code as the log, with no base64 or
 JSON. An app that writes format 2 stages it as compressed version 2 units, which its writer
 copies into the log as they are (:mod:`vault_core.stagedunits`); one that writes format 1 as
@@ -49,7 +50,8 @@ from vault_core.writer import WriterSettings
 
 VERSION = 1
 UNITS_VERSION = 2
-"""The version of a claim-check pointer whose blob holds units (this writer reads both)."""
+"""The version of an envelope that carries units, inline or by a claim-check pointer (this
+writer reads both versions)."""
 INLINE_LIMIT = 60_000
 """Queue messages are at most 64 KiB; keep a margin for the service's own encoding."""
 TRACE_MAX = 256
