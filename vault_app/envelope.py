@@ -24,11 +24,12 @@ writer has re-sent the batch as a fresh queue message (:func:`refreshed`); absen
 Values are base64 so arbitrary bytes survive the text queue. A batch whose inline envelope is
 over :data:`INLINE_LIMIT` travels, in an app that writes format 2, as its compressed units
 inline if that envelope is within the limit; otherwise it goes to a claim-check blob and the
-queue message carries only its name (:mod:`vault_app.claimcheck` chooses). The blob holds the batch in the vault's own record format (docs/FORMAT.md §6.8) with
-offsets from 0: binary, checksummed, and decoded by the same code as the log, with no base64 or
-JSON. An app that writes format 2 stages it as compressed version 2 units, which its writer
-copies into the log as they are (:mod:`vault_core.stagedunits`); one that writes format 1 as
-version 1 records. The writer takes either, whatever it writes itself.
+queue message carries only its name (:mod:`vault_app.claimcheck` chooses). The blob holds the
+batch in the vault's own record format (docs/FORMAT.md §6.8) with offsets from 0: binary,
+checksummed, and decoded by the same code as the log, with no base64 or JSON. An app that
+writes format 2 stages it as compressed version 2 units, which its writer copies into the log as
+they are (:mod:`vault_core.stagedunits`); one that writes format 1 as version 1 records. The
+writer takes either, whatever it writes itself.
 """
 
 from __future__ import annotations
