@@ -649,6 +649,26 @@ def test_a_replayed_batch_that_still_cannot_be_written_returns_to_poison_rejecte
     assert "claim-check blob" in (back.status.reason or "")
 
 
+def test_units_an_earlier_writer_parked_in_poison_are_appended_once_when_replayed(
+    runtime: Runtime, services: Services, queue: StagingQueue
+) -> None:
+    """docs/OPERATING.md, "Deploying a release over a running one": a writer that knows only
+    envelope version 1 refuses units to poison and rejects the batch; replayed after the rollout,
+    the batch is appended once."""
+    batch = events(1000, "parked")
+    stage(services, "parked", batch)  # inline units, envelope version 2
+    parked = queue.staging.receive(1, 60)[0]
+    queue.poison.send(parked.body)  # what the earlier writer does with it
+    queue.staging.delete(parked)
+    services.batch_table.reject(STREAM, "parked", "unknown staging envelope version 2")
+    assert [p.batch_id for p in replay(services).replayed] == ["parked"]
+    while run_trigger(runtime, queue):
+        pass
+    assert values(services) == batch and queue.poison.approximate_count() == 0
+    status = services.batch_table.status(STREAM, "parked")
+    assert status is not None and status.status == COMMITTED
+
+
 def test_the_stream_filter_replays_only_that_streams_batches_even_past_one_page(
     runtime: Runtime, services: Services, queue: StagingQueue
 ) -> None:
