@@ -209,7 +209,10 @@ def test_sigterm_under_ingest_drains_releases_leases_and_loses_nothing(
             assert p.body and p.body["error"] == "unavailable" and p.retry_after, p
         after = [p for p in posts if p.started > min(r.answered for r in refused)]
         assert all(p.status in (503, None) for p in after), [p.status for p in after]
-        assert all(p.status in (202, 503, None) for p in posts), {p.status for p in posts}
+        assert all(p.status in (202, 503, None) for p in posts), (
+            [(p.status, p.body) for p in posts if p.status not in (202, 503, None)],
+            "".join(host.lines[-40:]),
+        )
         assert all(p.status is not None for p in posts if p.answered < signalled)
 
         # Every acknowledged batch was committed or is still staged: a new host commits the
