@@ -261,12 +261,17 @@ def _base64_chars(n: int) -> int:
     return 4 * math.ceil(n / 3)
 
 
+def _trace_chars(w: Workload) -> int:
+    """What an envelope's ``tp`` adds: the POST's traceparent, when telemetry is on."""
+    return len(',"tp":""') + TRACEPARENT_CHARS if w.traced else 0
+
+
 def envelope_chars(w: Workload) -> int:
     """Characters of a batch's inline envelope (vault_app/envelope.py), for ASCII keys and names."""
     header = len('{"v":1,"id":"","stream":"","ts":,"m":[]}') + BATCH_ID_CHARS
     header += w.stream_name_bytes + TIMESTAMP_DIGITS
     row = len('["",true,""]') + w.key_bytes + _base64_chars(w.message_bytes)
-    trace = len(',"tp":""') + TRACEPARENT_CHARS if w.traced else 0
+    trace = _trace_chars(w)
     return header + w.batch_messages * row + (w.batch_messages - 1) + trace
 
 
@@ -274,14 +279,14 @@ def claim_envelope_chars(w: Workload) -> int:
     """Characters of a claim-check pointer envelope."""
     name = w.stream_name_bytes + BATCH_ID_CHARS + CLAIM_NAME_EXTRA
     fixed = len('{"v":1,"id":"","stream":"","ts":,"claim":"","n":}') + BATCH_ID_CHARS + w.stream_name_bytes
-    trace = len(',"tp":""') + TRACEPARENT_CHARS if w.traced else 0
+    trace = _trace_chars(w)
     return fixed + TIMESTAMP_DIGITS + name + len(str(w.batch_messages)) + trace
 
 
 def units_envelope_chars(w: Workload) -> int:
     """Characters of a batch's inline units envelope (format 2, with a known ``compression``)."""
     fixed = len('{"v":2,"id":"","stream":"","ts":,"u":"","n":}') + BATCH_ID_CHARS + w.stream_name_bytes
-    trace = len(',"tp":""') + TRACEPARENT_CHARS if w.traced else 0
+    trace = _trace_chars(w)
     units = _base64_chars(math.ceil(w.batch_bytes))
     return fixed + TIMESTAMP_DIGITS + units + len(str(w.batch_messages)) + trace
 
