@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from vault_core import codecs
+from vault_core.boundaries import Boundaries
 from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.index import IndexPoint
@@ -560,6 +561,49 @@ def test_a_walk_proves_nothing_past_a_frame_it_cannot_measure(clock: ManualClock
     )
     with pytest.raises(expected[0], match=expected[1]):
         fresh.read(STREAM, after)
+
+
+@pytest.mark.parametrize("frame", ["record", "unit"])
+@pytest.mark.parametrize("past_the_end", ["nothing", "an uncommitted unit"])
+def test_a_walk_led_to_a_header_the_committed_end_cuts_off_proves_nothing(
+    frame: str, past_the_end: str
+) -> None:
+    """A damaged length (magic and offset intact: a walk reads no checksum) can send a walk to
+    a position a few bytes before the committed end, past the offset it proves. Bytes at or past
+    the committed end do not exist for a reader (FORMAT.md §7.2), so the header there is cut off:
+    the offset is not a record boundary. A walk that read the same few bytes again and again, as
+    one did where the blob ended there, never answered; one that read on past the end measured a
+    unit a crashed append left there and "proved" an offset inside it."""
+
+    def laid_out(tail: bytes) -> bytearray:  # three frames, the last value ending with ``tail``
+        values = [b"v0" * 40, b"v1" * 40, b"v2" * 40 + tail]
+        if frame == "record":
+            return bytearray(encode([NewMessage(v, "k") for v in values], 0, TS))
+        log = bytearray()
+        for v in values:
+            log += encode_unit([b"k"], [v], len(log), TS, codec=0, key_is_text=True)
+        return log
+
+    committed = len(laid_out(bytes(10)))
+    # what a crashed append may leave past the end: a unit of eight messages at committed - 10
+    # (so committed - 5 is one of its offsets), whose first 10 bytes the last value ends with
+    uncommitted = encode_unit([b"k"] * 8, [b"u"] * 8, committed - 10, TS, codec=0, key_is_text=True)
+    log = laid_out(uncommitted[:10])
+    # a record's value_length (after its 32-byte header and 1-byte key) or a unit's stored_length
+    length_at, before = (12, 32 + 1) if frame == "record" else (18, UNIT_HEADER_SIZE)
+    struct.pack_into("<I", log, length_at, committed - 10 - before)  # the first frame now ends 10 bytes short
+    if past_the_end == "an uncommitted unit":
+        log += uncommitted[10:]
+    reads: list[int] = []
+
+    def read(start: int, length: int) -> bytes:
+        reads.append(length)
+        assert len(reads) < 100, "the walk does not end"
+        return bytes(log[start : start + length])
+
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        Boundaries(None).prove(STREAM, committed - 5, committed, read)
+    assert len(reads) <= 2
 
 
 def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:

@@ -84,11 +84,11 @@ class Boundaries:
         if known is not None:
             return known
         start = self._start_below(stream, offset)
-        unit = self._walk(stream, start, offset, read)
+        unit = self._walk(stream, start, offset, committed, read)
         if unit is None and start > 0 and not self._frame_at(start, read):
             # no frame where the index said one starts: the index is not relied on for
             # correctness (FORMAT.md §8), so the proof walks from the start of the log instead
-            unit = self._walk(stream, 0, offset, read)
+            unit = self._walk(stream, 0, offset, committed, read)
         if unit is None:
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")
         self.learn(stream, [offset], unit=unit if unit != offset else None)
@@ -118,16 +118,23 @@ class Boundaries:
         return frame is not None and frame.magic_ok and frame.offset == position
 
     @staticmethod
-    def _walk(stream: str, start: int, target: int, read: Read) -> int | None:
-        """Walk record and unit lengths from the boundary ``start`` towards ``target``: the position
-        of the record or unit that holds the message at ``target``, or None if none does."""
+    def _walk(stream: str, start: int, target: int, committed: int, read: Read) -> int | None:
+        """Walk record and unit lengths from the boundary ``start`` towards ``target`` (below
+        ``committed``): the position of the record or unit that holds the message at ``target``,
+        or None if none does. Reads nothing at or past ``committed``, which does not exist for a
+        reader (FORMAT.md §7.2), so a header that it cuts off proves nothing."""
         pos = start
         while pos < target:
-            data = read(pos, min(PROOF_CHUNK, target - pos + UNIT_HEADER_SIZE))
+            data = read(pos, min(PROOF_CHUNK, target - pos + UNIT_HEADER_SIZE, committed - pos))
             at = 0
             while pos < target:
                 frame = frame_at(data, at)
                 if frame is None:
+                    if at == 0:
+                        # Not even one header in a whole read: the committed end cuts it off,
+                        # where only a damaged length can have led the walk (and reading again
+                        # from here would return the same bytes for ever).
+                        return None
                     break  # the next header is in the next chunk
                 if not frame.magic_ok:
                     return None  # not the log the writer laid out (corrupt): prove nothing
