@@ -23,6 +23,7 @@ from vault_core.names import (
     validate_stream_name,
 )
 from vault_core.recordformat import NewMessage, decode, encode, message_id, parse_message_id
+from vault_core.unitformat import encode_unit
 
 DATA = Path(__file__).parent / "data"
 TS = 1_700_000_000_000
@@ -103,6 +104,15 @@ def test_every_flipped_byte_of_an_encoded_batch_is_detected() -> None:
         fmt.encoded_batch(bytes(buf) + b"\xf5MV")
     with pytest.raises(CorruptRecord, match="runs past"):
         fmt.encoded_batch(bytes(buf[:-1]))
+
+
+def test_an_encoded_batch_of_records_refuses_a_unit_among_them() -> None:
+    """FORMAT.md §6.8: a claim-check body holds frames of one version. A unit after records
+    (checksummed, so only a forged body) would otherwise be read as records by their headers."""
+    records = encode([NewMessage(b"one", "k")], 0, TS)
+    unit = encode_unit([b"k"], [b"two"], len(records), TS, codec=0, key_is_text=True)
+    with pytest.raises(CorruptRecord, match="unit among version 1 records"):
+        fmt.encoded_batch(records + unit)
 
 
 def test_checksum_error_names_offset_and_both_checksums() -> None:

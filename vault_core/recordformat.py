@@ -469,9 +469,14 @@ def encoded_batch(buf: bytes, *, stream: str | None = None) -> EncodedBatch:
     """Check that ``buf`` is whole, valid records laid out from offset 0; where each starts.
 
     Raises :class:`CorruptRecord` or :class:`UnsupportedVersion` as :func:`decode` does (it is
-    :func:`decode` with ``buf`` as a complete log).
+    :func:`decode` with ``buf`` as a complete log), and :class:`CorruptRecord` for a version 2
+    unit among them: a body holds frames of one version only (FORMAT.md §6.8), and its readers
+    (:func:`encoded_fields`, :func:`restamp`) take every start for a record's header.
     """
     records, _ = decode(buf, 0, stream=stream, complete=True)
+    unit = next((r for r in records if r.end), None)  # only a unit's messages know their successor
+    if unit is not None:
+        raise CorruptRecord("a version 2 unit among version 1 records", stream=stream, offset=unit.offset)
     return EncodedBatch(buf, [r.offset for r in records])
 
 

@@ -65,6 +65,10 @@ SUPPORTED_CODECS = frozenset(codecs.CODEC_NAMES)
 
 MAX_PAYLOAD_BYTES = 4 * 1024 * 1024
 """Largest payload a unit may declare: what a reader may have to allocate for one unit."""
+MAX_UNIT_BYTES = UNIT_HEADER_SIZE + MAX_PAYLOAD_BYTES
+"""Longest unit frame: stored bytes are never more than the payload (FORMAT.md §11.2)."""
+MAX_UNIT_COUNT = MAX_PAYLOAD_BYTES // 8 - 1
+"""Most messages a unit can hold: its two offset arrays alone take 8 bytes a message and 8 more."""
 UNIT_TARGET_BYTES = 1024 * 1024
 """A writer closes a unit before its payload would pass this (a unit of one larger message holds
 just that message, up to MAX_PAYLOAD_BYTES), or at UNIT_TARGET_MESSAGES messages, whichever comes
