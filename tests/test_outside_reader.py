@@ -16,6 +16,7 @@ from tests import outside_reader as outside
 from vault_core import codecs
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
 from vault_core.memory import MemoryAccount
+from vault_core.pagelog import CommitState
 from vault_core.reader import scan_log
 from vault_core.recordformat import Message, NewMessage, encode
 from vault_core.vault import Vault
@@ -33,8 +34,14 @@ class _Bytes:
     def __init__(self, data: bytes) -> None:
         self.data = data
 
+    def state(self) -> CommitState:
+        return CommitState(committed=len(self.data), format=2)
+
     def read(self, start: int, length: int) -> bytes:
         return self.data[start : start + length]
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self.read(start, length), self.state()
 
 
 def _key(rng: random.Random) -> bytes | str:
