@@ -606,6 +606,21 @@ def test_a_walk_led_to_a_header_the_committed_end_cuts_off_proves_nothing(
     assert len(reads) <= 2
 
 
+def test_a_scan_to_an_offset_inside_a_unit_reads_nothing_past_the_committed_end(clock: ManualClock) -> None:
+    """A scan that ends inside a unit decodes the whole unit; a damaged length that makes the unit
+    run past the committed end is reported as that, not read on into bytes that do not exist."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"a" * 1000, "k") for _ in range(4)])])  # zstd: a few dozen bytes
+    container = vault.page_blobs
+    assert isinstance(container, MemoryPageBlobs)
+    data = container.blobs[STREAM].data
+    payload_length = struct.unpack_from("<I", data, PAYLOAD_LENGTH_OFFSET)[0]
+    struct.pack_into("<I", data, STORED_LENGTH_OFFSET, payload_length)  # within its limits, past the end
+    with pytest.raises(CorruptRecord, match="past the committed end"):
+        list(Vault(vault.account, clock=clock).reader.scan(STREAM, 0, 2))
+
+
 def test_a_read_with_a_tiny_max_bytes_returns_one_message_of_a_unit_then_the_next(clock: ManualClock) -> None:
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     with vault.writer(STREAM) as w:

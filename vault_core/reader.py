@@ -518,8 +518,10 @@ class StreamReader:
             unit = self.boundaries.prove(stream, end, committed, log.read)
             if unit != end:
                 frame = frame_at(log.read(unit, MIN_READ), 0)
-                assert frame is not None  # proven: a whole unit lies there
-                stop = unit + frame.length
+                assert frame is not None  # proven: the unit's header lies before the committed end
+                # never past the committed end, even if the unit says so (only damage can): the
+                # decoding then reports the unit as running past it (FORMAT.md §7.2, §7.3)
+                stop = min(unit + frame.length, committed)
         resync: list[int] = []
         if options.skip_corrupt and self.index:
             resync = [p.offset for p in self.index.points(stream, from_offset + 1, stop)]
