@@ -193,8 +193,9 @@ class Planner:
         if start == offset:
             return None
         frame = frame_at(reader.log(stream).read(start, UNIT_HEADER_SIZE), 0)
-        assert frame is not None  # proven: a whole unit lies there
-        return start, start + frame.length
+        assert frame is not None  # proven: the unit's header lies before the committed end
+        # a damaged length may run past the committed end: no partition reads there (FORMAT.md §7.2)
+        return start, min(start + frame.length, committed)
 
     def resolve_range(
         self, stream: str, start: Position, end: Position, *, missing_ok: bool = False
