@@ -539,6 +539,39 @@ def test_a_wrong_index_point_does_not_make_good_offsets_unreadable(clock: Manual
     assert [m.value for m in fresh.read(STREAM, messages[2].offset).messages] == [b"m2"]
 
 
+def test_an_offset_that_is_a_wrong_index_point_is_proven_from_the_start(clock: ManualClock) -> None:
+    """FORMAT.md §7.3, §8: an offset equal to an index point needs no walk, but the point's word is
+    checked by its header first; a point with no frame there is the index's mistake, and the
+    offset is then proven (or not) by a walk from 0, as any other."""
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        for i in range(3):
+            w.append([Batch([NewMessage(b"m%d" % i, "k")])])
+    messages = list(vault.reader.scan(STREAM))
+    wrong = messages[1].offset + 1  # inside the second unit's bytes: no frame starts there
+    assert vault.index is not None
+    vault.index.record_index(STREAM, [IndexPoint(wrong, messages[1].timestamp, 1)], [])
+    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, wrong)  # not "corrupt": the log is fine
+    assert [m.value for m in fresh.read(STREAM, messages[2].offset).messages] == [b"m2"]
+
+
+def test_a_time_seek_from_a_wrong_index_point_seeks_from_the_start(clock: ManualClock) -> None:
+    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
+    with vault.writer(STREAM) as w:
+        for i in range(3):
+            w.append([Batch([NewMessage(b"m%d" % i, "k")])])
+            clock.advance(1000)
+    messages = list(vault.reader.scan(STREAM))
+    assert vault.index is not None
+    vault.index.record_index(STREAM, [IndexPoint(messages[1].offset + 1, messages[1].timestamp, 1)], [])
+    assert (
+        Vault(vault.account, clock=clock).reader.seek_time(STREAM, messages[2].timestamp)
+        == messages[2].offset
+    )
+
+
 @pytest.mark.parametrize("damage", ["unknown version", "count past the length"])
 def test_a_walk_proves_nothing_past_a_frame_it_cannot_measure(clock: ManualClock, damage: str) -> None:
     """A walk measures a frame by its version's layout: a frame of a version it does not know is

@@ -37,6 +37,13 @@ Read = Callable[[int, int], bytes]
 """``read(start, length)``: committed bytes of the stream."""
 
 
+def frame_sits_at(position: int, read: Read) -> bool:
+    """Whether a frame's header is at ``position`` and names it (magic and its own offset): what
+    the index's word for a position is checked by before it is used (FORMAT.md §7.3, §8)."""
+    frame = frame_at(read(position, UNIT_HEADER_SIZE), 0)
+    return frame is not None and frame.magic_ok and frame.offset == position
+
+
 def boundary_by_definition(stream: str, offset: int, committed: int) -> bool:
     """Whether ``offset`` is a boundary with no proof needed (0 or the committed end).
 
@@ -83,9 +90,11 @@ class Boundaries:
         known = self._known_start(stream, offset)
         if known is not None:
             return known
-        start = self._start_below(stream, offset)
+        start, from_index = self._start_below(stream, offset)
+        if start == offset and from_index and not frame_sits_at(start, read):
+            start = 0  # the offset is an index point with no frame there: the index is wrong (§8)
         unit = self._walk(stream, start, offset, committed, read)
-        if unit is None and start > 0 and not self._frame_at(start, read):
+        if unit is None and start > 0 and not frame_sits_at(start, read):
             # no frame where the index said one starts: the index is not relied on for
             # correctness (FORMAT.md §8), so the proof walks from the start of the log instead
             unit = self._walk(stream, 0, offset, committed, read)
@@ -103,19 +112,16 @@ class Boundaries:
             known = self._known.get(stream)
             return known.get(offset) if known is not None else None
 
-    def _start_below(self, stream: str, offset: int) -> int:
-        """The closest proven boundary at or before ``offset``: a remembered one or an index point."""
+    def _start_below(self, stream: str, offset: int) -> tuple[int, bool]:
+        """The closest proven boundary at or before ``offset``, a remembered one or an index
+        point, and whether it is the index point (whose header nothing has checked yet)."""
         with self._lock:
             known = self._known.get(stream)
             best = max((start for o, start in known.items() if o <= offset), default=0) if known else 0
         point = self.index.point_at_or_before(stream, offset) if self.index else None
-        return max(best, point.offset if point else 0)
-
-    @staticmethod
-    def _frame_at(position: int, read: Read) -> bool:
-        """Whether the header at ``position`` is a frame's that sits there (magic and own offset)."""
-        frame = frame_at(read(position, UNIT_HEADER_SIZE), 0)
-        return frame is not None and frame.magic_ok and frame.offset == position
+        if point is not None and point.offset > best:
+            return point.offset, True
+        return best, False
 
     @staticmethod
     def _walk(stream: str, start: int, target: int, committed: int, read: Read) -> int | None:

@@ -257,6 +257,15 @@ def _decoded(span: Span) -> tuple[list[ScanPart], int] | CorruptRecord:
         return exc
 
 
+def _first_at_or_after(log: ReadableLog, start: int, committed: int, at_ms: int) -> int:
+    """The offset of the first message from ``start`` with a timestamp of at least ``at_ms``, or
+    ``committed`` if none has one."""
+    for message in scan_log(log, start, committed, _SEEK_SCAN):
+        if message.timestamp >= at_ms:
+            return message.offset
+    return committed
+
+
 def _walk_over(buf: bytes, base: int, bad: int, end: int, read: Callable[[int, int], bytes]) -> int | None:
     """Where the record after the corrupt one at ``buf[bad]`` starts, by the corrupt record's own
     length, if that lands on a record that verifies (or on ``end``); else None.
@@ -579,7 +588,11 @@ class StreamReader:
         committed = log.state().committed
         point = self.index.point_before_time(stream, at_ms) if self.index else None
         start = point.offset if point and point.offset < committed else 0
-        for message in scan_log(log, start, committed, _SEEK_SCAN):
-            if message.timestamp >= at_ms:
-                return message.offset
-        return committed
+        try:
+            return _first_at_or_after(log, start, committed, at_ms)
+        except CorruptRecord as exc:
+            if start == 0 or exc.offset != start:
+                raise
+            # no frame where the index point says one starts: the index's mistake, not the log's,
+            # and the index is not relied on for correctness (FORMAT.md §8)
+            return _first_at_or_after(log, 0, committed, at_ms)
