@@ -264,7 +264,7 @@ def test_the_corrupt_golden_record_fails_its_checksum_as_section_10_1_says() -> 
     assert f"stored CRC 0x{stored:08X}, computed 0x{computed:08X}" in FORMAT_MD
 
 
-@pytest.mark.parametrize("name", ["unit-v2-zstd.bin", "stream-mixed.bin"])
+@pytest.mark.parametrize("name", ["unit-v2-zstd.bin", "unit-v2-lz4.bin", "stream-mixed.bin"])
 def test_the_hex_dumps_of_section_11_9_are_the_golden_files(name: str) -> None:
     """An outside decoder is checked against these bytes: they must be the files the tests read."""
     data = (ROOT / "tests" / "data" / name).read_bytes()
