@@ -64,9 +64,9 @@ from bench.events import events
 from bench.threadcpu import ScanCPU
 from vault_core import codecs, unitformat
 from vault_core.azure import StorageAccount
+from vault_core.memory import BytesLog
 from vault_core.messagebatch import MessageBatch, batch_messages
 from vault_core.pageblob import PageBlobs
-from vault_core.pagelog import CommitState
 from vault_core.prefetch import prefetched_chunks
 from vault_core.prefix import FLAG_COMPRESSION_MASK
 from vault_core.reader import SCAN_FIRST_CHUNK, SCAN_PREFETCH, ScanOptions, scan_log, scan_log_batches
@@ -390,7 +390,7 @@ def _format_figures(vault: Vault, size: str, mib: int, azurite_pid: int) -> dict
             decoded = list(vault.reader.scan_batches(stream))
             runs["build"].append(timed(functools.partial(_build_messages, decoded, n)))
             del decoded
-            blob = _BytesLog(vault.blob(stream).read(0, committed[name]))
+            blob = BytesLog(vault.blob(stream).read(0, committed[name]))
             runs["in memory"].append(timed(functools.partial(_scan_in_memory, blob, n)))
             if record_format == 2:
                 runs["decode"].append(timed(functools.partial(_decode_ceiling, blob.data, n)))
@@ -480,24 +480,6 @@ def _format_figures(vault: Vault, size: str, mib: int, azurite_pid: int) -> dict
 TS = 1_764_000_000_000
 
 
-class _BytesLog:
-    """A committed log held in memory, read as a scan reads a page blob (each read a new bytes)."""
-
-    stream = "traced"
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def state(self) -> CommitState:
-        return CommitState(committed=len(self.data), format=2)
-
-    def read(self, start: int, length: int) -> bytes:
-        return self.data[start : start + length]
-
-    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
-        return self.read(start, length), self.state()
-
-
 def _unit_columns(
     messages: list[NewMessage], unit_bytes: int = UNIT_TARGET_BYTES
 ) -> list[tuple[list[bytes], list[bytes]]]:
@@ -556,7 +538,7 @@ def _unit_size_figures(mib: int = 32) -> dict[str, float | str]:
     cpu: dict[int, float] = {}
     per_unit: dict[int, float] = {}
     for size in UNIT_SIZES:
-        log = _BytesLog(_events_log(mib * MIB, size))
+        log = BytesLog(_events_log(mib * MIB, size))
         n = sum(1 for _ in scan_log(log, 0, len(log.data)))
         units = sum(1 for _ in scan_log_batches(log, 0, len(log.data)))
         walls, cpus = [], []
@@ -588,7 +570,7 @@ def _traced_figures(big_mib: int) -> dict[str, float | str]:
     }
     peaks: dict[tuple[str, int], float] = {}
     for mib in sizes:
-        log = _BytesLog(_events_log(mib * MIB))
+        log = BytesLog(_events_log(mib * MIB))
         # pyarrow's import, on the first unit's keys and values, is the process's, not the scan's
         assert next(scan_log(log, 0, len(log.data)))
         for label, scan in scans.items():
@@ -777,7 +759,7 @@ def _build_messages(batches: list[MessageBatch], n: int) -> None:
     assert sum(1 for _ in batch_messages(batches)) == n
 
 
-def _scan_in_memory(log: _BytesLog, n: int) -> None:
+def _scan_in_memory(log: BytesLog, n: int) -> None:
     """The per-message scan of a blob already in memory: every check and every thread of the scan
     on Azurite, without the storage (each read a slice of the held bytes)."""
     assert sum(1 for _ in scan_log(log, 0, len(log.data))) == n

@@ -15,8 +15,7 @@ import pytest
 from tests import outside_reader as outside
 from vault_core import codecs
 from vault_core.errors import CorruptRecord, InvalidOffset, UnsupportedVersion
-from vault_core.memory import MemoryAccount
-from vault_core.pagelog import CommitState
+from vault_core.memory import BytesLog, MemoryAccount
 from vault_core.reader import scan_log
 from vault_core.recordformat import Message, NewMessage, encode
 from vault_core.vault import Vault
@@ -24,24 +23,6 @@ from vault_core.writer import Batch, WriterSettings
 
 DATA = Path(__file__).parent / "data"
 STREAM = "conformance"
-
-
-class _Bytes:
-    """A committed log held in memory, read as a blob is."""
-
-    stream = STREAM
-
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-
-    def state(self) -> CommitState:
-        return CommitState(committed=len(self.data), format=2)
-
-    def read(self, start: int, length: int) -> bytes:
-        return self.data[start : start + length]
-
-    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
-        return self.read(start, length), self.state()
 
 
 def _key(rng: random.Random) -> bytes | str:
@@ -88,7 +69,7 @@ def _log(vault: Vault) -> bytes:
 
 
 def _reference(data: bytes, start: int = 0) -> list[dict[str, Any]]:
-    return [_fields(m) for m in scan_log(_Bytes(data), start, len(data))]
+    return [_fields(m) for m in scan_log(BytesLog(data, STREAM), start, len(data))]
 
 
 def _fields(m: Message) -> dict[str, Any]:

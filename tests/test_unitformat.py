@@ -524,52 +524,38 @@ def test_a_text_key_that_is_not_utf8_is_delivered_not_refused() -> None:
     assert messages_to_columns(messages)[4].to_pylist() == [None, "ok", None]
 
 
-def test_a_wrong_index_point_does_not_make_good_offsets_unreadable(clock: ManualClock) -> None:
-    """FORMAT.md §8: the index is not relied on for correctness. A point whose offset holds no
-    frame sends the proof back to the start of the log, which proves the offset all the same."""
-    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM) as w:
-        for i in range(3):
-            w.append([Batch([NewMessage(b"m%d" % i, "k")])])
-    messages = list(vault.reader.scan(STREAM))
-    wrong = messages[1].offset + 1  # inside the second unit's bytes: no frame starts there
-    assert vault.index is not None
-    vault.index.record_index(STREAM, [IndexPoint(wrong, messages[1].timestamp, 1)], [])
-    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
-    assert [m.value for m in fresh.read(STREAM, messages[2].offset).messages] == [b"m2"]
-
-
-def test_an_offset_that_is_a_wrong_index_point_is_proven_from_the_start(clock: ManualClock) -> None:
-    """FORMAT.md §7.3, §8: an offset equal to an index point needs no walk, but the point's word is
-    checked by its header first; a point with no frame there is the index's mistake, and the
-    offset is then proven (or not) by a walk from 0, as any other."""
-    vault = Vault(MemoryAccount(clock), clock=clock).ensure()
-    with vault.writer(STREAM) as w:
-        for i in range(3):
-            w.append([Batch([NewMessage(b"m%d" % i, "k")])])
-    messages = list(vault.reader.scan(STREAM))
-    wrong = messages[1].offset + 1  # inside the second unit's bytes: no frame starts there
-    assert vault.index is not None
-    vault.index.record_index(STREAM, [IndexPoint(wrong, messages[1].timestamp, 1)], [])
-    fresh = Vault(vault.account, clock=clock).reader  # nothing remembered: the offset must be proven
-    with pytest.raises(InvalidOffset, match="not the start of a record"):
-        fresh.read(STREAM, wrong)  # not "corrupt": the log is fine
-    assert [m.value for m in fresh.read(STREAM, messages[2].offset).messages] == [b"m2"]
-
-
-def test_a_time_seek_from_a_wrong_index_point_seeks_from_the_start(clock: ManualClock) -> None:
+def _a_wrong_index_point(clock: ManualClock) -> tuple[Vault, list[Message], int]:
+    """Three commits a second apart, and an index point inside the second unit's bytes, where no
+    frame starts: the vault (its reader has proved nothing yet), the messages and that point."""
     vault = Vault(MemoryAccount(clock), clock=clock).ensure()
     with vault.writer(STREAM) as w:
         for i in range(3):
             w.append([Batch([NewMessage(b"m%d" % i, "k")])])
             clock.advance(1000)
     messages = list(vault.reader.scan(STREAM))
+    wrong = messages[1].offset + 1
     assert vault.index is not None
-    vault.index.record_index(STREAM, [IndexPoint(messages[1].offset + 1, messages[1].timestamp, 1)], [])
-    assert (
-        Vault(vault.account, clock=clock).reader.seek_time(STREAM, messages[2].timestamp)
-        == messages[2].offset
-    )
+    vault.index.record_index(STREAM, [IndexPoint(wrong, messages[1].timestamp, 1)], [])
+    return Vault(vault.account, clock=clock), messages, wrong
+
+
+def test_a_wrong_index_point_makes_no_good_offset_unreadable_and_no_bad_one_corrupt(
+    clock: ManualClock,
+) -> None:
+    """FORMAT.md §7.3, §8: the index is not relied on for correctness. A point whose offset holds
+    no frame sends the proof back to the start of the log, which proves a good offset all the
+    same; and an offset equal to the point, which would need no walk, is checked by its header
+    first: not a record boundary, not a corrupt log."""
+    vault, messages, wrong = _a_wrong_index_point(clock)
+    assert [m.value for m in vault.reader.read(STREAM, messages[2].offset).messages] == [b"m2"]
+    fresh = Vault(vault.account, clock=clock).reader
+    with pytest.raises(InvalidOffset, match="not the start of a record"):
+        fresh.read(STREAM, wrong)
+
+
+def test_a_time_seek_from_a_wrong_index_point_seeks_from_the_start(clock: ManualClock) -> None:
+    vault, messages, _ = _a_wrong_index_point(clock)
+    assert vault.reader.seek_time(STREAM, messages[2].timestamp) == messages[2].offset
 
 
 @pytest.mark.parametrize("damage", ["unknown version", "count past the length"])

@@ -473,6 +473,27 @@ class MemoryBlobContainer:
         return MemoryOwnerBlob(self, name)
 
 
+class BytesLog:
+    """A committed log held as bytes (``data`` is the log from offset 0 to its committed end),
+    read as a scan reads a stream's page blob, each read a new ``bytes``: for reading a log that
+    is in memory already (a downloaded blob, a log built by hand) with the readers of
+    :mod:`vault_core.reader`."""
+
+    def __init__(self, data: bytes, stream: str = "bytes", record_format: int = 2) -> None:
+        self.data = data
+        self.stream = stream
+        self.record_format = record_format
+
+    def state(self) -> CommitState:
+        return CommitState(committed=len(self.data), format=self.record_format)
+
+    def read(self, start: int, length: int) -> bytes:
+        return self.data[start : start + length]
+
+    def read_with_state(self, start: int, length: int) -> tuple[bytes, CommitState]:
+        return self.read(start, length), self.state()
+
+
 # -- the account -----------------------------------------------------------------------------
 class MemoryAccount:
     """Page blob containers, tables, queues and blob containers by name, the same object for a
