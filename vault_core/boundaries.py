@@ -37,11 +37,23 @@ Read = Callable[[int, int], bytes]
 """``read(start, length)``: committed bytes of the stream."""
 
 
-def frame_sits_at(position: int, read: Read) -> bool:
-    """Whether a frame's header is at ``position`` and names it (magic and its own offset): what
-    the index's word for a position is checked by before it is used (FORMAT.md §7.3, §8)."""
-    frame = frame_at(read(position, UNIT_HEADER_SIZE), 0)
-    return frame is not None and frame.magic_ok and frame.offset == position
+_UNCHECKED = -1
+"""What a walk from an index point answers when no frame sits where the point says."""
+
+
+def frame_sits_at(position: int, read: Read, committed: int) -> bool:
+    """Whether the header of a frame of a version this reader knows is at ``position``, before
+    ``committed``, and names it (magic, version and its own offset): what the index's word for a
+    position is checked by before it is used (FORMAT.md §7.3, §8). Reads nothing at or past
+    ``committed``."""
+    header = read(position, min(UNIT_HEADER_SIZE, committed - position))
+    frame = frame_at(header, 0)
+    return (
+        frame is not None
+        and frame.magic_ok
+        and header[VERSION_OFFSET] in (FORMAT_VERSION, UNIT_VERSION)
+        and frame.offset == position
+    )
 
 
 def boundary_by_definition(stream: str, offset: int, committed: int) -> bool:
@@ -91,12 +103,14 @@ class Boundaries:
         if known is not None:
             return known
         start, from_index = self._start_below(stream, offset)
-        if start == offset and from_index and not frame_sits_at(start, read):
-            start = 0  # the offset is an index point with no frame there: the index is wrong (§8)
-        unit = self._walk(stream, start, offset, committed, read)
-        if unit is None and start > 0 and not frame_sits_at(start, read):
-            # no frame where the index said one starts: the index is not relied on for
-            # correctness (FORMAT.md §8), so the proof walks from the start of the log instead
+        # An index point is checked by its header before its word is taken (the offset itself,
+        # which needs no walk, or the walk's first frame): a point with no frame of a known
+        # version there is the index's mistake, and the index is not relied on for correctness
+        # (FORMAT.md §8), so the proof walks from the start of the log instead.
+        if start == offset and from_index and not frame_sits_at(start, read, committed):
+            start = 0
+        unit = self._walk(stream, start, offset, committed, read, check_first=from_index)
+        if unit is _UNCHECKED:
             unit = self._walk(stream, 0, offset, committed, read)
         if unit is None:
             raise InvalidOffset(f"offset {offset} is not the start of a record in stream {stream!r}")
@@ -124,11 +138,16 @@ class Boundaries:
         return best, False
 
     @staticmethod
-    def _walk(stream: str, start: int, target: int, committed: int, read: Read) -> int | None:
+    def _walk(
+        stream: str, start: int, target: int, committed: int, read: Read, *, check_first: bool = False
+    ) -> int | None:
         """Walk record and unit lengths from the boundary ``start`` towards ``target`` (below
         ``committed``): the position of the record or unit that holds the message at ``target``,
         or None if none does. Reads nothing at or past ``committed``, which does not exist for a
-        reader (FORMAT.md §7.2), so a header that it cuts off proves nothing."""
+        reader (FORMAT.md §7.2), so a header that it cuts off proves nothing.
+
+        ``check_first``: ``start`` is an index point, not yet checked by its header; if no frame
+        of a known version sits there (magic, version, its own offset), :data:`_UNCHECKED`."""
         pos = start
         while pos < target:
             data = read(pos, min(PROOF_CHUNK, target - pos + UNIT_HEADER_SIZE, committed - pos))
@@ -136,15 +155,21 @@ class Boundaries:
             while pos < target:
                 frame = frame_at(data, at)
                 if frame is None:
+                    if check_first and pos == start:
+                        return _UNCHECKED  # the index point's header is cut off by the end
                     if at == 0:
                         # Not even one header in a whole read: the committed end cuts it off,
                         # where only a damaged length can have led the walk (and reading again
                         # from here would return the same bytes for ever).
                         return None
                     break  # the next header is in the next chunk
+                version = data[at + VERSION_OFFSET]
+                if check_first and pos == start:
+                    known = version in (FORMAT_VERSION, UNIT_VERSION)
+                    if not (frame.magic_ok and known and frame.offset == pos):
+                        return _UNCHECKED  # not a frame where the index said: not the log's fault
                 if not frame.magic_ok:
                     return None  # not the log the writer laid out (corrupt): prove nothing
-                version = data[at + VERSION_OFFSET]
                 if version not in (FORMAT_VERSION, UNIT_VERSION):
                     # a newer writer's frame, whose length this reader cannot know (FORMAT.md §9)
                     raise UnsupportedVersion(

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from itertools import chain
 from typing import NamedTuple, Protocol, TypeVar, cast
 
-from vault_core.boundaries import Boundaries
+from vault_core.boundaries import Boundaries, frame_sits_at
 from vault_core.clock import Clock, SystemClock
 from vault_core.errors import (
     CorruptRecord,
@@ -40,7 +40,7 @@ from vault_core.scanparts import (
     skipping,
 )
 from vault_core.span import Span
-from vault_core.unitformat import UNIT_HEADER_SIZE
+from vault_core.unitformat import MAX_UNIT_BYTES, UNIT_HEADER_SIZE
 
 SCAN_CHUNK = 4 * 1024 * 1024
 SCAN_FIRST_CHUNK = SCAN_CHUNK
@@ -462,13 +462,20 @@ class StreamReader:
             data = self.log(stream).read(start, min(max(max_bytes, MIN_READ), committed - start))
             limit = min(len(data), max(max_bytes, MIN_READ), committed - start)
         need = record_length_at(data, 0)
-        oversized = need is not None and need > limit and start + need <= committed
+        # A frame that claims to run past the committed end, or past the largest a frame can be,
+        # is corrupt (FORMAT.md §7.2 step 5, §4): decoded whole up to there so that the first of
+        # its checks to fail says why, never fetched at the length it claims (a damaged length
+        # could ask for gigabytes), and never answered with an empty page a follower waits on.
+        runs_past = need is not None and need > limit and (start + need > committed or need > MAX_UNIT_BYTES)
+        if runs_past:
+            limit = min(len(data), committed - start)
+        oversized = need is not None and need > limit and not runs_past
         if oversized:
             assert need is not None
             data = self.log(stream).read(start, need)  # one record or unit larger than max_bytes
             limit = need
         units: list[tuple[int, int]] = []
-        span = Span(data, start, 0, limit, stream, start + limit == committed, from_offset)
+        span = Span(data, start, 0, limit, stream, start + limit == committed or runs_past, from_offset)
         records, pos = decoder(span, max_count=max_count, units=units)
         next_offset = start + pos
         if oversized and records:  # a unit larger than max_bytes: what max_bytes holds of it
@@ -586,12 +593,14 @@ class StreamReader:
         """
         log = self.log(stream)
         committed = log.state().committed
+        if at_ms <= 0:
+            return 0  # every message qualifies: the first, whatever it holds (FORMAT.md §7.5)
         point = self.index.point_before_time(stream, at_ms) if self.index else None
         start = point.offset if point and point.offset < committed else 0
         try:
             return _first_at_or_after(log, start, committed, at_ms)
-        except CorruptRecord as exc:
-            if start == 0 or exc.offset != start:
+        except FormatError as exc:  # corrupt, or a version this reader does not know
+            if start == 0 or exc.offset != start or frame_sits_at(start, log.read, committed):
                 raise
             # no frame where the index point says one starts: the index's mistake, not the log's,
             # and the index is not relied on for correctness (FORMAT.md §8)
