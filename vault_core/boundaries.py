@@ -108,7 +108,7 @@ class Boundaries:
         # version there is the index's mistake, and the index is not relied on for correctness
         # (FORMAT.md §8), so the proof walks from the start of the log instead.
         if start == offset and from_index and not frame_sits_at(start, read, committed):
-            start = 0
+            start, from_index = 0, False
         unit = self._walk(stream, start, offset, committed, read, check_first=from_index)
         if unit is _UNCHECKED:
             unit = self._walk(stream, 0, offset, committed, read)
