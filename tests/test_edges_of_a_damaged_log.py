@@ -11,14 +11,18 @@ import threading
 import pytest
 
 from vault_core.clock import ManualClock
-from vault_core.errors import CorruptRecord, InvalidOffset
+from vault_core.errors import CorruptRecord, FormatError, InvalidOffset
 from vault_core.index import IndexPoint
-from vault_core.memory import MemoryAccount, MemoryPageBlobs
-from vault_core.recordformat import MAGIC, NewMessage
+from vault_core.memory import BytesLog, MemoryAccount, MemoryPageBlobs
+from vault_core.reader import StreamReader, scan_log
+from vault_core.recordformat import MAGIC, NewMessage, encode
+from vault_core.spark.columnar import SPARK_MAX_MS, Decoder
+from vault_core.unitformat import encode_unit
 from vault_core.vault import Vault
 from vault_core.writer import Batch, WriterSettings
 
 STREAM = "edges"
+TS = 1_700_000_000_000
 VALUE_LENGTH_AT = 12  # a record's value_length (FORMAT.md §2)
 PAYLOAD_LENGTH_AT, STORED_LENGTH_AT = 14, 18  # a unit's (§11.2)
 
@@ -167,3 +171,40 @@ def test_a_time_seek_to_zero_or_before_is_the_start_whatever_the_log_holds(clock
     assert reader.seek_time(STREAM, 0) == 0 and reader.seek_time(STREAM, -5) == 0
     with pytest.raises(CorruptRecord):
         reader.seek_time(STREAM, 1)
+
+
+@pytest.mark.parametrize("cut", [10, 31, 35])
+@pytest.mark.parametrize("max_bytes", [1, 20, 1 << 20])
+def test_a_header_the_committed_end_cuts_off_is_corrupt_at_any_max_bytes(cut: int, max_bytes: int) -> None:
+    """§7.2 step 3. A max_bytes smaller than what is left before the end once answered an empty
+    page there, whose next offset was where it began."""
+    good = encode([NewMessage(b"hello", "k")], 0, TS)
+    following = (
+        encode_unit([b"k"], [b"v" * 50], len(good), TS, codec=0, key_is_text=True)
+        if cut == 35
+        else encode([NewMessage(b"world", "k")], len(good), TS)
+    )
+    log = good + following[:cut]
+    reader = StreamReader(lambda stream: BytesLog(log, stream), None)
+    with pytest.raises(CorruptRecord, match=r"partial (record|unit) header at the committed end"):
+        reader.read(STREAM, len(good), max_bytes=max_bytes)
+
+
+@pytest.mark.parametrize("frame", ["record", "unit"])
+@pytest.mark.parametrize("timestamp", [1 << 48, SPARK_MAX_MS + 1, -(1 << 63)])
+def test_the_spark_columns_report_a_timestamp_they_cannot_hold(frame: str, timestamp: int) -> None:
+    """§2: readers deliver a timestamp as stored; a Spark timestamp holds microseconds in 64 bits,
+    so one past about 292,000 years is reported as such (it once wrapped round in a record and
+    raised OverflowError out of the decoder for a unit), and one a writer could write is kept."""
+    log = (
+        encode([NewMessage(b"v", "k")], 0, timestamp)
+        if frame == "record"
+        else encode_unit([b"k"], [b"v"], 0, timestamp, codec=0, key_is_text=True)
+    )
+    assert [m.timestamp for m in scan_log(BytesLog(log, STREAM), 0, len(log))] == [timestamp]
+    columns = Decoder(log, 0, last=True, stream=STREAM).pieces().joined()
+    if abs(timestamp) <= SPARK_MAX_MS:
+        assert columns.error is None and columns.arrays[1].cast("int64").to_pylist() == [timestamp * 1000]
+    else:
+        assert columns.rows == 0 and isinstance(columns.error, FormatError)
+        assert "outside what a Spark timestamp holds" in str(columns.error)

@@ -466,7 +466,9 @@ class StreamReader:
         # is corrupt (FORMAT.md §7.2 step 5, §4): decoded whole up to there so that the first of
         # its checks to fail says why, never fetched at the length it claims (a damaged length
         # could ask for gigabytes), and never answered with an empty page a follower waits on.
-        runs_past = need is not None and need > limit and (start + need > committed or need > MAX_UNIT_BYTES)
+        runs_past = (need is None and start + len(data) >= committed) or (  # a header the end cuts off
+            need is not None and need > limit and (start + need > committed or need > MAX_UNIT_BYTES)
+        )
         if runs_past:
             limit = min(len(data), committed - start)
         oversized = need is not None and need > limit and not runs_past

@@ -81,6 +81,19 @@ _AFTER_CRC = itemgetter(slice(4, None))  # body → the bytes its CRC covers
 _BINARY = pa.binary()
 _U32_AT = struct.Struct("<I").unpack_from
 _TIMESTAMP = pa.timestamp("us", tz="UTC")
+SPARK_MAX_MS = (2**63 - 1) // 1000
+"""The largest timestamp, either side of 1970, that a Spark timestamp (microseconds in 64 bits)
+holds, in ms: about 292,000 years. Readers do not check a timestamp's range (FORMAT.md §2), but a
+value past this one has no Spark timestamp: it is reported, never wrapped round."""
+
+
+def _unrepresentable(timestamp: int, stream: str | None, offset: int) -> FormatError:
+    return FormatError(
+        f"timestamp {timestamp} ms is outside what a Spark timestamp holds (±{SPARK_MAX_MS} ms);"
+        " writers write 0 to 2^48 - 1 (FORMAT.md §2)",
+        stream=stream,
+        offset=offset,
+    )
 
 
 def _i64(value: int) -> pa.Scalar:
@@ -197,6 +210,8 @@ def _units(
                 cut_off = True
                 break
             unit = opened_unit(sealed, stream=stream)
+            if not -SPARK_MAX_MS <= unit.timestamp <= SPARK_MAX_MS:
+                raise _unrepresentable(unit.timestamp, stream, unit.offset)
             unit_keys, unit_values = _unit_arrays(unit, stream)
         except FormatError as exc:
             error = exc
@@ -411,6 +426,7 @@ def _assemble(
     crc, vf_klen, vlen, off_lo, off_hi, ts_lo, ts_hi = (words.take(pc.add(seven, _i64(i))) for i in range(7))
     klen = pc.shift_right(vf_klen, _i64(16))
     offset = _int64(off_lo, off_hi)
+    stamp_ms = _int64(ts_lo, ts_hi)
     record_size = pc.add(lengths.cast(pa.int64()), _i64(len(MAGIC)))
     position = pc.add(pc.subtract(pc.cumulative_sum(record_size), record_size), _i64(first_offset))
     checks = [
@@ -422,6 +438,7 @@ def _assemble(
             lengths.cast(pa.int64()),
         ),
         pc.equal(offset, position),
+        pc.and_(pc.greater_equal(stamp_ms, _i64(-SPARK_MAX_MS)), pc.less_equal(stamp_ms, _i64(SPARK_MAX_MS))),
     ]
     if crcs is not None:
         checks.append(pc.equal(crc, crcs))
@@ -435,10 +452,11 @@ def _assemble(
     if rows == 0:
         return (), 0
     if rows < n:
-        bodies, klen, offset, vf_klen = (a.slice(0, rows) for a in (bodies, klen, offset, vf_klen))
-        ts_lo, ts_hi = ts_lo.slice(0, rows), ts_hi.slice(0, rows)
+        bodies, klen, offset, vf_klen, stamp_ms = (
+            a.slice(0, rows) for a in (bodies, klen, offset, vf_klen, stamp_ms)
+        )
     keys, values = _keys_and_values(bodies, klen)
-    timestamp = pc.multiply(_int64(ts_lo, ts_hi), _MS_TO_US).cast(_TIMESTAMP)
+    timestamp = pc.multiply(stamp_ms, _MS_TO_US).cast(_TIMESTAMP)
     is_text = pc.not_equal(pc.bit_wise_and(vf_klen, _i64(_TEXT_BIT)), _ZERO)
     key_text = _as_text(pc.if_else(is_text, keys, pa.scalar(None, _BINARY)))
     return (offset, timestamp, keys, values, key_text), rows
@@ -488,6 +506,9 @@ def _reference_error(
     except FormatError as exc:
         return exc
     if records:
+        # the one check the reference reader does not make: a timestamp a Spark row cannot hold
+        if not -SPARK_MAX_MS <= records[0].timestamp <= SPARK_MAX_MS:
+            return _unrepresentable(records[0].timestamp, stream, records[0].offset)
         raise AssertionError(f"columnar decoder and format.decode disagree at offset {base + pos}")
     return None
 
@@ -511,6 +532,9 @@ def _utf8(key: bytes) -> str | None:
 
 def messages_to_columns(messages: Sequence[Message]) -> tuple[pa.Array, ...]:
     """The same columns from decoded :class:`Message` objects (for comparisons and small reads)."""
+    for m in messages:
+        if not -SPARK_MAX_MS <= m.timestamp <= SPARK_MAX_MS:
+            raise _unrepresentable(m.timestamp, None, m.offset)
     return (
         pa.array([m.offset for m in messages], pa.int64()),
         pa.array([m.timestamp * 1000 for m in messages], pa.int64()).cast(_TIMESTAMP),
