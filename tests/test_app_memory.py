@@ -1123,3 +1123,31 @@ def test_a_queue_message_is_identified_as_far_as_it_can_be_read(
     body: str, found: tuple[str | None, ...]
 ) -> None:
     assert identify(body) == found
+
+
+def test_the_raw_log_of_an_empty_stream_a_reversed_range_and_a_blob_shorter_than_its_commit(
+    handlers: Runtime,
+) -> None:
+    """/log at its edges: an empty stream read without Range is 200 with no bytes (API.md: the
+    first 16 MiB); a range that ends before it starts is a 416 that says so; a blob holding fewer
+    bytes than its commit record says are committed (damage, FORMAT.md §6.4) is 500
+    storage_error, never a 206 whose body is shorter than its Content-Range."""
+    vault = handlers.services.vault
+    with vault.writer(STREAM):
+        pass  # the stream exists, nothing committed
+    handler, route = read_route(f"/streams/{STREAM}/log")
+    empty = asyncio.run(handle(handlers, handler, method="GET", route=route))
+    assert (empty.status, empty.body, empty.headers["X-Committed"]) == (200, b"", "0")
+    with vault.writer(STREAM) as w:
+        w.append([Batch([NewMessage(b"x" * 100, "k")])])
+    reversed_range = asyncio.run(
+        handle(handlers, handler, method="GET", route=route, headers={"range": "bytes=5-3"})
+    )
+    assert (
+        reversed_range.status == 416 and "ends before it starts" in json.loads(reversed_range.body)["message"]
+    )
+    blob = vault.page_blobs.blobs[STREAM]  # type: ignore[attr-defined]
+    blob.metadata["mv_committed"] = str(blob.size + 1000)
+    for asked in ("bytes=-10", f"bytes={blob.size - 5}-"):
+        short = asyncio.run(handle(handlers, handler, method="GET", route=route, headers={"range": asked}))
+        assert short.status == 500 and json.loads(short.body)["error"] == "storage_error", short.body

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from vault_core.clock import ManualClock
 from vault_core.errors import CorruptRecord, FormatError, InvalidOffset
 from vault_core.index import IndexPoint
 from vault_core.memory import BytesLog, MemoryAccount, MemoryPageBlobs
+from vault_core.prefetch import prefetched_reads
 from vault_core.reader import StreamReader, scan_log
 from vault_core.recordformat import MAGIC, NewMessage, encode
 from vault_core.spark.columnar import SPARK_MAX_MS, Decoder
@@ -208,3 +210,31 @@ def test_the_spark_columns_report_a_timestamp_they_cannot_hold(frame: str, times
     else:
         assert columns.rows == 0 and isinstance(columns.error, FormatError)
         assert "outside what a Spark timestamp holds" in str(columns.error)
+
+
+def test_reads_are_ranged_as_they_go_not_listed_to_the_committed_end() -> None:
+    """A time seek or a page reads from a point towards the committed end and stops early; the
+    reads' ranges were once listed up front, so a damaged mv_committed of 10^30 (or a healthy
+    stream of terabytes) cost every seek memory and time by the whole length."""
+    log = BytesLog(bytes(1 << 20), STREAM)
+    started = time.perf_counter()
+    reads = prefetched_reads(log, 0, 10**30, chunk=1 << 20, prefetch=2)
+    first, last = next(reads)
+    assert len(first.result()) == 1 << 20 and not last
+    reads.close()
+    assert time.perf_counter() - started < 5
+
+
+def test_an_index_row_whose_offset_lies_past_the_offset_it_was_found_for_is_ignored(
+    clock: ManualClock,
+) -> None:
+    """§8.5's query finds the last point at or before X by its RowKey; a row whose Offset says
+    otherwise is wrong, and once made good offsets "not a record boundary"."""
+    vault = _vault(clock, 1, commits=3)
+    frames = _frames(vault)
+    assert vault.index is not None
+    vault.index.record_index(STREAM, [IndexPoint(frames[0], 0, 0)], [])  # the point at 0 is sound
+    row = vault.index.index.get(STREAM, "o" + f"{frames[0]:016x}")
+    assert row is not None
+    vault.index.index.upsert(STREAM, row.key, {**row.fields, "Offset": frames[-1]})
+    assert [m.offset for m in _fresh(vault, clock).reader.read(STREAM, frames[1]).messages][:1] == [frames[1]]

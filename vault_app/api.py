@@ -38,7 +38,7 @@ from vault_app.staging import Stager
 from vault_app.tail import Busy
 from vault_app.wire import ENCODER, NDJSON, WirePage, batch_lines, catalog_json
 from vault_core import __version__ as VERSION
-from vault_core.errors import OffsetPastEnd, StorageUnavailable
+from vault_core.errors import FormatError, OffsetPastEnd, StorageUnavailable
 from vault_core.limits import (
     DEFAULT_READ_BYTES,
     DEFAULT_READ_MESSAGES,
@@ -303,19 +303,27 @@ def get_log(rt: Runtime, req: Request, caller: Caller) -> Response:
     header = req.header("range")
     raw = (header if header is not None else "bytes=0-").strip()
     start, end = parse_range(raw, committed)
+    if header is None and committed == 0:  # the first 16 MiB of an empty log: none
+        return Response(
+            200, b"", {"Accept-Ranges": "bytes", "X-Committed": "0"}, mimetype="application/octet-stream"
+        )
     if start >= committed or end <= start:
+        held = f"the committed log is bytes 0-{committed - 1}" if committed else "nothing is committed yet"
+        why = "ends before it starts" if end <= start < committed else f"is outside the log: {held}"
         return Response(
             416,
-            json.dumps(
-                {
-                    "error": "invalid_range",
-                    "message": f"range {raw} is outside the committed log (0-{committed - 1})",
-                }
-            ).encode(),
+            json.dumps({"error": "invalid_range", "message": f"range {raw} {why}"}).encode(),
             {"Content-Range": f"bytes */{committed}"},
         )
     end = min(end, committed, start + MAX_READ_BYTES)
     data = blob.read(start, end - start)
+    if len(data) != end - start:  # FORMAT.md §6.4: the blob holds at least the committed bytes
+        raise FormatError(
+            f"the blob holds {len(data)} bytes from {start}, where its commit record says"
+            f" {end - start} are committed",
+            stream=stream,
+            offset=start + len(data),
+        )
     return Response(
         206,
         data,

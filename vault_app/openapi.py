@@ -417,6 +417,12 @@ PATHS: dict[str, Any] = {
                         "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
                     },
                 },
+                "200": {
+                    "description": "an empty stream, read without Range: no bytes",
+                    "content": {
+                        "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}
+                    },
+                },
                 **_errors(400, 404, 416),
             },
         }

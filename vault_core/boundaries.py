@@ -133,7 +133,9 @@ class Boundaries:
             known = self._known.get(stream)
             best = max((start for o, start in known.items() if o <= offset), default=0) if known else 0
         point = self.index.point_at_or_before(stream, offset) if self.index else None
-        if point is not None and point.offset > best:
+        # a row's key says where its point is, its Offset property what the walk uses: a row
+        # whose Offset lies past the offset is wrong (the index is not relied on, FORMAT.md §8)
+        if point is not None and best < point.offset <= offset:
             return point.offset, True
         return best, False
 

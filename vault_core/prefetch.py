@@ -75,21 +75,26 @@ def prefetched_reads(
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
     width = max(1, prefetch)
-    ranges = deque(ramped(start, end, chunk, chunk if first is None else first))
+    # The ranges are made as they are read, never listed up front: a scan that stops early (a
+    # time seek's, a page's) costs what it reads, whatever the committed length it may go to.
+    ranges = ramped(start, end, chunk, chunk if first is None else first)
+    upcoming = next(ranges, None)
     pool = ThreadPoolExecutor(max_workers=width, thread_name_prefix=f"mv-read-{log.stream}")
     pending: deque[PendingRead] = deque()
 
     def fill() -> None:
-        while ranges and len(pending) < width:
-            p, n = ranges.popleft()
+        nonlocal upcoming
+        while upcoming is not None and len(pending) < width:
+            p, n = upcoming
             pending.append(PendingRead(log, n, pool.submit(log.read, p, n)))
+            upcoming = next(ranges, None)
 
     try:
         fill()
         while pending:
             read = pending.popleft()
             fill()  # before the caller waits: ``prefetch`` reads stay in flight while it decodes
-            yield read, not ranges and not pending
+            yield read, upcoming is None and not pending
     finally:
         for read in pending:
             read.future.cancel()
