@@ -867,6 +867,24 @@ def test_binary_values_round_trip_as_base64(handlers: Runtime) -> None:
     assert base64.b64decode(m["key"]) == b"\xff\x00"
 
 
+def test_encoding_base64_returns_every_value_base64_and_keys_as_they_are(handlers: Runtime) -> None:
+    """API.md: ``?encoding=base64`` is the value's encoding; a key keeps its own ``key_encoding``."""
+    commit(
+        handlers,
+        [
+            {"value": "text", "key": "k"},
+            {"value": "AP8=", "encoding": "base64", "key": "/w==", "key_encoding": "base64"},
+        ],
+    )
+    text, binary = read_page(handlers, {"from": 0, "encoding": "base64"})["messages"]
+    assert (text["value_encoding"], base64.b64decode(text["value"])) == ("base64", b"text")
+    assert (text["key_encoding"], text["key"]) == ("utf-8", "k")
+    assert (binary["value_encoding"], base64.b64decode(binary["value"])) == ("base64", b"\x00\xff")
+    assert (binary["key_encoding"], base64.b64decode(binary["key"])) == ("base64", b"\xff")
+    plain, _ = read_page(handlers, {"from": 0})["messages"]
+    assert (plain["value_encoding"], plain["value"]) == ("utf-8", "text")
+
+
 def test_time_seeks_start_at_the_first_message_at_or_after_the_time(handlers: Runtime) -> None:
     first = commit(handlers, [{"value": "early"}])
     time.sleep(0.05)
