@@ -60,7 +60,7 @@ import time
 import tracemalloc
 import zlib
 from array import array
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import cast
 
@@ -80,6 +80,7 @@ from vault_core.span import Span
 from vault_core.unitformat import (
     UNIT_TARGET_BYTES,
     UNIT_TARGET_MESSAGES,
+    SealedUnit,
     StoredUnit,
     Unit,
     decode_unit,
@@ -861,28 +862,19 @@ def _download_and_decompress(vault: Vault, stream: str, committed: int, n: int) 
     chunks = prefetched_chunks(
         vault.blob(stream), 0, committed, chunk=CHUNK, prefetch=SCAN_PREFETCH, first=SCAN_FIRST_CHUNK
     )
-    header, header_size = unitformat.UNIT_HEADER, unitformat.UNIT_HEADER_SIZE
 
-    def decompressed(codec: int, stored: memoryview, length: int) -> int:
+    def decompressed(codec: int, stored: bytes | memoryview, length: int) -> int:
         return len(codecs.decompress(codec, stored, length))  # the payload itself is dropped at once
 
-    built, carry = 0, b""
+    built = 0
     with ThreadPoolExecutor(os.cpu_count() or 2) as pool:
         pending = []
-        for data, _ in chunks:
-            buf = carry + data if carry else data
-            view, pos = memoryview(buf), 0
-            while pos + header_size <= len(buf):
-                _, _, _, flags, count, payload_length, stored, _, _ = header.unpack_from(buf, pos)
-                if pos + header_size + stored > len(buf):
-                    break
-                at = pos + header_size
-                codec = flags & FLAG_COMPRESSION_MASK
-                pending.append(pool.submit(decompressed, codec, view[at : at + stored], payload_length))
-                built, pos = built + count, at + stored
-            carry = buf[pos:]
+        for unit in _sealed_units(chunks):
+            codec = unit.flags & FLAG_COMPRESSION_MASK
+            pending.append(pool.submit(decompressed, codec, unit.stored, unit.payload_length))
+            built += unit.size
         assert sum(f.result() for f in pending) > 0
-    assert built == n and not carry
+    assert built == n
 
 
 def _ceiling_arrangements() -> dict[str, int]:
@@ -920,28 +912,17 @@ def _download_decompress_build(
     chunks = prefetched_chunks(
         vault.blob(stream), 0, committed, chunk=CHUNK, prefetch=SCAN_PREFETCH, first=CHUNK
     )
-    header, header_size = unitformat.UNIT_HEADER, unitformat.UNIT_HEADER_SIZE
     opening: queue.Queue[Future[StoredUnit] | BaseException | None] = queue.Queue(maxsize=2 * threads)
 
-    def opened(flags: int, count: int, stored: memoryview, length: int, offset: int, ts: int) -> StoredUnit:
-        payload = codecs.decompress(flags & FLAG_COMPRESSION_MASK, stored, length)
-        return StoredUnit(offset, ts, flags, count, header_size + len(stored), payload)
+    def opened(unit: SealedUnit) -> StoredUnit:
+        payload = codecs.decompress(unit.flags & FLAG_COMPRESSION_MASK, unit.stored, unit.payload_length)
+        return StoredUnit(unit.offset, unit.timestamp, unit.flags, unit.size, unit.length, payload)
 
     def feed(pool: ThreadPoolExecutor) -> None:
         try:
-            carry = b""
-            for data, _ in chunks:
-                buf = carry + data if carry else data
-                view, pos = memoryview(buf), 0
-                while pos + header_size <= len(buf):
-                    _, _, _, flags, count, length, stored, offset, ts = header.unpack_from(buf, pos)
-                    if pos + header_size + stored > len(buf):
-                        break
-                    at = pos + header_size
-                    opening.put(pool.submit(opened, flags, count, view[at : at + stored], length, offset, ts))
-                    pos = at + stored
-                carry = buf[pos:]
-            opening.put(AssertionError("a unit cut off at the end") if carry else None)
+            for unit in _sealed_units(chunks):
+                opening.put(pool.submit(opened, unit))
+            opening.put(None)
         except BaseException as exc:  # handed to the builder, which raises it
             opening.put(exc)
 
@@ -968,6 +949,28 @@ def _download_decompress_build(
                 with contextlib.suppress(queue.Empty):
                     opening.get(timeout=0.1)
             feeder.join()
+
+
+def _sealed_units(chunks: Iterable[tuple[bytes, bool]]) -> Iterator[SealedUnit]:
+    """The format 2 units of a blob read in ``chunks`` (:func:`prefetched_chunks`), in order, each
+    as its header says (nothing checked: the ceilings' reading), its stored bytes a view into its
+    chunk; a unit cut by a chunk's end is completed from the next."""
+    header, header_size = unitformat.UNIT_HEADER, unitformat.UNIT_HEADER_SIZE
+    carry = b""
+    for data, _ in chunks:
+        buf = carry + data if carry else data
+        view, pos = memoryview(buf), 0
+        while pos + header_size <= len(buf):
+            _, _, _, flags, count, payload_length, stored, offset, ts = header.unpack_from(buf, pos)
+            end = pos + header_size + stored
+            if end > len(buf):
+                break
+            yield SealedUnit(
+                offset, ts, flags, count, end - pos, payload_length, view[pos + header_size : end]
+            )
+            pos = end
+        carry = buf[pos:]
+    assert not carry, "a unit cut off at the blob's end"
 
 
 def _decode_units(blob: bytes) -> tuple[int, int]:
